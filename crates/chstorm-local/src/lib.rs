@@ -1,0 +1,41 @@
+//! Local ClickHouse harness for chstorm.
+//!
+//! Starts real `clickhouse-server` processes (developed against the Debian
+//! package 18.16.1) with a generated config in a private directory, listening
+//! on 127.0.0.1 only, and stops them again. It never touches the system's own
+//! server, `/etc/clickhouse-server` or `/var/lib/clickhouse`. Everything is
+//! synchronous (`std::process`, `std::net`).
+//!
+//! * [`LocalServer::start`] with a [`ServerSpec`]: writes `DIR/config.xml` and
+//!   `DIR/users.xml`, spawns the server, waits (default up to 30 s) until
+//!   `GET /ping` answers `Ok.`, and records it in `DIR/chstorm-local.json`
+//!   ([`ServerInfo`]) and `DIR/clickhouse-server.pid`. Ports left unset are
+//!   picked free; a busy port means up to 3 attempts with new ones.
+//! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`.
+//! * [`shared_server`] and [`shared_tls_server`]: one server per test process,
+//!   killed when the process exits.
+//!
+//! Defaults: user `default` without password, `keep_alive_timeout` 3 s,
+//! `max_concurrent_queries` 1000, `log_queries=1` with `system.query_log`
+//! flushed every 1000 ms, log level `warning` into `DIR/log/`.
+
+mod config;
+mod control;
+mod error;
+mod http;
+mod launch;
+mod ports;
+mod process;
+mod procfs;
+mod server;
+mod shared;
+mod state;
+mod tls;
+
+pub use control::{down, status};
+pub use error::LocalError;
+pub use http::{ping, QUERY_TIMEOUT};
+pub use process::STOP_GRACE;
+pub use server::{LocalServer, ServerInfo, ServerSpec};
+pub use shared::{shared_server, shared_tls_server, try_shared_server, try_shared_tls_server};
+pub use state::{INFO_FILE, PID_FILE};
