@@ -1,0 +1,407 @@
+//! A lean HTTP/1.1 client for ClickHouse's HTTP interface.
+//!
+//! Why not hyper's client: a load generator sends the same request shape millions of times and
+//! throws the answers away. Here the request head is rendered once ([`RequestHead`]), each
+//! request is one `write` of head + `Content-Length` + body from a reused buffer, and the answer
+//! is parsed in place (httparse) and discarded while counting bytes. There is no header map, no
+//! body channel and no allocation per request, which keeps client CPU per query below wrk's
+//! (see docs/PERFORMANCE.md). The gateway, which must proxy arbitrary traffic, uses hyper.
+//!
+//! Supported answers: `Content-Length` and `chunked` bodies; `Connection: close`. Error answers
+//! (non-2xx) keep the first [`ERROR_BODY_LIMIT`] bytes for the message and the ClickHouse
+//! exception code (`X-ClickHouse-Exception-Code` header, or `Code: N` in the body).
+
+use crate::error::{parse_exception_code, ProtoError};
+use crate::stream::{Connector, Stream};
+use crate::target::Target;
+use crate::QueryStats;
+use base64::Engine as _;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Bytes of an error answer's body kept for its message.
+pub const ERROR_BODY_LIMIT: usize = 1024;
+/// Largest response head accepted, in bytes.
+const MAX_HEAD: usize = 64 * 1024;
+/// Initial read buffer size, in bytes.
+const READ_BUF: usize = 16 * 1024;
+
+/// The fixed part of a request, rendered once per run.
+#[derive(Clone, Debug)]
+pub struct RequestHead {
+    /// Everything up to and including `Content-Length: ` (POST) or the final CRLF (GET).
+    prefix: Vec<u8>,
+    has_body: bool,
+}
+
+impl RequestHead {
+    /// `POST {path}?{settings}` carrying the query in the body. `extra_settings` are added after
+    /// the URL's own settings (later ones win on the server). `keepalive: false` adds
+    /// `Connection: close`.
+    pub fn query(target: &Target, extra_settings: &[(String, String)], keepalive: bool) -> RequestHead {
+        let mut line = format!("POST {}", target.path);
+        let mut sep = if target.path.contains('?') { '&' } else { '?' };
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        if let Some(db) = &target.database {
+            line.push_str(&format!("{sep}database={}", enc(db)));
+            sep = '&';
+        }
+        for (k, v) in target.settings.iter().chain(extra_settings) {
+            line.push_str(&format!("{sep}{}={}", enc(k), enc(v)));
+            sep = '&';
+        }
+        Self::build(target, &line, keepalive, true)
+    }
+
+    /// `GET /ping`, answered by the HTTP server without running a query.
+    pub fn ping(target: &Target, keepalive: bool) -> RequestHead {
+        Self::build(target, "GET /ping", keepalive, false)
+    }
+
+    fn build(target: &Target, line: &str, keepalive: bool, has_body: bool) -> RequestHead {
+        let mut h = format!("{line} HTTP/1.1\r\nHost: {}\r\n", target.authority());
+        if let Some(user) = &target.user {
+            let creds = format!("{user}:{}", target.password.as_deref().unwrap_or(""));
+            h.push_str(&format!(
+                "Authorization: Basic {}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(creds)
+            ));
+        }
+        if !keepalive {
+            h.push_str("Connection: close\r\n");
+        }
+        if has_body {
+            h.push_str("Content-Length: ");
+        } else {
+            h.push_str("\r\n");
+        }
+        RequestHead { prefix: h.into_bytes(), has_body }
+    }
+}
+
+/// One HTTP/1.1 connection.
+pub struct HttpConn {
+    stream: Stream,
+    wbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    /// Set when the server asked to close, or the connection broke.
+    closed: bool,
+}
+
+/// How the body of an answer is delimited.
+enum Framing {
+    Length(u64),
+    Chunked,
+    UntilClose,
+}
+
+impl HttpConn {
+    pub async fn connect(connector: &Connector) -> Result<HttpConn, ProtoError> {
+        Ok(HttpConn {
+            stream: connector.connect().await?,
+            wbuf: Vec::with_capacity(1024),
+            rbuf: Vec::with_capacity(READ_BUF),
+            closed: false,
+        })
+    }
+
+    /// False once the server said `Connection: close` or the connection failed.
+    pub fn reusable(&self) -> bool {
+        !self.closed
+    }
+
+    /// Sends one request with `body` (ignored for GET) and reads the whole answer, discarding a
+    /// successful body. Bounded by `timeout`.
+    pub async fn send(&mut self, head: &RequestHead, body: &[u8], timeout: Duration) -> Result<QueryStats, ProtoError> {
+        self.exchange(head, body, timeout, None).await
+    }
+
+    /// Like [`HttpConn::send`] but returns the body of a successful answer as text (at most
+    /// `limit` bytes are kept). For small answers: versions, test checks.
+    pub async fn send_text(
+        &mut self,
+        head: &RequestHead,
+        body: &[u8],
+        timeout: Duration,
+        limit: usize,
+    ) -> Result<String, ProtoError> {
+        let mut out = Vec::new();
+        self.exchange(head, body, timeout, Some((&mut out, limit))).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    async fn exchange(
+        &mut self,
+        head: &RequestHead,
+        body: &[u8],
+        timeout: Duration,
+        keep: Option<(&mut Vec<u8>, usize)>,
+    ) -> Result<QueryStats, ProtoError> {
+        match tokio::time::timeout(timeout, self.exchange_inner(head, body, keep)).await {
+            Ok(Ok(stats)) => Ok(stats),
+            Ok(Err(e)) => {
+                if e.breaks_connection() {
+                    self.closed = true;
+                }
+                Err(e)
+            }
+            Err(_) => {
+                self.closed = true;
+                Err(ProtoError::Timeout(timeout, "waiting for the HTTP answer"))
+            }
+        }
+    }
+
+    async fn exchange_inner(
+        &mut self,
+        head: &RequestHead,
+        body: &[u8],
+        mut keep: Option<(&mut Vec<u8>, usize)>,
+    ) -> Result<QueryStats, ProtoError> {
+        self.wbuf.clear();
+        self.wbuf.extend_from_slice(&head.prefix);
+        if head.has_body {
+            self.wbuf.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+            self.wbuf.extend_from_slice(b"\r\n\r\n");
+            self.wbuf.extend_from_slice(body);
+        }
+        self.stream.write_all(&self.wbuf).await?;
+        self.stream.flush().await?;
+
+        self.rbuf.clear();
+        let (status, framing, code_header, head_len, server_closes) = loop {
+            if let Some(parsed) = parse_head(&self.rbuf)? {
+                break parsed;
+            }
+            if self.rbuf.len() >= MAX_HEAD {
+                return Err(ProtoError::Protocol(format!("HTTP answer head longer than {MAX_HEAD} bytes")));
+            }
+            if self.fill().await? == 0 {
+                return Err(ProtoError::Io(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "connection closed before the HTTP answer",
+                )));
+            }
+        };
+        if server_closes {
+            self.closed = true;
+        }
+        let ok = (200..300).contains(&status);
+        let mut err_body = Vec::new();
+        let sink: Option<(&mut Vec<u8>, usize)> = if ok {
+            keep.as_mut().map(|(v, l)| (&mut **v, *l))
+        } else {
+            Some((&mut err_body, ERROR_BODY_LIMIT))
+        };
+        let bytes = self.read_body(head_len, framing, sink).await?;
+        if ok {
+            Ok(QueryStats { bytes, rows: 0 })
+        } else {
+            let code = code_header.or_else(|| parse_exception_code(&err_body));
+            let text = String::from_utf8_lossy(&err_body);
+            let message = text.lines().next().unwrap_or("").trim().to_string();
+            Err(ProtoError::HttpStatus { status, code, message })
+        }
+    }
+
+    /// Reads more bytes into `rbuf`; returns how many (0 at EOF).
+    async fn fill(&mut self) -> Result<usize, ProtoError> {
+        let len = self.rbuf.len();
+        if self.rbuf.capacity() - len < 4096 {
+            self.rbuf.reserve(READ_BUF);
+        }
+        let n = self.stream.read_buf(&mut self.rbuf).await?;
+        Ok(n)
+    }
+
+    /// Consumes the body that starts at `rbuf[pos..]`, returning its payload size in bytes.
+    async fn read_body(
+        &mut self,
+        mut pos: usize,
+        framing: Framing,
+        mut sink: Option<(&mut Vec<u8>, usize)>,
+    ) -> Result<u64, ProtoError> {
+        let mut total = 0u64;
+        let mut keep = |data: &[u8]| {
+            if let Some((v, limit)) = sink.as_mut() {
+                let room = limit.saturating_sub(v.len());
+                v.extend_from_slice(&data[..data.len().min(room)]);
+            }
+        };
+        match framing {
+            Framing::Length(mut left) => {
+                while left > 0 {
+                    if pos >= self.rbuf.len() {
+                        self.rbuf.clear();
+                        pos = 0;
+                        if self.fill().await? == 0 {
+                            return Err(eof("in the HTTP body"));
+                        }
+                    }
+                    let take = ((self.rbuf.len() - pos) as u64).min(left) as usize;
+                    keep(&self.rbuf[pos..pos + take]);
+                    pos += take;
+                    left -= take as u64;
+                    total += take as u64;
+                }
+            }
+            Framing::UntilClose => {
+                self.closed = true;
+                loop {
+                    keep(&self.rbuf[pos..]);
+                    total += (self.rbuf.len() - pos) as u64;
+                    self.rbuf.clear();
+                    pos = 0;
+                    if self.fill().await? == 0 {
+                        break;
+                    }
+                }
+            }
+            Framing::Chunked => loop {
+                // Find the chunk-size line.
+                let line_end = loop {
+                    if let Some(i) = find_crlf(&self.rbuf[pos..]) {
+                        break pos + i;
+                    }
+                    self.rbuf.drain(..pos);
+                    pos = 0;
+                    if self.rbuf.len() > 1024 {
+                        return Err(ProtoError::Protocol("chunk size line too long".into()));
+                    }
+                    if self.fill().await? == 0 {
+                        return Err(eof("in a chunk header"));
+                    }
+                };
+                let size = parse_chunk_size(&self.rbuf[pos..line_end])?;
+                pos = line_end + 2;
+                // Chunk data plus its trailing CRLF (for the last chunk: the empty trailer line).
+                let mut left = size + 2;
+                if size == 0 {
+                    // Skip optional trailers up to the blank line.
+                    loop {
+                        if let Some(i) = find_crlf(&self.rbuf[pos..]) {
+                            if i == 0 {
+                                pos += 2;
+                                break;
+                            }
+                            pos += i + 2;
+                            continue;
+                        }
+                        self.rbuf.drain(..pos);
+                        pos = 0;
+                        if self.fill().await? == 0 {
+                            return Err(eof("in chunk trailers"));
+                        }
+                    }
+                    let _ = pos;
+                    break;
+                }
+                while left > 0 {
+                    if pos >= self.rbuf.len() {
+                        self.rbuf.clear();
+                        pos = 0;
+                        if self.fill().await? == 0 {
+                            return Err(eof("in a chunk"));
+                        }
+                    }
+                    let take = ((self.rbuf.len() - pos) as u64).min(left) as usize;
+                    let data_part = take.min(left.saturating_sub(2) as usize);
+                    keep(&self.rbuf[pos..pos + data_part]);
+                    total += data_part as u64;
+                    pos += take;
+                    left -= take as u64;
+                }
+            },
+        }
+        Ok(total)
+    }
+}
+
+fn eof(where_: &str) -> ProtoError {
+    ProtoError::Io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("connection closed {where_}")))
+}
+
+fn find_crlf(b: &[u8]) -> Option<usize> {
+    b.windows(2).position(|w| w == b"\r\n")
+}
+
+fn parse_chunk_size(line: &[u8]) -> Result<u64, ProtoError> {
+    let hex = line.split(|&b| b == b';').next().unwrap_or(line);
+    let s = std::str::from_utf8(hex).map_err(|_| ProtoError::Protocol("bad chunk size".into()))?;
+    u64::from_str_radix(s.trim(), 16).map_err(|_| ProtoError::Protocol(format!("bad chunk size '{}'", s.trim())))
+}
+
+type Head = (u16, Framing, Option<i32>, usize, bool);
+
+/// Parses a complete response head, or returns None when more bytes are needed.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, ProtoError> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut resp = httparse::Response::new(&mut headers);
+    let head_len = match resp.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(ProtoError::Protocol(format!("malformed HTTP answer: {e}"))),
+    };
+    let status = resp.code.unwrap_or(0);
+    let mut framing = Framing::UntilClose;
+    let mut code = None;
+    let mut closes = resp.version == Some(0);
+    for h in resp.headers.iter() {
+        let name = h.name;
+        if name.eq_ignore_ascii_case("content-length") {
+            let v = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse().ok());
+            framing = Framing::Length(v.ok_or_else(|| ProtoError::Protocol("bad Content-Length".into()))?);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            if h.value.windows(7).any(|w| w.eq_ignore_ascii_case(b"chunked")) {
+                framing = Framing::Chunked;
+            }
+        } else if name.eq_ignore_ascii_case("connection") {
+            if h.value.eq_ignore_ascii_case(b"close") {
+                closes = true;
+            } else if h.value.eq_ignore_ascii_case(b"keep-alive") {
+                closes = false;
+            }
+        } else if name.eq_ignore_ascii_case("x-clickhouse-exception-code") {
+            code = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse().ok());
+        }
+    }
+    // A 1xx/204/304 answer has no body.
+    if status < 200 || status == 204 || status == 304 {
+        framing = Framing::Length(0);
+    }
+    Ok(Some((status, framing, code, head_len, closes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_query_and_ping_heads() {
+        let t = Target::parse("http://u:p@127.0.0.1:8123/?max_threads=2").unwrap();
+        let h = RequestHead::query(&t, &[("log_comment".into(), "a b".into())], false);
+        let s = String::from_utf8(h.prefix.clone()).unwrap();
+        assert!(s.starts_with("POST /?max_threads=2&log%5Fcomment=a%20b HTTP/1.1\r\nHost: 127.0.0.1:8123\r\n"), "{s}");
+        assert!(s.contains("Authorization: Basic dTpw\r\n"));
+        assert!(s.contains("Connection: close\r\n"));
+        assert!(s.ends_with("Content-Length: "));
+        let p = RequestHead::ping(&t, true);
+        let s = String::from_utf8(p.prefix).unwrap();
+        assert!(s.starts_with("GET /ping HTTP/1.1\r\n") && s.ends_with("\r\n\r\n"));
+    }
+
+    #[test]
+    fn parses_heads() {
+        let (status, framing, code, len, closes) =
+            parse_head(b"HTTP/1.1 500 Internal\r\nX-ClickHouse-Exception-Code: 202\r\nContent-Length: 5\r\nConnection: Close\r\n\r\nabcde")
+                .unwrap()
+                .unwrap();
+        assert_eq!((status, code, closes), (500, Some(202), true));
+        assert!(matches!(framing, Framing::Length(5)));
+        assert_eq!(len, 97);
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-").unwrap().is_none());
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+        assert_eq!(parse_chunk_size(b"1a;ext=1").unwrap(), 26);
+        assert!(parse_chunk_size(b"zz").is_err());
+    }
+}

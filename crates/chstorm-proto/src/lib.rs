@@ -1,0 +1,26 @@
+//! ClickHouse transports used by chstorm.
+//!
+//! * [`target`]: parsing of `http://`, `https://`, `clickhouse://` and `clickhouses://` URLs.
+//! * [`http`]: a lean HTTP/1.1 client that writes pre-rendered requests and discards bodies.
+//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412).
+//! * [`stream`]: TCP or TLS byte streams with connect timeouts.
+//! * [`error`]: one error type that says who is at fault and whether a retry is safe.
+
+pub mod error;
+pub mod http;
+pub mod native;
+pub mod stream;
+pub mod target;
+
+pub use error::{Fault, ProtoError};
+pub use stream::{Stream, TlsOptions};
+pub use target::{Protocol, Target};
+
+/// What one query returned, as counted by the transport.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueryStats {
+    /// Bytes of result payload received (HTTP body bytes, native data-block bytes).
+    pub bytes: u64,
+    /// Result rows, where the transport can count them cheaply (native); 0 otherwise.
+    pub rows: u64,
+}
