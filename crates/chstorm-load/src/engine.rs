@@ -1,0 +1,465 @@
+//! The load loop and its coordinator.
+//!
+//! ```text
+//!   coordinator (caller's thread)          worker thread 1..T (current-thread runtime each)
+//!   ─────────────────────────────          ─────────────────────────────────────────────────
+//!   probe server version                   open its connections (keep-alive mode)
+//!   wait until every connection is open ◄─ barrier
+//!   set t0, open the start gate         ─► each connection runs `load_loop`:
+//!   every second: merge intervals,             due = schedule(k) or now; wait until due
+//!     report progress                          send, record latency = done - due
+//!   at the deadline / Ctrl-C: cancel           every second: hand its Interval over
+//!   merge the last intervals → RunResult   ◄─ final Interval when the loop ends
+//! ```
+
+use crate::executor::Executor;
+use crate::schedule::Schedule;
+use crate::spec::{LoadSpec, Work};
+use crate::template::Renderer;
+use crate::LoadError;
+use chstorm_proto::native::append_settings_clause;
+use chstorm_proto::stream::Connector;
+use chstorm_proto::ProtoError;
+use chstorm_stats::{Interval, SecondStats};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::{mpsc, Barrier};
+use tokio_util::sync::CancellationToken;
+
+/// An open-loop send that leaves later than this after its intended time counts as late.
+pub const LATE_AFTER: Duration = Duration::from_millis(1);
+/// Longest pause after consecutive connection failures, so a dead server does not spin a core.
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_millis(500);
+
+/// Lets another thread (a Ctrl-C handler) stop a run; what was measured is kept.
+#[derive(Clone, Default)]
+pub struct StopHandle {
+    token: CancellationToken,
+    interrupted: Arc<AtomicBool>,
+}
+
+impl StopHandle {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Stops the run as an interruption (Ctrl-C).
+    pub fn interrupt(&self) {
+        self.interrupted.store(true, Ordering::SeqCst);
+        self.token.cancel();
+    }
+    pub fn is_interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+    }
+}
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Duration,
+    Requests,
+    MaxErrors,
+    Interrupted,
+}
+
+impl StopReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::Duration => "duration",
+            StopReason::Requests => "requests",
+            StopReason::MaxErrors => "max_errors",
+            StopReason::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// A once-a-second view of a run in progress.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Seconds measured so far.
+    pub elapsed: Duration,
+    /// Queries completed in the last second.
+    pub last_second: SecondStats,
+    /// Totals so far (cumulative histogram).
+    pub total: Interval,
+    /// Planned measured length, when the run has one.
+    pub planned: Option<Duration>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// All measured queries: histogram, counts, errors by kind, bytes.
+    pub total: Interval,
+    /// One point per second of the measured run.
+    pub per_second: Vec<SecondStats>,
+    /// Measured wall time.
+    pub elapsed: Duration,
+    /// Open loop: sends that were due in the measured window but never made (every connection
+    /// was busy until the end).
+    pub dropped: u64,
+    pub stop_reason: StopReason,
+    pub server_version: Option<String>,
+    /// Wall-clock time at which measuring began.
+    pub started_at: SystemTime,
+}
+
+impl RunResult {
+    /// Successful queries per second of measured time.
+    pub fn qps(&self) -> f64 {
+        let s = self.elapsed.as_secs_f64();
+        if s > 0.0 {
+            self.total.queries as f64 / s
+        } else {
+            0.0
+        }
+    }
+}
+
+struct Shared {
+    spec: LoadSpec,
+    cancel: CancellationToken,
+    t0: OnceLock<Instant>,
+    measure_start: OnceLock<Instant>,
+    deadline: OnceLock<Option<Instant>>,
+    next_tick: AtomicU64,
+    budget_used: AtomicU64,
+    sent_measured: AtomicU64,
+    errors: AtomicU64,
+    stop_reason: OnceLock<StopReason>,
+    /// Cancelled by the coordinator once the clock is set: the start signal for every task.
+    start_gate: CancellationToken,
+}
+
+impl Shared {
+    fn stop(&self, why: StopReason) {
+        let _ = self.stop_reason.set(why);
+        self.cancel.cancel();
+    }
+}
+
+/// Runs `spec` to completion and returns what was measured. `on_progress` is called about once a
+/// second from the calling thread. Blocks the calling thread.
+pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progress)) -> Result<RunResult, LoadError> {
+    spec.validate().map_err(LoadError::Invalid)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut spec = spec;
+    // Native settings travel as a SETTINGS clause inside the query text (portable to every
+    // server version); HTTP settings are URL parameters, see `RequestHead::query`.
+    if !spec.target.protocol.is_http() {
+        let all: Vec<(String, String)> = spec.target.settings.iter().chain(&spec.settings).cloned().collect();
+        if let (false, Work::Queries { templates, .. }) = (all.is_empty(), &mut spec.work) {
+            for t in templates.iter_mut() {
+                let sql = append_settings_clause(t.source(), &all).into_owned();
+                *t = t.with_source(&sql).map_err(|e| LoadError::Invalid(e.to_string()))?;
+            }
+        }
+    }
+    let server_version = rt.block_on(async {
+        tokio::select! {
+            v = crate::probe::server_version(&spec.target, &spec.tls, spec.timeout.min(Duration::from_secs(10))) => v,
+            _ = stop.token.cancelled() => Err(ProtoError::Timeout(Duration::ZERO, "interrupted before the run")),
+        }
+    });
+    let server_version = match server_version {
+        Ok(v) => Some(v),
+        Err(e @ (ProtoError::Connect { .. } | ProtoError::Timeout(..) | ProtoError::InvalidTarget(_) | ProtoError::TlsSetup(_))) => {
+            return Err(LoadError::Server(e));
+        }
+        // The server answers but the probe query failed (e.g. a /ping-only endpoint): go on.
+        Err(_) => None,
+    };
+
+    let connector = Connector::new(&spec.target, &spec.tls, spec.timeout)?;
+    let threads = spec.threads.min(spec.concurrency).max(1);
+    let shared = Arc::new(Shared {
+        cancel: stop.token.child_token(),
+        spec,
+        t0: OnceLock::new(),
+        measure_start: OnceLock::new(),
+        deadline: OnceLock::new(),
+        next_tick: AtomicU64::new(0),
+        budget_used: AtomicU64::new(0),
+        sent_measured: AtomicU64::new(0),
+        errors: AtomicU64::new(0),
+        stop_reason: OnceLock::new(),
+        start_gate: CancellationToken::new(),
+    });
+    let ready = Arc::new(Barrier::new(shared.spec.concurrency + 1));
+    let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Interval)>();
+    let target = Arc::new(shared.spec.target.clone());
+    let head = Executor::http_head(&shared.spec, &target).map(Arc::new);
+
+    let mut handles = Vec::with_capacity(threads);
+    for th in 0..threads {
+        let conns: Vec<usize> = (th..shared.spec.concurrency).step_by(threads).collect();
+        let (shared, ready, tx) = (shared.clone(), ready.clone(), tx.clone());
+        let (connector, target, head) = (connector.clone(), target.clone(), head.clone());
+        let h = std::thread::Builder::new()
+            .name(format!("chstorm-load-{th}"))
+            .spawn(move || worker_thread(shared, conns, connector, target, head, ready, tx))?;
+        handles.push(h);
+    }
+    drop(tx);
+
+    let result = rt.block_on(async {
+        // Every connection is open (or failed to open): start the clock.
+        ready.wait().await;
+        let t0 = Instant::now();
+        let _ = shared.t0.set(t0);
+        let measure_start = t0 + shared.spec.warmup;
+        let _ = shared.measure_start.set(measure_start);
+        let deadline = shared.spec.duration.map(|d| measure_start + d);
+        let _ = shared.deadline.set(deadline);
+        shared.start_gate.cancel();
+        let started_at = SystemTime::now() + shared.spec.warmup;
+
+        let mut per_second: Vec<Option<Interval>> = Vec::new();
+        let mut total = Interval::default();
+        // Reports trail each second by 100 ms, so the workers' intervals for it have arrived.
+        let mut next_report = measure_start + Duration::from_millis(1100);
+        let far = t0 + Duration::from_secs(100 * 365 * 24 * 3600);
+        loop {
+            let dl = deadline.unwrap_or(far);
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some((t, iv)) => {
+                        total.merge(&iv);
+                        let idx = t.max(1) as usize - 1;
+                        if per_second.len() <= idx {
+                            per_second.resize(idx + 1, None);
+                        }
+                        match &mut per_second[idx] {
+                            Some(p) => p.merge(&iv),
+                            slot => *slot = Some(iv),
+                        }
+                    }
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(next_report.into()) => {
+                    let secs = next_report.saturating_duration_since(measure_start).as_secs();
+                    // Give the workers' second-ticks a moment to arrive before reporting.
+                    if let Some(Some(last)) = per_second.get(secs.saturating_sub(1) as usize) {
+                        on_progress(&Progress {
+                            elapsed: Duration::from_secs(secs),
+                            last_second: SecondStats::from_interval(secs, last),
+                            total: total.clone(),
+                            planned: shared.spec.duration,
+                        });
+                    }
+                    next_report += Duration::from_secs(1);
+                }
+                _ = tokio::time::sleep_until(dl.into()), if !shared.cancel.is_cancelled() => {
+                    shared.stop(StopReason::Duration);
+                }
+                _ = shared.cancel.cancelled(), if shared.stop_reason.get().is_none() && stop.is_interrupted() => {
+                    let _ = shared.stop_reason.set(StopReason::Interrupted);
+                }
+            }
+        }
+        let end = Instant::now();
+        let end = deadline.map_or(end, |d| end.min(d));
+        (total, per_second, end.saturating_duration_since(measure_start), started_at, t0)
+    });
+    for h in handles {
+        let _ = h.join();
+    }
+    let (total, per_second, elapsed, started_at, t0) = result;
+    let stop_reason = if stop.is_interrupted() {
+        StopReason::Interrupted
+    } else {
+        shared.stop_reason.get().copied().unwrap_or(StopReason::Requests)
+    };
+    let spec = &shared.spec;
+    let dropped = if spec.schedule.is_open() {
+        let window_end = (shared.measure_start.get().copied().unwrap_or(t0) + elapsed).saturating_duration_since(t0);
+        let due = spec.schedule.due_before(window_end) - spec.schedule.due_before(spec.warmup).min(spec.schedule.due_before(window_end));
+        let due = spec.requests.map_or(due, |n| due.min(n));
+        due.saturating_sub(shared.sent_measured.load(Ordering::Relaxed))
+    } else {
+        0
+    };
+    let per_second = per_second
+        .iter()
+        .enumerate()
+        .map(|(i, iv)| SecondStats::from_interval(i as u64 + 1, iv.as_ref().unwrap_or(&Interval::default())))
+        .collect();
+    Ok(RunResult { total, per_second, elapsed, dropped, stop_reason, server_version, started_at })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn worker_thread(
+    shared: Arc<Shared>,
+    conns: Vec<usize>,
+    connector: Connector,
+    target: Arc<chstorm_proto::Target>,
+    head: Option<Arc<chstorm_proto::http::RequestHead>>,
+    ready: Arc<Barrier>,
+    tx: mpsc::UnboundedSender<(u64, Interval)>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(_) => {
+            shared.cancel.cancel();
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    let stats = Rc::new(RefCell::new(Interval::default()));
+    local.block_on(&rt, async {
+        let mut tasks = Vec::with_capacity(conns.len());
+        for id in &conns {
+            let exec = Executor::new(&shared.spec, connector.clone(), target.clone(), head.clone());
+            let rng = SmallRng::seed_from_u64(shared.spec.seed ^ (*id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            let (shared, stats, ready) = (shared.clone(), stats.clone(), ready.clone());
+            let id = *id;
+            tasks.push(tokio::task::spawn_local(async move {
+                let mut exec = exec;
+                let _ = tokio::select! {
+                    r = exec.preconnect() => r,
+                    _ = shared.cancel.cancelled() => Ok(()),
+                };
+                ready.wait().await;
+                shared.start_gate.cancelled().await;
+                load_loop(id, &shared, &stats, exec, Renderer::new(rng)).await;
+            }));
+        }
+        shared.start_gate.cancelled().await;
+        let measure_start = *shared.measure_start.get().expect("set before the gate opens");
+        let last_second = shared.spec.duration.map(|d| d.as_secs_f64().ceil() as u64);
+        // Hand the interval over once a second, aligned to the measured start. The ticker has
+        // its own token: this thread's connections ending must not cancel other threads'.
+        let ticker_stop = CancellationToken::new();
+        let ticker = {
+            let (stats, tx, cancel) = (stats.clone(), tx.clone(), ticker_stop.clone());
+            tokio::task::spawn_local(async move {
+                let mut k = 1u64;
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep_until((measure_start + Duration::from_secs(k)).into()) => {
+                            let iv = stats.borrow_mut().take();
+                            let _ = tx.send((k, iv));
+                            k += 1;
+                        }
+                        _ = cancel.cancelled() => break,
+                    }
+                }
+            })
+        };
+        for t in tasks {
+            if let Err(e) = t.await {
+                // A panicking connection task is a bug in chstorm: say so, and stop the run.
+                eprintln!("chstorm: internal error in a load task: {e}");
+                shared.cancel.cancel();
+            }
+        }
+        ticker_stop.cancel();
+        let _ = ticker.await;
+        let last = Instant::now().saturating_duration_since(measure_start);
+        let k = (last.as_secs() + 1).min(last_second.unwrap_or(u64::MAX)).max(1);
+        let iv = stats.borrow_mut().take();
+        let _ = tx.send((k, iv));
+    });
+}
+
+/// The one load loop: every mode goes through here.
+async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut exec: Executor, mut renderer: Renderer) {
+    let spec = &shared.spec;
+    // Waiting at the gate guarantees these are set.
+    let (Some(&t0), Some(&measure_start), Some(&deadline)) =
+        (shared.t0.get(), shared.measure_start.get(), shared.deadline.get())
+    else {
+        return;
+    };
+    let (templates, randomize): (&[Arc<crate::Template>], bool) = match &spec.work {
+        Work::Ping => (&[], false),
+        Work::Queries { templates, randomize } => (templates, *randomize),
+    };
+    let mut next_query = id;
+    let mut buf = Vec::with_capacity(256);
+    let mut connect_failures = 0u32;
+    let mut timer = if spec.schedule.is_open() { crate::timer::PreciseTimer::new().ok() } else { None };
+    loop {
+        if shared.cancel.is_cancelled() {
+            break;
+        }
+        // When is this send due?
+        let due = match spec.schedule {
+            Schedule::Closed => Instant::now(),
+            _ => {
+                let k = shared.next_tick.fetch_add(1, Ordering::Relaxed);
+                let Some(off) = spec.schedule.offset_of(k) else { break };
+                let due = t0 + off;
+                if deadline.is_some_and(|d| due >= d) {
+                    break;
+                }
+                if due > Instant::now() {
+                    tokio::select! {
+                        _ = crate::timer::sleep_until(timer.as_mut(), due) => {}
+                        _ = shared.cancel.cancelled() => break,
+                    }
+                }
+                due
+            }
+        };
+        let measured = due >= measure_start;
+        if measured {
+            if let Some(n) = spec.requests {
+                if shared.budget_used.fetch_add(1, Ordering::Relaxed) >= n {
+                    let _ = shared.stop_reason.set(StopReason::Requests);
+                    break;
+                }
+            }
+            shared.sent_measured.fetch_add(1, Ordering::Relaxed);
+        }
+        if !templates.is_empty() {
+            let t = if randomize {
+                &templates[renderer.rng().gen_range(0..templates.len())]
+            } else {
+                next_query = (next_query + 1) % templates.len();
+                &templates[next_query]
+            };
+            t.render(&mut renderer, &mut buf);
+        }
+        let late = spec.schedule.is_open() && Instant::now().saturating_duration_since(due) > LATE_AFTER;
+        let res = tokio::select! {
+            r = exec.exec(&buf) => r,
+            _ = shared.cancel.cancelled() => break,
+        };
+        let done = Instant::now();
+        let connect_failed = matches!(res, Err(ProtoError::Connect { .. }));
+        if measured && deadline.map_or(true, |d| done <= d) {
+            let mut s = stats.borrow_mut();
+            if late {
+                s.late += 1;
+            }
+            match &res {
+                Ok(q) => s.record_ok(done - due, q.bytes, q.rows),
+                Err(e) => {
+                    s.record_error(&e.kind_key());
+                    let n = shared.errors.fetch_add(1, Ordering::Relaxed) + 1;
+                    if spec.max_errors.is_some_and(|m| n >= m) {
+                        drop(s);
+                        shared.stop(StopReason::MaxErrors);
+                        break;
+                    }
+                }
+            }
+        }
+        if connect_failed {
+            // Back off so a dead server does not turn the client into a busy loop.
+            connect_failures += 1;
+            let pause = Duration::from_millis(1u64 << connect_failures.min(9)).min(MAX_CONNECT_BACKOFF);
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shared.cancel.cancelled() => break,
+            }
+        } else {
+            connect_failures = 0;
+        }
+    }
+}

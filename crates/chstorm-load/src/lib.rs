@@ -1,0 +1,34 @@
+//! The chstorm load engine.
+//!
+//! One load loop ([`engine`]) serves every mode; a [`Schedule`] value decides when each query is
+//! due (closed loop, fixed rate, ramp). Each worker thread runs a single-threaded tokio runtime
+//! with its share of the connections and one [`chstorm_stats::Interval`] (an HDR histogram plus
+//! counters) that it hands to the coordinator every second, so memory stays flat however long
+//! the run. The coordinator merges those into the per-second series and the run's totals.
+
+pub mod engine;
+mod executor;
+pub mod probe;
+pub mod schedule;
+pub mod spec;
+pub mod template;
+mod timer;
+
+pub use engine::{run, Progress, RunResult, StopHandle, StopReason};
+pub use schedule::Schedule;
+pub use spec::{LoadSpec, Work};
+pub use template::{Renderer, Template, TemplateError};
+
+/// Errors that prevent a run from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The spec is inconsistent (the caller's fault).
+    #[error("{0}")]
+    Invalid(String),
+    /// The server could not be reached or refused the probe query before the run.
+    #[error("{0}")]
+    Server(#[from] chstorm_proto::ProtoError),
+    /// A thread or runtime could not be created on this machine.
+    #[error("cannot start load threads: {0}")]
+    Runtime(#[from] std::io::Error),
+}

@@ -1,0 +1,25 @@
+//! chstorm's outputs.
+//!
+//! * [`report::BenchReport`]: one run as JSON, schema id `chstorm.bench.v1`
+//!   (`schemas/chstorm.bench.v1.json` in the repository).
+//! * [`text`]: the final summary, laid out like clickhouse-benchmark's.
+//! * [`csv`]: one row per run; the columns are Altinity clickhouse-sts's, then ours.
+//! * [`merge`]: combines runs made at the same time from several machines.
+
+pub mod csv;
+pub mod merge;
+pub mod report;
+pub mod text;
+
+pub use report::{BenchReport, RunMeta};
+
+/// Errors writing or reading outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}: not a chstorm.bench.v1 JSON object: {reason}")]
+    BadReport { path: String, reason: String },
+    #[error("{path}: existing CSV header differs from chstorm's; write to a new file")]
+    CsvHeader { path: String },
+}

@@ -1,0 +1,116 @@
+//! The bench JSON object, schema id `chstorm.bench.v1`.
+
+use chstorm_load::RunResult;
+use chstorm_stats::{Percentiles, SecondStats};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Schema id written into every report.
+pub const SCHEMA_ID: &str = "chstorm.bench.v1";
+
+/// What was run, as opposed to what was measured.
+#[derive(Debug, Clone)]
+pub struct RunMeta {
+    /// Target URL without password.
+    pub target: String,
+    pub protocol: String,
+    pub keepalive: bool,
+    pub concurrency: usize,
+    /// Open loop: the arrival rate in queries per second; None for a closed loop.
+    pub rate: Option<f64>,
+    pub settings: Vec<(String, String)>,
+    /// `ping`, or the query texts as written.
+    pub workload: Vec<String>,
+    pub warmup_s: f64,
+    pub label: Option<String>,
+}
+
+/// One run. Every latency is in seconds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct BenchReport {
+    pub schema: String,
+    pub chstorm_version: String,
+    /// RFC 3339, UTC: when measuring began.
+    pub started_at: String,
+    pub label: Option<String>,
+    pub target: String,
+    pub protocol: String,
+    pub keepalive: bool,
+    /// `closed` or `open`.
+    pub mode: String,
+    pub concurrency: u64,
+    pub rate: Option<f64>,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    pub settings: BTreeMap<String, String>,
+    pub workload: Vec<String>,
+    pub server_version: Option<String>,
+    /// Why the run ended: `duration`, `requests`, `max_errors` or `interrupted`.
+    pub stop_reason: String,
+    pub qps: f64,
+    /// Successful queries.
+    pub queries: u64,
+    /// Failed queries.
+    pub errors: u64,
+    pub bytes: u64,
+    pub rows: u64,
+    /// Open loop: sends that left more than 1 ms after their intended time.
+    pub late: u64,
+    /// Open loop: sends due in the measured window that never left.
+    pub dropped: u64,
+    pub latency_s: Percentiles,
+    pub errors_by_kind: BTreeMap<String, u64>,
+    pub per_second: Vec<SecondStats>,
+    /// The HDR histogram (microseconds), V2-deflate, base64; `chstorm merge` adds these up.
+    pub histogram: String,
+    /// What the latencies include.
+    pub latency_note: String,
+}
+
+/// What a closed loop's latencies leave out.
+pub const CLOSED_LOOP_NOTE: &str = "closed loop: each latency runs from send to last byte of the answer; time a query \
+would have waited for a free connection is not included (coordinated omission). Use --rate for an open loop.";
+/// What an open loop's latencies include.
+pub const OPEN_LOOP_NOTE: &str = "open loop: each latency runs from the query's intended send time to the last byte \
+of the answer, so waiting for a free connection (a stall) is included.";
+
+impl BenchReport {
+    pub fn new(meta: &RunMeta, r: &RunResult) -> BenchReport {
+        let started: chrono::DateTime<chrono::Utc> = r.started_at.into();
+        BenchReport {
+            schema: SCHEMA_ID.into(),
+            chstorm_version: env!("CARGO_PKG_VERSION").into(),
+            started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            label: meta.label.clone(),
+            target: meta.target.clone(),
+            protocol: meta.protocol.clone(),
+            keepalive: meta.keepalive,
+            mode: if meta.rate.is_some() { "open" } else { "closed" }.into(),
+            concurrency: meta.concurrency as u64,
+            rate: meta.rate,
+            duration_s: r.elapsed.as_secs_f64(),
+            warmup_s: meta.warmup_s,
+            settings: meta.settings.iter().cloned().collect(),
+            workload: meta.workload.clone(),
+            server_version: r.server_version.clone(),
+            stop_reason: r.stop_reason.as_str().into(),
+            qps: r.qps(),
+            queries: r.total.queries,
+            errors: r.total.errors,
+            bytes: r.total.bytes,
+            rows: r.total.rows,
+            late: r.total.late,
+            dropped: r.dropped,
+            latency_s: r.total.hist.summary(),
+            errors_by_kind: r.total.errors_by_kind.clone(),
+            per_second: r.per_second.clone(),
+            histogram: r.total.hist.to_base64(),
+            latency_note: if meta.rate.is_some() { OPEN_LOOP_NOTE } else { CLOSED_LOOP_NOTE }.into(),
+        }
+    }
+
+    /// Pretty JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    }
+}

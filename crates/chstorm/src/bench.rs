@@ -1,0 +1,158 @@
+//! `chstorm bench`: build a [`LoadSpec`] from the flags, run it, write the outputs.
+
+use crate::cli::BenchArgs;
+use crate::progress::ProgressSink;
+use anyhow::{bail, Context};
+use chstorm_load::{LoadSpec, RunResult, Schedule, StopHandle, StopReason, Template, Work};
+use chstorm_output::{csv, text, BenchReport, RunMeta};
+use chstorm_proto::{Target, TlsOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Default measured length when neither --duration nor --requests is given.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// Reads the queries of a `--queries` file: one per line; blank lines and `--` comments skipped.
+pub fn read_queries_file(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text = if path == Path::new("-") {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).context("cannot read queries from stdin")?;
+        s
+    } else {
+        std::fs::read_to_string(path).with_context(|| format!("cannot read query file {}", path.display()))?
+    };
+    let queries: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+        .map(str::to_string)
+        .collect();
+    if queries.is_empty() {
+        bail!("query file {} has no queries: write one query per line", path.display());
+    }
+    Ok(queries)
+}
+
+/// Turns the flags into a run description and the metadata written beside the results.
+pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
+    let target = Target::parse(&args.url)?.with_env_credentials();
+    let (work, workload) = if args.ping {
+        (Work::Ping, vec!["ping".to_string()])
+    } else {
+        let mut texts = args.queries.clone();
+        let mut base = PathBuf::from(".");
+        if let Some(file) = &args.queries_file {
+            texts.extend(read_queries_file(file)?);
+            if let Some(parent) = file.parent().filter(|p| !p.as_os_str().is_empty()) {
+                base = parent.to_path_buf();
+            }
+        }
+        if texts.is_empty() {
+            bail!("nothing to send: give --query SQL, --queries FILE or --ping");
+        }
+        let templates = texts
+            .iter()
+            .map(|q| Template::parse(q, &base))
+            .collect::<Result<Vec<_>, _>>()?;
+        (Work::Queries { templates, randomize: args.randomize }, texts)
+    };
+    let schedule = match (args.rate, args.ramp_to, args.ramp_over) {
+        (None, _, _) => Schedule::Closed,
+        (Some(rate), None, _) => Schedule::Fixed { rate },
+        (Some(from), Some(to), Some(over)) => Schedule::Ramp { from, to, over },
+        (Some(_), Some(_), None) => bail!("--ramp-to needs --ramp-over DURATION"),
+    };
+    let duration = match (args.duration, args.requests) {
+        (None, None) => Some(DEFAULT_DURATION),
+        (d, _) => d,
+    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let spec = LoadSpec {
+        tls: TlsOptions { insecure: args.insecure, ca_file: args.cacert.clone() },
+        work,
+        settings: args.settings.clone(),
+        concurrency: args.concurrency,
+        schedule,
+        duration,
+        requests: args.requests,
+        warmup: args.warmup,
+        timeout: args.timeout,
+        keepalive: !args.no_keepalive,
+        max_errors: args.max_errors,
+        seed: args.seed,
+        threads: args.threads.unwrap_or_else(|| cores.min(args.concurrency.max(1))),
+        target: target.clone(),
+    };
+    spec.validate().map_err(anyhow::Error::msg)?;
+    let mut settings = target.settings.clone();
+    settings.extend(args.settings.iter().cloned());
+    let meta = RunMeta {
+        target: target.to_string(),
+        protocol: target.protocol.as_str().to_string(),
+        keepalive: spec.keepalive,
+        concurrency: spec.concurrency,
+        rate: schedule.nominal_rate(),
+        settings,
+        workload,
+        warmup_s: spec.warmup.as_secs_f64(),
+        label: args.label.clone(),
+    };
+    Ok((spec, meta))
+}
+
+/// Runs one bench and writes its outputs; returns the exit code.
+pub fn run(args: BenchArgs, stop: &StopHandle) -> anyhow::Result<i32> {
+    let (spec, meta) = build_spec(&args)?;
+    // Fail on unwritable outputs before spending minutes on a run.
+    for path in [&args.json, &args.csv].into_iter().flatten() {
+        check_writable(path)?;
+    }
+    let planned = spec.duration;
+    let mut sink = ProgressSink::new(args.quiet, planned);
+    let result = chstorm_load::run(spec, stop, |p| sink.update(p)).with_context(|| format!("cannot run against {}", meta.target))?;
+    sink.finish();
+    let report = BenchReport::new(&meta, &result);
+    write_outputs(&args, &report)?;
+    Ok(exit_code(&result))
+}
+
+/// The exit code for a finished run.
+pub fn exit_code(r: &RunResult) -> i32 {
+    match r.stop_reason {
+        StopReason::Interrupted => crate::EXIT_INTERRUPTED,
+        StopReason::MaxErrors => 1,
+        _ => 0,
+    }
+}
+
+fn check_writable(path: &Path) -> anyhow::Result<()> {
+    if path == Path::new("-") {
+        return Ok(());
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!("cannot write {}: folder {} does not exist", path.display(), dir.display());
+    }
+    Ok(())
+}
+
+/// Prints the text summary (stdout, or stderr when JSON goes to stdout) and writes JSON and CSV.
+pub fn write_outputs(args: &BenchArgs, report: &BenchReport) -> anyhow::Result<()> {
+    let summary = text::summary(report);
+    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    if json_to_stdout {
+        eprint!("{summary}");
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{}", report.to_json())?;
+    } else {
+        print!("{summary}");
+    }
+    if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
+        std::fs::write(path, report.to_json() + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.csv {
+        csv::append(path, &csv::row(report))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,241 @@
+//! The command line.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A storm of small queries against ClickHouse, measured honestly.
+#[derive(Parser, Debug)]
+#[command(name = "chstorm", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Load a ClickHouse server over HTTP(S) or the native protocol and measure QPS and latency.
+    #[command(after_long_help = BENCH_EXAMPLES)]
+    Bench(BenchArgs),
+    /// Merge bench JSON files made at the same time on several machines into one result.
+    Merge(MergeArgs),
+    /// Start, stop or inspect a local ClickHouse server for tests and demos.
+    Local(LocalArgs),
+}
+
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  chstorm bench --ping -c 16 -d 10s                       # the HTTP server alone
+  chstorm bench -q 'SELECT 1' -c 8 -d 10s --json run.json
+  chstorm bench --url clickhouse://127.0.0.1:9000 -q 'SELECT 1' -c 8
+  chstorm bench -q 'SELECT * FROM items WHERE shop_id = {s:zipf(100000,1.1)} AND item_id = {i:uniform(1,1000000)}' \\
+                --rate 500 -c 64 -d 1m --setting max_threads=1
+  chstorm bench --queries lookups.sql --randomize -c 32 -n 100000 --csv results.csv
+
+Placeholders (a fresh value per query, reproducible with --seed):
+  {name:uniform(a,b)}   integer in [a,b] (decimals if a or b has a '.')
+  {name:zipf(n,s)}      rank in [1,n] with P(k) ~ 1/k^s
+  {name:seq(a)}         a, a+1, a+2, ... across all connections
+  {name:choice(file)}   a random line of file, inserted verbatim
+  {name}                the value name got earlier in the same query
+
+Closed loop (-c only): each connection sends its next query when the last answer is complete;
+latencies leave out queueing. Open loop (--rate): queries are due at a fixed rate and latency
+runs from the due time, so a stalled server shows in the percentiles.
+
+Exit status: 0 done, 1 stopped by --max-errors, 2 bad input or cannot start, 130 Ctrl-C
+(the results measured so far are still printed and written).";
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 500ms, 10s, 2m"))
+}
+
+fn parse_setting(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => Err(format!("'{s}' is not name=value; write e.g. --setting max_threads=1")),
+    }
+}
+
+fn parse_positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("'{s}' is not a positive number of queries per second")),
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Server URL: http://, https://, clickhouse:// (native TCP) or clickhouses:// (native TLS).
+    /// user:password@ in the URL authenticates; ?name=value parameters are ClickHouse settings.
+    #[arg(long, env = "CHSTORM_URL", default_value = "http://127.0.0.1:8123", hide_env_values = true)]
+    pub url: String,
+
+    /// A query to send; repeat for several (sent in turn, or at random with --randomize).
+    #[arg(short = 'q', long = "query", value_name = "SQL")]
+    pub queries: Vec<String>,
+
+    /// File with one query per line ('-' reads stdin). Blank lines and lines starting with -- are skipped.
+    #[arg(long = "queries", value_name = "FILE")]
+    pub queries_file: Option<PathBuf>,
+
+    /// Send GET /ping (HTTP) or a Ping packet (native) instead of queries: the server's network layer alone.
+    #[arg(long, conflicts_with_all = ["queries", "queries_file"])]
+    pub ping: bool,
+
+    /// Pick each query at random instead of in turn.
+    #[arg(long)]
+    pub randomize: bool,
+
+    /// Seed for placeholders and --randomize.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// A ClickHouse setting for every query, name=value; repeatable. HTTP: URL parameter;
+    /// native: a SETTINGS clause appended to the query.
+    #[arg(long = "setting", value_name = "NAME=VALUE", value_parser = parse_setting)]
+    pub settings: Vec<(String, String)>,
+
+    /// Connections. Closed loop: queries in flight. With --rate: the ceiling on queries in flight.
+    #[arg(short = 'c', long, default_value_t = 1)]
+    pub concurrency: usize,
+
+    /// Open loop: send this many queries per second, whatever the answers do; latency is measured
+    /// from each query's intended send time.
+    #[arg(long, value_name = "QPS", value_parser = parse_positive_f64)]
+    pub rate: Option<f64>,
+
+    /// With --rate: ramp linearly from --rate to this rate over --ramp-over, then hold.
+    #[arg(long, value_name = "QPS", requires_all = ["rate", "ramp_over"], value_parser = parse_positive_f64)]
+    pub ramp_to: Option<f64>,
+
+    /// Length of the ramp (e.g. 30s).
+    #[arg(long, value_name = "DURATION", requires = "ramp_to", value_parser = parse_duration)]
+    pub ramp_over: Option<Duration>,
+
+    /// Open a new connection for every query (default: keep connections alive).
+    #[arg(long)]
+    pub no_keepalive: bool,
+
+    /// Measured run length (e.g. 10s, 2m). Default 10s when --requests is not given.
+    #[arg(short = 'd', long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// Stop after this many measured queries (whichever of -d and -n comes first).
+    #[arg(short = 'n', long)]
+    pub requests: Option<u64>,
+
+    /// Send queries for this long before measuring starts.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub warmup: Duration,
+
+    /// Per-query timeout, connecting included.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub timeout: Duration,
+
+    /// Stop the run once this many queries have failed.
+    #[arg(long, value_name = "N")]
+    pub max_errors: Option<u64>,
+
+    /// Client worker threads. Default: the smaller of the CPU count and --concurrency.
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// No live progress on stderr.
+    #[arg(long)]
+    pub quiet: bool,
+
+    /// Write the result as JSON (schema chstorm.bench.v1) to FILE ('-' for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+
+    /// Append one result row to FILE (header written when the file is new).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// A name for this run in JSON and CSV (test_name; '/'-separated parts fill the CSV subtypes).
+    #[arg(long)]
+    pub label: Option<String>,
+
+    /// TLS: accept any server certificate (self-signed test servers).
+    #[arg(long)]
+    pub insecure: bool,
+
+    /// TLS: trust the CA certificates in this PEM file instead of the built-in roots.
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct MergeArgs {
+    /// Bench JSON files (from --json) of runs made at the same time.
+    #[arg(required = true, num_args = 1..)]
+    pub inputs: Vec<PathBuf>,
+    /// Where to write the merged JSON ('-' for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LocalArgs {
+    #[command(subcommand)]
+    pub action: LocalAction,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum LocalAction {
+    /// Start clickhouse-server with a generated config in DIR, on loopback ports, and leave it running.
+    Up(LocalUpArgs),
+    /// Stop the server started in DIR.
+    Down(LocalDirArg),
+    /// Say whether the server in DIR is running, and its URLs.
+    Status(LocalDirArg),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LocalDirArg {
+    /// The server's folder (config, data, logs, pid file).
+    #[arg(long, default_value = "./chstorm-local")]
+    pub dir: PathBuf,
+    /// Print the server's details as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct LocalUpArgs {
+    #[command(flatten)]
+    pub dir: LocalDirArg,
+    /// Also open HTTPS and native TLS ports, with a generated self-signed certificate.
+    #[arg(long)]
+    pub tls: bool,
+    /// HTTP port (default: a free port).
+    #[arg(long)]
+    pub http_port: Option<u16>,
+    /// Native TCP port (default: a free port).
+    #[arg(long)]
+    pub tcp_port: Option<u16>,
+}
+
+/// Prints a clap error as one line (help and version print in full) and returns the exit code.
+pub fn report_parse_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                2
+            } else {
+                0
+            }
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad arguments");
+            let first = first.trim_start_matches("error: ");
+            let tip = rendered.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(|t| format!(" ({t})")).unwrap_or_default();
+            eprintln!("chstorm: error: {first}{tip}; see 'chstorm --help'");
+            2
+        }
+    }
+}

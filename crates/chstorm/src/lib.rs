@@ -1,0 +1,58 @@
+//! chstorm as a library: [`run`] executes a parsed command line, so tests drive the whole
+//! program in-process.
+//!
+//! Exit codes: 0 the command did its job; 1 the run ended early on `--max-errors`;
+//! 2 bad input or the run could not start; 130 interrupted by Ctrl-C (results still written).
+
+pub mod bench;
+pub mod cli;
+mod local;
+mod merge;
+mod progress;
+
+use chstorm_load::StopHandle;
+use cli::{Cli, Command};
+use std::sync::OnceLock;
+
+/// Exit status for a run interrupted by Ctrl-C.
+pub const EXIT_INTERRUPTED: i32 = 130;
+
+/// Runs one command. Returns the process exit code; errors are bad input or failures to start.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Bench(args) => bench::run(args, &global_stop()),
+        Command::Merge(args) => merge::run(args),
+        Command::Local(args) => local::run(args),
+    }
+}
+
+/// The process-wide stop handle, wired to Ctrl-C on first use: the first Ctrl-C stops the run and
+/// keeps what was measured, a second one exits at once.
+pub fn global_stop() -> StopHandle {
+    static STOP: OnceLock<StopHandle> = OnceLock::new();
+    STOP.get_or_init(|| {
+        let stop = StopHandle::new();
+        let s = stop.clone();
+        let _ = ctrlc::set_handler(move || {
+            if s.is_interrupted() {
+                std::process::exit(EXIT_INTERRUPTED);
+            }
+            eprintln!("\nchstorm: interrupted; stopping and writing what was measured (Ctrl-C again to quit now)");
+            s.interrupt();
+        });
+        stop
+    })
+    .clone()
+}
+
+/// An error and its causes on one line.
+pub fn one_line(e: &anyhow::Error) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for cause in e.chain() {
+        let s = cause.to_string().replace('\n', " ");
+        if !parts.iter().any(|p| p.contains(&s)) {
+            parts.push(s);
+        }
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,17 @@
+//! The `chstorm` binary: parse arguments, call [`chstorm::run`], print a one-line error.
+
+use clap::Parser;
+
+fn main() {
+    let cli = match chstorm::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => std::process::exit(chstorm::cli::report_parse_error(e)),
+    };
+    match chstorm::run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("chstorm: error: {}", chstorm::one_line(&e));
+            std::process::exit(2);
+        }
+    }
+}
