@@ -1,0 +1,33 @@
+# chstorm: make demo | make test | make bench
+SHELL := /bin/bash
+CARGO ?= cargo
+export PATH := $(HOME)/.cargo/bin:$(PATH)
+
+.PHONY: all deps build release test demo bench clean
+
+all: release
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	$(CARGO) build --workspace
+
+release: deps
+	$(CARGO) build --release -p chstorm
+
+## Every test, against real ClickHouse servers that the tests start and stop themselves.
+test: deps
+	$(CARGO) test --workspace --no-fail-fast
+
+## The main job: a local server, a short storm against it, results in ./chstorm-demo/.
+demo: release
+	scripts/demo
+
+## chstorm against wrk and clickhouse-benchmark, in one run; ratios printed, JSON in bench-results/.
+bench: release
+	python3 scripts/bench_peers.py --out bench-results
+
+clean:
+	$(CARGO) clean
+	rm -rf chstorm-demo bench-results
