@@ -1,0 +1,94 @@
+//! The JSON output against its committed schema, and `chstorm merge`.
+
+mod common;
+use common::bench;
+use chstorm_stats::LatencyHistogram;
+
+fn schema() -> serde_json::Value {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas/chstorm.bench.v1.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn assert_valid(v: &serde_json::Value) {
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+#[test]
+fn real_runs_match_the_schema() {
+    let s = chstorm_local::shared_server();
+    let url_with_password = s.http_url().replace("http://", "http://default:@");
+    let (_, closed) = bench(&["--url", &url_with_password, "-q", "SELECT 1", "-q", "SELECT bad", "-d", "2s", "-c", "2", "--label", "t/a"]);
+    let (_, open) = bench(&["--url", s.native_url(), "--ping", "--rate", "100", "-n", "150"]);
+    for r in [&closed, &open] {
+        assert_valid(&serde_json::to_value(r).unwrap());
+    }
+    assert!(closed.per_second.len() >= 2);
+    assert!(closed.errors_by_kind.contains_key("clickhouse_47"));
+    // The schema really constrains: a report with a bad field fails it.
+    let mut bad = serde_json::to_value(&closed).unwrap();
+    bad["latency_s"]["p99.9"] = serde_json::json!("fast");
+    let validator = jsonschema::validator_for(&schema()).unwrap();
+    assert!(!validator.is_valid(&bad));
+    let mut bad = serde_json::to_value(&closed).unwrap();
+    bad.as_object_mut().unwrap().remove("histogram");
+    assert!(!validator.is_valid(&bad));
+}
+
+#[test]
+fn merge_adds_counts_and_merges_histograms() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    let mut reports = Vec::new();
+    for (i, url) in [s.http_url(), s.native_url()].into_iter().enumerate() {
+        let (_, r) = bench(&["--url", url, "-q", "SELECT 1", "-n", &format!("{}", 200 + i * 100), "-c", "2"]);
+        let p = dir.path().join(format!("r{i}.json"));
+        std::fs::write(&p, r.to_json()).unwrap();
+        paths.push(p.to_str().unwrap().to_string());
+        reports.push(r);
+    }
+    let out = dir.path().join("merged.json");
+    let cli = <chstorm::cli::Cli as clap::Parser>::try_parse_from(
+        ["chstorm", "merge"].into_iter().chain(paths.iter().map(String::as_str)).chain(["--json", out.to_str().unwrap()]),
+    )
+    .unwrap();
+    assert_eq!(chstorm::run(cli).unwrap(), 0);
+    let merged = common::read_report(&out);
+    assert_valid(&serde_json::to_value(&merged).unwrap());
+    assert_eq!(merged.queries, 500);
+    assert_eq!(merged.queries, reports.iter().map(|r| r.queries).sum::<u64>());
+    assert!((merged.qps - reports.iter().map(|r| r.qps).sum::<f64>()).abs() < 1e-6);
+    assert_eq!(merged.concurrency, 4);
+    // Percentiles come from the summed histograms.
+    let mut h = LatencyHistogram::new();
+    for r in &reports {
+        h.merge(&LatencyHistogram::from_base64(&r.histogram).unwrap());
+    }
+    assert_eq!(h.len(), 500);
+    assert_eq!(merged.latency_s, h.summary());
+    assert!(merged.latency_s.p50 >= reports.iter().map(|r| r.latency_s.p50).fold(f64::MAX, f64::min));
+    assert!(merged.latency_s.p50 <= reports.iter().map(|r| r.latency_s.p50).fold(0.0, f64::max));
+}
+
+#[test]
+fn csv_rows_carry_the_clickhouse_sts_columns_first() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("r.csv");
+    for _ in 0..2 {
+        let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "-n", "50", "--label", "select1/http"]);
+        chstorm_output::csv::append(&csv, &chstorm_output::csv::row(&r)).unwrap();
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "header written once");
+    let sts = "test_name,test_subtype1,test_subtype2,test_subtype3,protocol,http_keepalive,concurrency,QPS,num_queries,MiBPS_result,latency_0percentile,latency_20percentile,latency_50percentile,latency_80percentile,latency_90percentile,latency_95percentile,latency_99percentile,latency_999percentile";
+    assert!(lines[0].starts_with(sts));
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let row: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(header.len(), row.len());
+    assert_eq!(&row[..2], &["select1", "http"]);
+    assert_eq!(row[8], "50");
+}

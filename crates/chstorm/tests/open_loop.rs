@@ -1,0 +1,34 @@
+//! The open loop holds its rate against a real server (its own test binary, so no other load
+//! test shares the machine with it).
+
+mod common;
+use common::bench;
+
+#[test]
+fn open_loop_holds_its_rate_within_five_percent() {
+    let s = chstorm_local::shared_server();
+    let rate = 400.0;
+    let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "400", "-c", "16", "-d", "4s"]);
+    assert_eq!(r.mode, "open");
+    assert_eq!(r.errors, 0);
+    assert!((r.qps - rate).abs() / rate <= 0.05, "qps {} vs rate {rate}", r.qps);
+    assert_eq!(r.dropped, 0);
+    assert!(r.per_second.len() >= 4, "{:?}", r.per_second);
+    for p in &r.per_second[..4] {
+        assert!((p.queries as f64 - rate).abs() / rate <= 0.1, "second {}: {} queries", p.t, p.queries);
+    }
+}
+
+#[test]
+fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
+    let s = chstorm_local::shared_server();
+    let (_, r) = bench(&[
+        "--url", s.native_url(), "-q", "SELECT 1", "--rate", "100", "--ramp-to", "500", "--ramp-over", "4s", "-c", "16", "-d", "4s",
+    ]);
+    assert_eq!(r.errors, 0);
+    // Average rate over the ramp is 300/s.
+    assert!((r.qps - 300.0).abs() / 300.0 <= 0.05, "qps {}", r.qps);
+    let first = r.per_second[0].queries as f64;
+    let last = r.per_second[3].queries as f64;
+    assert!((first - 150.0).abs() < 25.0 && (last - 450.0).abs() < 40.0, "{:?}", r.per_second);
+}
