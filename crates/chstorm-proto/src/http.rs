@@ -26,6 +26,10 @@ const MAX_HEAD: usize = 64 * 1024;
 /// Initial read buffer size, in bytes.
 const READ_BUF: usize = 16 * 1024;
 
+/// Characters escaped in URL parameters: all but RFC 3986's unreserved ones.
+const URL_COMPONENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 /// The fixed part of a request, rendered once per run.
 #[derive(Clone, Debug)]
 pub struct RequestHead {
@@ -41,7 +45,7 @@ impl RequestHead {
     pub fn query(target: &Target, extra_settings: &[(String, String)], keepalive: bool) -> RequestHead {
         let mut line = format!("POST {}", target.path);
         let mut sep = if target.path.contains('?') { '&' } else { '?' };
-        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, URL_COMPONENT).to_string();
         if let Some(db) = &target.database {
             line.push_str(&format!("{sep}database={}", enc(db)));
             sep = '&';
@@ -381,7 +385,7 @@ mod tests {
         let t = Target::parse("http://u:p@127.0.0.1:8123/?max_threads=2").unwrap();
         let h = RequestHead::query(&t, &[("log_comment".into(), "a b".into())], false);
         let s = String::from_utf8(h.prefix.clone()).unwrap();
-        assert!(s.starts_with("POST /?max_threads=2&log%5Fcomment=a%20b HTTP/1.1\r\nHost: 127.0.0.1:8123\r\n"), "{s}");
+        assert!(s.starts_with("POST /?max_threads=2&log_comment=a%20b HTTP/1.1\r\nHost: 127.0.0.1:8123\r\n"), "{s}");
         assert!(s.contains("Authorization: Basic dTpw\r\n"));
         assert!(s.contains("Connection: close\r\n"));
         assert!(s.ends_with("Content-Length: "));

@@ -1,0 +1,406 @@
+//! A lean client for ClickHouse's native TCP protocol.
+//!
+//! # Why our own codec
+//!
+//! chstorm must spend less client CPU per query than `clickhouse-benchmark`. The native
+//! protocol crates decode every row of every result block into Rust values, which is exactly
+//! the work a load generator must not do. This client:
+//!
+//! * **discards result blocks without materialising rows**: it parses each column's type name
+//!   once per block and skips the column's bytes (fixed-width columns in one jump, strings by
+//!   their length prefixes), counting only rows and bytes;
+//! * **writes each query with one `write` call**: the Query packet and the empty Data block
+//!   that ends the client's data are encoded into one reused buffer;
+//! * **does not allocate per query** on the hot path: the read buffer, write buffer, type-name
+//!   scratch and skip plans are reused for the life of the connection;
+//! * **controls the advertised protocol revision**: it speaks revision [`CLIENT_REVISION`]
+//!   (54412, what ClickHouse 18.16 speaks), which old servers understand natively and current
+//!   releases still accept, so one wire format serves every server version.
+//!
+//! # Errors before the server reads the client's data
+//!
+//! The server reads the client's (empty) data block only once it has parsed the query and
+//! admitted it. When a query fails before that (syntax error, TOO_MANY_SIMULTANEOUS_QUERIES,
+//! quota), current servers skip the unread block, but old ones such as 18.16 take it for the
+//! next packet and the stream goes out of step. So after an exception that arrives as the first
+//! answer to a query, the client sends a Ping: Pong means the stream is in step; anything else
+//! means it is not, and the next call on this [`NativeConn`] transparently reconnects (counted
+//! by [`NativeConn::reconnects`]) before it sends its query. The caller still gets the server's
+//! exception for the failed query, and the connection stays usable as documented. The check
+//! costs one round trip, only for queries that fail before returning anything.
+//!
+//! Settings are never sent in the binary Query packet (below revision 54429 each value is
+//! typed per setting); [`append_settings_clause`] adds a SQL `SETTINGS` clause instead.
+//!
+//! Modules: [`wire`] (primitives and the buffered reader), [`packets`] (packet layouts),
+//! [`columns`] (type names and skipping column data), [`text`] (decoding small results to
+//! text for [`NativeConn::query_rows`]), [`settings`] (the `SETTINGS` clause).
+
+pub mod columns;
+pub mod packets;
+pub mod settings;
+pub mod text;
+pub mod wire;
+
+pub use settings::append_settings_clause;
+
+use crate::error::ProtoError;
+use crate::stream::{Connector, Stream};
+use crate::target::Target;
+use crate::QueryStats;
+use columns::{skip_column, Plan};
+use packets::{rev, server};
+use std::time::Duration;
+use text::TextType;
+use wire::Io;
+
+/// The protocol revision chstorm advertises. The connection speaks
+/// `min(server revision, CLIENT_REVISION)`.
+pub const CLIENT_REVISION: u64 = 54412;
+
+/// Most columns one block may have.
+const MAX_COLUMNS: u64 = 1 << 20;
+/// Most rows one block may have.
+const MAX_ROWS: u64 = 1 << 40;
+
+/// What the server said about itself in its Hello.
+#[derive(Debug, Clone)]
+pub struct ServerInfo {
+    pub name: String,
+    pub version_major: u64,
+    pub version_minor: u64,
+    pub version_patch: u64,
+    /// The server's own protocol revision (the connection uses at most [`CLIENT_REVISION`]).
+    pub revision: u64,
+    pub timezone: String,
+    pub display_name: String,
+}
+
+impl ServerInfo {
+    /// `major.minor.patch`, e.g. `18.16.1`.
+    pub fn version(&self) -> String {
+        format!("{}.{}.{}", self.version_major, self.version_minor, self.version_patch)
+    }
+}
+
+/// One native-protocol connection.
+pub struct NativeConn {
+    io: Io<Stream>,
+    /// Reused for every outgoing packet.
+    wbuf: Vec<u8>,
+    /// For reconnecting after the stream went out of step (see the module docs).
+    connector: Connector,
+    hello: Vec<u8>,
+    /// The per-connection constant parts of a query.
+    client_info: Vec<u8>,
+    empty_data: Vec<u8>,
+    /// Scratch for decoding blocks.
+    type_name: Vec<u8>,
+    plan: Plan,
+    stack: Vec<(u32, u64)>,
+    server: ServerInfo,
+    /// The revision in use: `min(server.revision, CLIENT_REVISION)`.
+    revision: u64,
+    /// Set while a call is in flight; still set afterwards when it did not finish cleanly
+    /// (timeout, I/O or protocol error), which leaves the stream mid-packet.
+    broken: bool,
+    /// Set when the stream went out of step after a server exception: reconnect before the
+    /// next call.
+    out_of_step: bool,
+    reconnects: u64,
+}
+
+impl NativeConn {
+    /// Connects via `connector` (TCP, plus TLS for `clickhouses://`) and performs the Hello
+    /// handshake with the target's user (default `default`), password (default empty) and
+    /// database (default: the user's default). The whole handshake is bounded by `timeout`.
+    pub async fn connect(connector: &Connector, target: &Target, timeout: Duration) -> Result<NativeConn, ProtoError> {
+        let mut hello = Vec::with_capacity(64);
+        packets::write_hello(
+            &mut hello,
+            target.database.as_deref().unwrap_or(""),
+            target.user.as_deref().unwrap_or("default"),
+            target.password.as_deref().unwrap_or(""),
+        );
+        let connect = async {
+            let mut io = Io::new(connector.connect().await?);
+            let server = handshake(&mut io, &hello).await?;
+            Ok::<_, ProtoError>((io, server))
+        };
+        let (io, server) = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| ProtoError::Timeout(timeout, "connecting and handshaking"))??;
+        let revision = server.revision.min(CLIENT_REVISION);
+        Ok(NativeConn {
+            io,
+            wbuf: Vec::with_capacity(4096),
+            connector: connector.clone(),
+            hello,
+            client_info: packets::client_info(revision),
+            empty_data: packets::empty_data(revision),
+            type_name: Vec::with_capacity(256),
+            plan: Plan::default(),
+            stack: Vec::new(),
+            server,
+            revision,
+            broken: false,
+            out_of_step: false,
+            reconnects: 0,
+        })
+    }
+
+    /// What the server said in its Hello.
+    pub fn server(&self) -> &ServerInfo {
+        &self.server
+    }
+
+    /// The protocol revision in use.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// False after a timeout, an I/O or protocol error: such a connection must be dropped
+    /// (every further call fails with [`ProtoError::Protocol`]).
+    pub fn is_usable(&self) -> bool {
+        !self.broken
+    }
+
+    /// How many times this connection transparently reconnected because the stream went out
+    /// of step after a server exception (see the module docs).
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects
+    }
+
+    /// Runs `sql` and discards its result, counting rows and bytes of the data blocks.
+    ///
+    /// Sends the query (stage Complete, no compression) and the empty Data block that ends the
+    /// client's data in one write, then reads packets until EndOfStream. An Exception packet
+    /// gives [`ProtoError::Server`] (the top exception of a nested chain) and leaves the
+    /// connection usable. The whole exchange is bounded by `timeout`; after a timeout, I/O or
+    /// protocol error the connection is unusable (see [`ProtoError::breaks_connection`]).
+    pub async fn query(&mut self, query_id: &str, sql: &str, timeout: Duration) -> Result<QueryStats, ProtoError> {
+        self.begin()?;
+        let result = tokio::time::timeout(timeout, self.run_query(query_id, sql, None)).await;
+        self.finish(result, timeout, "waiting for the query result")
+    }
+
+    /// Like [`query`](Self::query), but collects the result as text: one `Vec<String>` per row
+    /// (numbers in decimal, strings as lossy UTF-8, NULL as `NULL`; see [`text`] for the
+    /// supported types). Meant for small results: version checks and tests.
+    pub async fn query_rows(
+        &mut self,
+        query_id: &str,
+        sql: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<String>>, ProtoError> {
+        self.begin()?;
+        let mut rows = Vec::new();
+        let result = tokio::time::timeout(timeout, self.run_query(query_id, sql, Some(&mut rows))).await;
+        self.finish(result, timeout, "waiting for the query result")?;
+        Ok(rows)
+    }
+
+    /// Sends Ping and waits for Pong.
+    pub async fn ping(&mut self, timeout: Duration) -> Result<(), ProtoError> {
+        self.begin()?;
+        let exchange = async {
+            self.reconnect_if_out_of_step().await?;
+            if self.ping_pong().await? {
+                Ok(())
+            } else {
+                Err(ProtoError::Protocol("expected Pong from the server".into()))
+            }
+        };
+        let result = tokio::time::timeout(timeout, exchange).await;
+        self.finish(result, timeout, "waiting for Pong")
+    }
+
+    fn begin(&mut self) -> Result<(), ProtoError> {
+        if self.broken {
+            return Err(ProtoError::Protocol(
+                "the native connection is unusable after an earlier timeout or error".into(),
+            ));
+        }
+        self.broken = true;
+        Ok(())
+    }
+
+    fn finish<T>(
+        &mut self,
+        result: Result<Result<T, ProtoError>, tokio::time::error::Elapsed>,
+        timeout: Duration,
+        waiting_for: &'static str,
+    ) -> Result<T, ProtoError> {
+        match result {
+            Ok(r) => {
+                self.broken = r.as_ref().err().is_some_and(ProtoError::breaks_connection);
+                r
+            }
+            Err(_) => Err(ProtoError::Timeout(timeout, waiting_for)),
+        }
+    }
+
+    async fn reconnect_if_out_of_step(&mut self) -> Result<(), ProtoError> {
+        if self.out_of_step {
+            self.io.replace_stream(self.connector.connect().await?);
+            let server = handshake(&mut self.io, &self.hello).await?;
+            self.revision = server.revision.min(CLIENT_REVISION);
+            self.client_info = packets::client_info(self.revision);
+            self.empty_data = packets::empty_data(self.revision);
+            self.server = server;
+            self.out_of_step = false;
+            self.reconnects += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes Ping; true when the next packet is Pong.
+    async fn ping_pong(&mut self) -> Result<bool, ProtoError> {
+        self.wbuf.clear();
+        wire::put_varuint(&mut self.wbuf, packets::client::PING);
+        self.io.write_all(&self.wbuf).await?;
+        Ok(self.io.varuint().await? == server::PONG)
+    }
+
+    /// Sends the query and the empty data block in one write and reads the result. With
+    /// `sink`, data blocks are decoded into it as text; without, they are skipped.
+    async fn run_query(
+        &mut self,
+        query_id: &str,
+        sql: &str,
+        mut sink: Option<&mut Vec<Vec<String>>>,
+    ) -> Result<QueryStats, ProtoError> {
+        self.reconnect_if_out_of_step().await?;
+        self.wbuf.clear();
+        packets::write_query(&mut self.wbuf, &self.client_info, query_id, sql);
+        self.wbuf.extend_from_slice(&self.empty_data);
+        self.io.write_all(&self.wbuf).await?;
+
+        let mut stats = QueryStats::default();
+        let mut first_packet = true;
+        loop {
+            let packet = self.io.varuint().await?;
+            if packet == server::EXCEPTION {
+                let err = packets::read_exception(&mut self.io).await;
+                if first_packet && matches!(err, ProtoError::Server { .. }) {
+                    // See the module docs. A failed check must not hide the server's exception.
+                    self.out_of_step = !matches!(self.ping_pong().await, Ok(true));
+                }
+                return Err(err);
+            }
+            first_packet = false;
+            match packet {
+                server::DATA => {
+                    self.skip_table_name().await?;
+                    let start = self.io.position();
+                    stats.rows += self.read_block(sink.as_deref_mut()).await?;
+                    stats.bytes += self.io.position() - start;
+                }
+                server::TOTALS | server::EXTREMES | server::LOG => {
+                    self.skip_table_name().await?;
+                    self.read_block(None).await?;
+                }
+                server::PROGRESS => packets::skip_progress(&mut self.io, self.revision).await?,
+                server::PROFILE_INFO => packets::skip_profile_info(&mut self.io).await?,
+                server::TABLE_COLUMNS => {
+                    self.io.skip_string().await?;
+                    self.io.skip_string().await?;
+                }
+                server::END_OF_STREAM => return Ok(stats),
+                other => {
+                    return Err(ProtoError::Protocol(format!("unexpected packet {other} in a query result")));
+                }
+            }
+        }
+    }
+
+    async fn skip_table_name(&mut self) -> Result<(), ProtoError> {
+        if self.revision >= rev::TEMPORARY_TABLES {
+            self.io.skip_string().await?;
+        }
+        Ok(())
+    }
+
+    /// Reads one block, skipping it or decoding it into `sink`. Returns its row count.
+    async fn read_block(&mut self, sink: Option<&mut Vec<Vec<String>>>) -> Result<u64, ProtoError> {
+        if self.revision >= rev::BLOCK_INFO {
+            packets::skip_block_info(&mut self.io).await?;
+        }
+        let columns = self.io.count(MAX_COLUMNS, "block column count").await?;
+        let rows = self.io.count(MAX_ROWS, "block row count").await?;
+        match sink {
+            None => {
+                for _ in 0..columns {
+                    self.io.skip_string().await?; // column name
+                    self.io.read_bytes_into(&mut self.type_name).await?;
+                    let ty = std::str::from_utf8(&self.type_name)
+                        .map_err(|_| ProtoError::Protocol("column type name is not UTF-8".into()))?;
+                    self.plan.compile(ty)?;
+                    skip_column(&mut self.io, &self.plan, &mut self.stack, rows).await?;
+                }
+            }
+            Some(out) => {
+                if rows > text::MAX_ROWS {
+                    return Err(ProtoError::Protocol(format!("a block of {rows} rows is too large to decode to text")));
+                }
+                let mut values: Vec<Vec<String>> = Vec::with_capacity(columns.min(1024) as usize);
+                for _ in 0..columns {
+                    self.io.skip_string().await?;
+                    let ty = TextType::parse(&self.io.string().await?)?;
+                    let mut column = Vec::new();
+                    text::read_column(&mut self.io, &ty, rows, &mut column).await?;
+                    values.push(column);
+                }
+                for r in 0..rows as usize {
+                    out.push(values.iter_mut().map(|c| c.get_mut(r).map(std::mem::take).unwrap_or_default()).collect());
+                }
+            }
+        }
+        Ok(rows)
+    }
+}
+
+/// Sends the client Hello and reads the server's answer.
+async fn handshake(io: &mut Io<Stream>, hello: &[u8]) -> Result<ServerInfo, ProtoError> {
+    io.write_all(hello).await?;
+    packets::read_server_hello(io).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The load engine spawns connections on a multi-threaded runtime.
+    #[allow(dead_code)]
+    fn futures_are_send(conn: &mut NativeConn, connector: &Connector, target: &Target) {
+        fn send<T: Send>(_: T) {}
+        send(NativeConn::connect(connector, target, Duration::ZERO));
+        send(conn.query("", "", Duration::ZERO));
+    }
+
+    #[allow(dead_code)]
+    fn more_futures_are_send(conn: &mut NativeConn) {
+        fn send<T: Send>(_: T) {}
+        send(conn.query_rows("", "", Duration::ZERO));
+    }
+
+    #[allow(dead_code)]
+    fn ping_is_send(conn: &mut NativeConn) {
+        fn send<T: Send>(_: T) {}
+        send(conn.ping(Duration::ZERO));
+    }
+
+    #[test]
+    fn version_string() {
+        let info = ServerInfo {
+            name: "ClickHouse".into(),
+            version_major: 18,
+            version_minor: 16,
+            version_patch: 1,
+            revision: 54412,
+            timezone: "UTC".into(),
+            display_name: String::new(),
+        };
+        assert_eq!(info.version(), "18.16.1");
+    }
+}

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""make bench: chstorm against wrk (HTTP) and clickhouse-benchmark (native), in one run.
+
+Starts a local ClickHouse with `chstorm local up`, then for each scenario runs the peer and
+chstorm alternately (A B A B ...) at the same concurrency and duration. Client CPU is read from
+/proc/PID/stat (utime + stime, all threads) while the finished process is a zombie, just before
+it is reaped. Prints each ratio on its own line and writes every figure to OUT/peers.json.
+
+Both load generators get one client thread (wrk -t1, chstorm --threads 1), because on a 2-core
+machine the server needs the other core; clickhouse-benchmark always uses one thread per
+connection, which is its design.
+"""
+import argparse, json, os, platform, re, statistics, subprocess, sys, tempfile, time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def run_measured(cmd, stdin=None):
+    """Runs cmd, returns (stdout, stderr, wall_s, cpu_s) with CPU from /proc at exit."""
+    with tempfile.TemporaryFile("w+") as fo, tempfile.TemporaryFile("w+") as fe:
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=fo, stderr=fe, text=True)
+        if stdin:
+            p.stdin.write(stdin)
+            p.stdin.close()
+        # Wait for the exit without reaping, so /proc/PID/stat still holds the final CPU times.
+        os.waitid(os.P_PID, p.pid, os.WEXITED | os.WNOWAIT)
+        wall = time.monotonic() - t0
+        with open(f"/proc/{p.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+        p.wait()
+        fo.seek(0)
+        fe.seek(0)
+        out, err = fo.read(), fe.read()
+    if p.returncode != 0:
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {p.returncode}: {err.strip()[-400:]}")
+    return out, err, wall, cpu
+
+
+def wrk_unit(v):
+    m = re.match(r"([\d.]+)(us|ms|s)$", v)
+    return float(m.group(1)) * {"us": 1e-6, "ms": 1e-3, "s": 1.0}[m.group(2)]
+
+
+def parse_wrk(out):
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    qps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    pct = {m.group(1): wrk_unit(m.group(2)) for m in re.finditer(r"^\s+(50|75|90|99)%\s+(\S+)", out, re.M)}
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = (int(bad.group(1)) if bad else 0) + (sum(map(int, sock.groups())) if sock else 0)
+    return {"queries": reqs, "qps": qps, "p50": pct.get("50"), "p99": pct.get("99"), "errors": errors}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--duration", type=int, default=5, help="seconds per run (default 5)")
+    ap.add_argument("--reps", type=int, default=2, help="runs per tool and scenario (default 2)")
+    ap.add_argument("--chstorm", default="target/release/chstorm")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    d = args.duration
+    chstorm = os.path.abspath(args.chstorm)
+    server_dir = os.path.join(args.out, "server")
+    info = json.loads(subprocess.check_output([chstorm, "local", "up", "--dir", server_dir, "--json"]))
+    http, native, tcp_port = info["http_url"], info["native_url"], info["tcp_port"]
+    post_lua = os.path.join(args.out, "post_select1.lua")
+    with open(post_lua, "w") as f:
+        f.write('wrk.method = "POST"\nwrk.body = "SELECT 1"\n')
+    tmp = tempfile.mkdtemp(prefix="chstorm-bench-")
+
+    def chstorm_run(extra):
+        j = os.path.join(tmp, "c.json")
+        cmd = [chstorm, "bench", "--quiet", "--threads", "1", "-d", f"{d}s", "--json", j] + extra
+        _, _, wall, cpu = run_measured(cmd)
+        r = json.load(open(j))
+        return cmd, {"queries": r["queries"], "qps": r["qps"], "p50": r["latency_s"]["p50"],
+                     "p99": r["latency_s"]["p99"], "errors": r["errors"], "cpu_s": cpu, "wall_s": wall}
+
+    def wrk_run(c, url, script=None):
+        cmd = ["wrk", "-t1", f"-c{c}", f"-d{d}s", "--latency"] + (["-s", script] if script else []) + [url]
+        out, _, wall, cpu = run_measured(cmd)
+        r = parse_wrk(out)
+        r.update(cpu_s=cpu, wall_s=wall)
+        return cmd, r
+
+    def chb_run(c, query):
+        j = os.path.join(tmp, "b.json")
+        cmd = ["clickhouse-benchmark", "--host", "127.0.0.1", "--port", str(tcp_port), "-c", str(c), "-t", str(d), "-d", "0", "--json", j]
+        _, _, wall, cpu = run_measured(cmd, stdin=query + "\n")
+        s = json.load(open(j))
+        st = s.get("statistics", s)
+        pct = s.get("query_time_percentiles", {})
+        r = {"queries": st["num_queries"], "qps": st["QPS"], "p50": pct.get("50"), "p99": pct.get("99"), "errors": 0,
+             "cpu_s": cpu, "wall_s": wall}
+        return cmd, r
+
+    scenarios = [
+        ("http_ping_c16", "wrk", lambda: wrk_run(16, f"{http}/ping"),
+         lambda: chstorm_run(["--url", http, "--ping", "-c", "16"])),
+        ("http_select1_c8", "wrk", lambda: wrk_run(8, f"{http}/", post_lua),
+         lambda: chstorm_run(["--url", http, "-q", "SELECT 1", "-c", "8"])),
+        ("native_select1_c8", "clickhouse-benchmark", lambda: chb_run(8, "SELECT 1"),
+         lambda: chstorm_run(["--url", native, "-q", "SELECT 1", "-c", "8"])),
+    ]
+    results = {"machine": {"nproc": os.cpu_count(), "kernel": platform.release()},
+               "server_version": subprocess.check_output(["clickhouse-client", "--port", str(tcp_port), "-q", "SELECT version()"], text=True).strip(),
+               "duration_s": d, "reps": args.reps, "scenarios": {}}
+    lines = []
+    try:
+        for name, peer, peer_fn, ours_fn in scenarios:
+            runs = {"peer": [], "chstorm": []}
+            cmds = {}
+            for rep in range(args.reps):
+                for who, fn in (("peer", peer_fn), ("chstorm", ours_fn)):
+                    cmd, r = fn()
+                    r["cpu_per_query_us"] = r["cpu_s"] / max(r["queries"], 1) * 1e6
+                    runs[who].append(r)
+                    cmds[who] = " ".join(cmd)
+                    print(f"  {name:<18} {who if who == 'chstorm' else peer:<20} rep {rep + 1}: "
+                          f"qps {r['qps']:9.1f}  cpu/query {r['cpu_per_query_us']:6.2f} us  "
+                          f"p50 {r['p50'] * 1e3 if r['p50'] else float('nan'):.3f} ms  p99 {r['p99'] * 1e3 if r['p99'] else float('nan'):.3f} ms  errors {r['errors']}",
+                          file=sys.stderr)
+            med = lambda who, k: statistics.median(x[k] for x in runs[who])
+            ratios = {
+                "qps_ratio": med("chstorm", "qps") / med("peer", "qps"),
+                "cpu_per_query_ratio": med("chstorm", "cpu_per_query_us") / med("peer", "cpu_per_query_us"),
+            }
+            if peer == "wrk" and "select1" in name:
+                ratios["p50_agreement"] = med("chstorm", "p50") / med("peer", "p50")
+                ratios["p99_agreement"] = med("chstorm", "p99") / med("peer", "p99")
+            results["scenarios"][name] = {"peer": peer, "commands": cmds, "runs": runs, "ratios": ratios}
+            for k, v in ratios.items():
+                lines.append(f"{name} {k} (chstorm / {peer}) = {v:.3f}")
+    finally:
+        subprocess.call([chstorm, "local", "down", "--dir", server_dir], stdout=subprocess.DEVNULL)
+    with open(os.path.join(args.out, "peers.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    print("\n".join(lines))
+    print(f"figures written to {os.path.join(args.out, 'peers.json')}")
+
+
+if __name__ == "__main__":
+    main()
