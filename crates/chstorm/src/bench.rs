@@ -10,6 +10,9 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+/// Target when neither --url nor CHSTORM_URL is given.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:8123";
+
 /// Default measured length when neither --duration nor --requests is given.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
@@ -36,7 +39,7 @@ pub fn read_queries_file(path: &Path) -> anyhow::Result<Vec<String>> {
 
 /// Turns the flags into a run description and the metadata written beside the results.
 pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
-    let target = Target::parse(&args.url)?.with_env_credentials();
+    let target = Target::parse(args.url.as_deref().unwrap_or(DEFAULT_URL))?.with_env_credentials();
     let (work, workload) = if args.ping {
         (Work::Ping, vec!["ping".to_string()])
     } else {

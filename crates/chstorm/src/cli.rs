@@ -68,8 +68,9 @@ fn parse_positive_f64(s: &str) -> Result<f64, String> {
 pub struct BenchArgs {
     /// Server URL: http://, https://, clickhouse:// (native TCP) or clickhouses:// (native TLS).
     /// user:password@ in the URL authenticates; ?name=value parameters are ClickHouse settings.
-    #[arg(long, env = "CHSTORM_URL", default_value = "http://127.0.0.1:8123", hide_env_values = true)]
-    pub url: String,
+    /// [default: $CHSTORM_URL, else http://127.0.0.1:8123]
+    #[arg(long, env = "CHSTORM_URL", hide_env_values = true)]
+    pub url: Option<String>,
 
     /// A query to send; repeat for several (sent in turn, or at random with --randomize).
     #[arg(short = 'q', long = "query", value_name = "SQL")]
