@@ -17,7 +17,7 @@ mod load;
 
 pub use client::SqlClient;
 pub use defs::{items_shop_expr as items_shop_sql, Dataset, DatasetName, TableDef};
-pub use load::{load, LoadOptions, LoadReport};
+pub use load::{load, LoadOptions, LoadReport, META_TABLE};
 
 /// Errors loading a dataset.
 #[derive(Debug, thiserror::Error)]

@@ -21,6 +21,14 @@ pub enum Command {
     Merge(MergeArgs),
     /// Start, stop or inspect a local ClickHouse server for tests and demos.
     Local(LocalArgs),
+    /// Load a synthetic dataset (items, kv, hits) into a server.
+    Dataset(crate::dataset::DatasetArgs),
+    /// Run a scenario suite over protocols, settings and concurrency; write CSV, JSONL and an HTML report.
+    Sweep(crate::sweep_cmd::SweepArgs),
+    /// Rebuild report.html of a sweep folder.
+    Report(crate::sweep_cmd::ReportArgs),
+    /// Start a local ClickHouse, load small datasets, run the storm and shopee suites, and report.
+    Demo(crate::demo::DemoArgs),
 }
 
 const BENCH_EXAMPLES: &str = "\

@@ -6,9 +6,12 @@
 
 pub mod bench;
 pub mod cli;
+pub mod dataset;
+pub mod demo;
 mod local;
 mod merge;
 mod progress;
+pub mod sweep_cmd;
 
 use chstorm_load::StopHandle;
 use cli::{Cli, Command};
@@ -23,6 +26,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Bench(args) => bench::run(args, &global_stop()),
         Command::Merge(args) => merge::run(args),
         Command::Local(args) => local::run(args),
+        Command::Dataset(args) => dataset::run(args),
+        Command::Sweep(args) => sweep_cmd::run_sweep(args, &global_stop()),
+        Command::Report(args) => sweep_cmd::run_report(args),
+        Command::Demo(args) => demo::run(args, &global_stop()),
     }
 }
 

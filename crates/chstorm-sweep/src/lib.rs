@@ -1,0 +1,116 @@
+//! Scenario suites swept over protocols, settings and concurrency.
+//!
+//! * [`suite`]: the YAML format, validated with errors that name file, line and field.
+//! * [`plan`]: a suite becomes a list of points (scenario × protocol × settings × params ×
+//!   concurrency).
+//! * [`run`]: each point runs through the bench engine; results are appended to
+//!   `results.jsonl` and `results.csv` as each point finishes, so a re-run skips finished
+//!   points (resume) and a Ctrl-C keeps them.
+//! * [`report`]: `report.html` from a sweep directory.
+//! * [`store`]: `--store URL` also writes each point into `chstorm.results`.
+
+pub mod plan;
+pub mod report;
+pub mod run;
+pub mod store;
+pub mod suite;
+
+pub use plan::Targets;
+pub use run::{read_points, sweep, SweepOptions, SweepOutcome, REPORT_HTML, RESULTS_CSV, RESULTS_JSONL, SUITE_JSON};
+pub use suite::{Suite, SuiteError};
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Errors of a sweep.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    #[error("{0}")]
+    Suite(#[from] SuiteError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("{path}: {source}")]
+    Io { path: String, source: std::io::Error },
+}
+
+/// One finished point, as a line of `results.jsonl`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SweepPoint {
+    /// `scenario|variant|c=N`, unique within the suite.
+    pub key: String,
+    pub scenario: String,
+    pub variant: String,
+    pub protocol: String,
+    pub params: BTreeMap<String, String>,
+    pub concurrency: u64,
+    /// The point's full bench result (`chstorm.bench.v1`).
+    pub result: chstorm_output::BenchReport,
+}
+
+/// `suite.json`: what the sweep directory holds, for `chstorm report`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SuiteMeta {
+    pub suite: String,
+    pub description: String,
+    pub quick: bool,
+    pub sections: Vec<SectionMeta>,
+    pub environment: chstorm_report::Environment,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SectionMeta {
+    pub scenario: String,
+    pub description: String,
+    pub table: Option<String>,
+}
+
+/// Total memory of this machine in bytes, from /proc/meminfo (0 when unknown).
+fn memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<u64>().ok()))
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+impl SuiteMeta {
+    pub fn new(suite: &Suite, quick: bool, targets: &Targets) -> SuiteMeta {
+        let urls: Vec<String> = [&targets.http, &targets.https, &targets.native, &targets.native_tls]
+            .into_iter()
+            .flatten()
+            .filter_map(|u| chstorm_proto::Target::parse(u).ok().map(|t| t.to_string()))
+            .collect();
+        let loopback = urls.iter().all(|u| chstorm_proto::Target::parse(u).map(|t| t.is_loopback()).unwrap_or(false));
+        let mut notes = vec![format!("cores and memory are this client machine's{}", if loopback {
+            "; the server runs on it too (loopback)"
+        } else {
+            ""
+        })];
+        if quick {
+            notes.push("quick mode: short points, few concurrency levels".into());
+        }
+        SuiteMeta {
+            suite: suite.name.clone(),
+            description: suite.description.clone(),
+            quick,
+            sections: suite
+                .scenarios
+                .iter()
+                .map(|s| SectionMeta { scenario: s.name.clone(), description: s.description.clone(), table: s.table.clone() })
+                .collect(),
+            environment: chstorm_report::Environment {
+                server_version: None,
+                cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+                memory_bytes: memory_bytes(),
+                chstorm_version: env!("CARGO_PKG_VERSION").to_string(),
+                date: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                target: urls.join(", "),
+                suite: suite.name.clone(),
+                notes,
+            },
+        }
+    }
+}
