@@ -1,0 +1,174 @@
+//! Sweep, report, store and demo against real ClickHouse.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const SUITE: &str = "name: tiny
+description: a tiny suite for tests
+duration: 300ms
+warmup: 100ms
+concurrency: [1, 2, 4]
+protocols: [http, native]
+scenarios:
+  - name: select1
+    queries: ['SELECT 1']
+  - name: threads
+    queries: ['SELECT max(number) FROM numbers(1000)']
+    settings:
+      max_threads: [default, 1]
+";
+
+fn write_suite(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("tiny.yaml");
+    std::fs::write(&p, SUITE).unwrap();
+    p
+}
+
+fn sweep_cmd(suite: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Command {
+    let s = chstorm_local::shared_server();
+    let mut c = Command::new(env!("CARGO_BIN_EXE_chstorm"));
+    c.args(["sweep", "--suite", suite.to_str().unwrap(), "--url", s.http_url(), "--url", s.native_url(), "--out", out.to_str().unwrap()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn keys(out: &std::path::Path) -> Vec<String> {
+    chstorm_sweep::read_points(out).unwrap().into_iter().map(|p| p.key).collect()
+}
+
+#[test]
+fn a_sweep_resumes_after_a_kill_and_keeps_finished_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = write_suite(dir.path());
+    let out = dir.path().join("out");
+    // 2 protocols x (1 + 2 variants) x 3 levels = 18 points of ~0.4 s.
+    let mut child = sweep_cmd(&suite, &out, &[]).spawn().unwrap();
+    let t = Instant::now();
+    while keys(&out).len() < 3 {
+        assert!(t.elapsed() < Duration::from_secs(20), "no points written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let before = keys(&out);
+    assert!(before.len() >= 3 && before.len() < 18, "{}", before.len());
+    let done = sweep_cmd(&suite, &out, &[]).output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let stdout = String::from_utf8_lossy(&done.stdout);
+    assert!(stdout.contains(&format!("{} already done", before.len())), "{stdout}");
+    let after = keys(&out);
+    assert_eq!(after.len(), 18, "every point once");
+    let unique: std::collections::BTreeSet<_> = after.iter().collect();
+    assert_eq!(unique.len(), 18, "no point measured twice");
+    assert_eq!(&after[..before.len()], &before[..], "finished points were kept as they were");
+    // results.csv: a header with the clickhouse-sts columns first, then one row per point.
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert!(lines[0].starts_with("test_name,test_subtype1,test_subtype2,test_subtype3,protocol,http_keepalive,concurrency,QPS,num_queries,MiBPS_result,latency_0percentile"));
+    assert!(lines.len() >= 19, "header + 18 rows (a killed point may leave one extra row): {}", lines.len());
+    assert!(out.join("report.html").exists());
+}
+
+#[test]
+fn store_writes_every_point_into_clickhouse() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("one.yaml");
+    std::fs::write(&suite, "name: store_test\nduration: 200ms\nwarmup: 0s\nconcurrency: [1, 2]\nscenarios:\n  - name: ping\n    ping: true\n").unwrap();
+    let out = dir.path().join("out");
+    let r = sweep_cmd(&suite, &out, &["--store", s.http_url()]).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let n = s.query("SELECT count() FROM chstorm.results WHERE suite = 'store_test' AND qps > 0").unwrap();
+    assert_eq!(n.trim(), "2", "no protocols in the suite means http only; 2 levels");
+}
+
+#[test]
+fn a_bad_suite_names_file_line_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("bad.yaml");
+    std::fs::write(&suite, "name: bad\nconcurrency: [1]\nscenarios:\n  - name: a\n    queries: ['SELECT 1']\n    setings: {max_threads: [1]}\n").unwrap();
+    let r = sweep_cmd(&suite, &dir.path().join("out"), &[]).output().unwrap();
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bad.yaml: line 6") && err.contains("setings"), "{err}");
+}
+
+/// Every chart of a report has data.
+fn assert_charts_have_data(html: &str) {
+    let charts: Vec<&str> = html.split("<svg").skip(1).filter(|s| s.contains("class=\"chart")).collect();
+    assert!(!charts.is_empty(), "no charts");
+    for c in &charts {
+        let n: u64 = c.split("data-points=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+        assert!(n > 0, "a chart without data: {}", &c[..c.len().min(200)]);
+    }
+    assert!(!html.contains("<script src") && !html.contains("@import"), "self-contained");
+}
+
+#[test]
+fn demo_quick_runs_end_to_end_and_its_report_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo_dir = dir.path().join("demo");
+    let t = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(["demo", "--quick", "--dir", demo_dir.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{}", stdout, String::from_utf8_lossy(&out.stderr));
+    assert!(t.elapsed() < Duration::from_secs(180), "demo --quick took {:?}", t.elapsed());
+    for scenario in ["ping", "select1", "max_rand", "point_select", "point_count"] {
+        assert!(stdout.contains(scenario), "summary lacks {scenario}:\n{stdout}");
+    }
+    // The server was stopped.
+    assert!(chstorm_local::status(&demo_dir.join("server")).unwrap().is_none());
+    let report = demo_dir.join("report.html");
+    assert!(stdout.contains(&report.display().to_string()));
+    let html = std::fs::read_to_string(&report).unwrap();
+    assert_charts_have_data(&html);
+    // The point lookups hit: FINAL rows came back.
+    let shopee = chstorm_sweep::read_points(&demo_dir.join("shopee")).unwrap();
+    let select = shopee.iter().find(|p| p.scenario == "point_select").unwrap();
+    assert_eq!(select.result.errors, 0);
+    assert!(select.result.bytes > select.result.queries * 50, "each lookup returned a row");
+    screenshot_is_not_blank(&report);
+}
+
+fn screenshot_is_not_blank(html: &std::path::Path) {
+    if !std::path::Path::new("/usr/bin/chromium").exists() {
+        eprintln!("SKIP screenshot: chromium not installed (scripts/install-deps installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("shot.png");
+    let mut child = Command::new("/usr/bin/chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--window-size=1366,1800"])
+        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("chromium did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let bytes = &buf[..info.buffer_size()];
+    let px = info.color_type.samples();
+    let background = &bytes[..px];
+    let differing = bytes.chunks(px).filter(|p| p != &background).count();
+    let total = bytes.len() / px;
+    assert!(differing * 20 > total, "screenshot is nearly blank: {differing} of {total} pixels differ from the background");
+}
