@@ -20,9 +20,10 @@ release: deps
 test: deps
 	$(CARGO) test --workspace --no-fail-fast
 
-## The main job: a local server, a short storm against it, results in ./chstorm-demo/.
+## The main job: a local ClickHouse, small datasets, the storm and shopee suites (quick), one report
+## in ./chstorm-demo/report.html. DEMO_FLAGS=--keep leaves the server running.
 demo: release
-	scripts/demo
+	target/release/chstorm demo $(DEMO_FLAGS)
 
 ## chstorm against wrk and clickhouse-benchmark, in one run; ratios printed, JSON in bench-results/.
 bench: release
