@@ -1,0 +1,126 @@
+mod common;
+
+use chstorm_report::{render_sweep, ReportInput, Section};
+use common::{chart_points, synthetic_input};
+
+#[test]
+fn renders_one_self_contained_document() {
+    let input = synthetic_input();
+    let html = render_sweep(&input);
+    println!("report size: {} bytes", html.len());
+    assert!(html.starts_with("<!DOCTYPE html>"));
+    assert_eq!(html.matches("<html").count(), 1);
+    assert_eq!(html.matches("</html>").count(), 1);
+    assert!(html.trim_end().ends_with("</html>"));
+    // Nothing is loaded from anywhere.
+    for bad in ["<script", "src=", "@import", "url(", "<link", "<iframe", "<img", "https://"] {
+        assert!(!html.contains(bad), "report contains {bad:?}");
+    }
+    for href in html.split("href=\"").skip(1) {
+        assert!(href.starts_with('#'), "href to {:?}", &href[..href.len().min(40)]);
+    }
+    // http:// appears only in the SVG namespace and in the (escaped) target text.
+    let ns = html.matches("xmlns=\"http://www.w3.org/2000/svg\"").count();
+    let target = html.matches("http://127.0.0.1:8123").count();
+    assert_eq!(html.matches("http://").count(), ns + target);
+    assert!(html.len() < 1_500_000, "report is {} bytes", html.len());
+}
+
+#[test]
+fn every_chart_has_data() {
+    let html = render_sweep(&synthetic_input());
+    let points = chart_points(&html);
+    // Summary bars + per scenario: 4 by concurrency, 2 over time, 2 per point in the details.
+    assert_eq!(points.len(), 1 + 2 * (4 + 2 + 3 * 9 * 2));
+    assert!(points.iter().all(|&n| n > 0), "{points:?}");
+    assert_eq!(points[0], 6, "summary has one bar per scenario and variant");
+    assert_eq!(points[1], 27, "QPS chart of the first scenario: 3 variants × 9 levels");
+    assert!(!html.contains(">no data<"));
+    // log2 axis labelled 1 … 256.
+    for l in [">1<", ">2<", ">16<", ">128<", ">256<"] {
+        assert!(html.contains(l), "{l}");
+    }
+}
+
+#[test]
+fn tables_hold_the_numbers() {
+    let input = synthetic_input();
+    let html = render_sweep(&input);
+    // ping, http keep-alive at 64: QPS 97000 × 64/72 / 1.0256 = 84,070; P99 = 3 × 64/QPS s = 2.28 ms.
+    assert!(html.contains("<td>http keep-alive</td><td class=\"num\">64</td><td class=\"num\">84,070</td>"));
+    assert!(html.contains("<td class=\"num\">2.28</td>"), "P99 in ms");
+    // Every point's QPS is in a table.
+    for p in &input.points {
+        let q = chstorm_report::format::fmt_qps_exact(p.result.qps);
+        assert!(html.contains(&format!("<td class=\"num\">{q}</td>")), "{q}");
+    }
+    // Headers, summary, environment, extra table, footer note.
+    for s in [
+        "P50 (ms)",
+        "P99.9 (ms)",
+        "Best QPS per scenario and variant",
+        "24.3.2.23",
+        "8.0 GiB",
+        "<caption>Threads</caption>",
+        "max_threads=1 helps at high concurrency",
+        "closed loop: each latency",
+        "connect: 3",
+        "<code>log_queries=0</code>",
+        "synthetic data for tests &amp; screenshots",
+    ] {
+        assert!(html.contains(s), "missing {s:?}");
+    }
+}
+
+#[test]
+fn text_is_escaped_and_sections_ordered() {
+    let html = render_sweep(&synthetic_input());
+    assert!(html.contains("WHERE number &lt; 5 AND &#39;a&#39; &lt;&gt; &#39;b&#39; &amp; 1"));
+    assert!(!html.contains("number < 5"));
+    assert!(!html.contains("<filter>"));
+    assert!(html.contains("select 1 &lt;filter&gt;"));
+    // Section order follows `sections`, not the points.
+    let a = html.find("<h2>select 1 &lt;filter&gt;</h2>").unwrap();
+    let b = html.find("<h2>ping</h2>").unwrap();
+    assert!(a < b);
+}
+
+#[test]
+fn output_is_deterministic() {
+    let input = synthetic_input();
+    assert_eq!(render_sweep(&input), render_sweep(&input));
+}
+
+#[test]
+fn odd_input_does_not_panic() {
+    // Nothing at all.
+    let html = render_sweep(&ReportInput::default());
+    assert!(html.contains("No results yet"));
+    assert!(chart_points(&html).is_empty());
+    // A section without points, NaN and zero values, a lone point, no per-second data.
+    let mut input = synthetic_input();
+    input.sections.push(Section { scenario: "empty".into(), description: "nothing ran".into(), extra_tables: vec![] });
+    input.points.truncate(2);
+    input.points[0].result.qps = f64::NAN;
+    input.points[0].result.latency_s.p99 = f64::INFINITY;
+    input.points[1].result.qps = 0.0;
+    input.points[1].result.per_second.clear();
+    input.points[1].concurrency = 0;
+    let mut lone = input.points[1].clone();
+    lone.scenario = "lone".into();
+    lone.concurrency = 7;
+    input.points.push(lone);
+    let html = render_sweep(&input);
+    assert!(html.contains("No results for this scenario."));
+    assert!(!html.contains("NaN") && !html.contains("inf<"));
+}
+
+#[test]
+fn write_sweep_writes_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("report.html");
+    chstorm_report::write_sweep(&path, &synthetic_input()).unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.starts_with("<!DOCTYPE html>"));
+    assert!(!dir.path().join("report.html.tmp").exists());
+}
