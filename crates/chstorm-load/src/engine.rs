@@ -283,10 +283,15 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     } else {
         0
     };
+    let empty = Interval::default();
     let per_second = per_second
         .iter()
         .enumerate()
-        .map(|(i, iv)| SecondStats::from_interval(i as u64 + 1, iv.as_ref().unwrap_or(&Interval::default())))
+        .map(|(i, iv)| {
+            // The last point covers only the part of its second before the run ended.
+            let span = (elapsed.as_secs_f64() - i as f64).min(1.0);
+            SecondStats::from_partial(i as u64 + 1, iv.as_ref().unwrap_or(&empty), span)
+        })
         .collect();
     Ok(RunResult { total, per_second, elapsed, dropped, stop_reason, server_version, started_at })
 }

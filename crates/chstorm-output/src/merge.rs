@@ -53,7 +53,7 @@ pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputErr
             *kinds.entry(k.clone()).or_default() += v;
         }
         for p in &r.per_second {
-            let e = per_second.entry(p.t).or_insert(chstorm_stats::SecondStats { t: p.t, queries: 0, errors: 0, p50: 0.0, p99: 0.0 });
+            let e = per_second.entry(p.t).or_insert(chstorm_stats::SecondStats { t: p.t, queries: 0, errors: 0, p50: 0.0, p99: 0.0, span_s: p.span_s });
             e.queries += p.queries;
             e.errors += p.errors;
             e.p50 = e.p50.max(p.p50);

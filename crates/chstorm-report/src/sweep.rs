@@ -452,7 +452,7 @@ fn concurrency_charts(b: &mut String, s: &Scenario<'_>) {
 
 /// QPS in each second: the successful queries that completed in it.
 fn qps_series(p: &Point) -> Vec<(f64, f64)> {
-    p.result.per_second.iter().map(|s| (s.t as f64, s.queries as f64)).collect()
+    p.result.per_second.iter().map(|s| (s.t as f64, s.qps())).collect()
 }
 
 /// P99 in each second that completed at least one query (an empty second has no latency).

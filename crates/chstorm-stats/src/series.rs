@@ -80,17 +80,37 @@ pub struct SecondStats {
     pub p50: f64,
     /// 99th percentile of the same, in seconds.
     pub p99: f64,
+    /// Length of the interval in seconds: 1, except for the last second of a run that ended
+    /// between two ticks. Queries per second over this point are `queries / span_s`.
+    #[serde(default = "one_second")]
+    pub span_s: f64,
+}
+
+fn one_second() -> f64 {
+    1.0
 }
 
 impl SecondStats {
+    /// A full second's point.
     pub fn from_interval(t: u64, i: &Interval) -> SecondStats {
+        SecondStats::from_partial(t, i, 1.0)
+    }
+
+    /// A point covering only `span_s` seconds (0 < span_s <= 1).
+    pub fn from_partial(t: u64, i: &Interval, span_s: f64) -> SecondStats {
         SecondStats {
             t,
             queries: i.queries,
             errors: i.errors,
             p50: i.hist.percentile_s(50.0),
             p99: i.hist.percentile_s(99.0),
+            span_s: span_s.clamp(1e-3, 1.0),
         }
+    }
+
+    /// Queries per second over this point.
+    pub fn qps(&self) -> f64 {
+        self.queries as f64 / self.span_s
     }
 }
 

@@ -32,3 +32,15 @@ fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
     let last = r.per_second[3].queries as f64;
     assert!((first - 150.0).abs() < 25.0 && (last - 450.0).abs() < 40.0, "{:?}", r.per_second);
 }
+
+#[test]
+fn a_partial_last_second_is_scaled_not_shown_as_a_drop() {
+    let s = chstorm_local::shared_server();
+    let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "200", "-c", "4", "-d", "1500ms"]);
+    assert_eq!(r.per_second.len(), 2, "{:?}", r.per_second);
+    assert_eq!(r.per_second[0].span_s, 1.0);
+    assert!((r.per_second[1].span_s - 0.5).abs() < 0.05, "{:?}", r.per_second[1]);
+    for p in &r.per_second {
+        assert!((p.qps() - 200.0).abs() < 25.0, "second {}: {} QPS", p.t, p.qps());
+    }
+}

@@ -38,6 +38,7 @@ pub fn bench(scenario: &str, variant: &str, c: u64, peak: f64, workload: &str) -
                 errors: 0,
                 p50: latency_s.p50 * wobble,
                 p99: latency_s.p99 / wobble,
+                span_s: 1.0,
             }
         })
         .collect();
