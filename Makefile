@@ -27,6 +27,7 @@ demo: release
 
 ## chstorm against wrk and clickhouse-benchmark, in one run; ratios printed, JSON in bench-results/.
 bench: release
+	$(CARGO) build --release -p chstorm --example ping_server
 	python3 scripts/bench_peers.py --out bench-results
 
 clean:

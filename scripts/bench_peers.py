@@ -29,7 +29,10 @@ def run_measured(cmd, stdin=None):
         with open(f"/proc/{p.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
-        p.wait()
+        # Reap it ourselves to get its peak memory (ru_maxrss, KiB).
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        run_measured.last_maxrss_kib = usage.ru_maxrss
         fo.seek(0)
         fe.seek(0)
         out, err = fo.read(), fe.read()
@@ -71,13 +74,14 @@ def main():
         f.write('wrk.method = "POST"\nwrk.body = "SELECT 1"\n')
     tmp = tempfile.mkdtemp(prefix="chstorm-bench-")
 
-    def chstorm_run(extra):
+    def chstorm_run(extra, duration=None):
         j = os.path.join(tmp, "c.json")
-        cmd = [chstorm, "bench", "--quiet", "--threads", "1", "-d", f"{d}s", "--json", j] + extra
+        cmd = [chstorm, "bench", "--quiet", "--threads", "1", "-d", f"{duration or d}s", "--json", j] + extra
         _, _, wall, cpu = run_measured(cmd)
         r = json.load(open(j))
         return cmd, {"queries": r["queries"], "qps": r["qps"], "p50": r["latency_s"]["p50"],
-                     "p99": r["latency_s"]["p99"], "errors": r["errors"], "cpu_s": cpu, "wall_s": wall}
+                     "p99": r["latency_s"]["p99"], "errors": r["errors"], "cpu_s": cpu, "wall_s": wall,
+                     "max_rss_mib": run_measured.last_maxrss_kib / 1024}
 
     def wrk_run(c, url, script=None):
         cmd = ["wrk", "-t1", f"-c{c}", f"-d{d}s", "--latency"] + (["-s", script] if script else []) + [url]
@@ -136,6 +140,29 @@ def main():
                 lines.append(f"{name} {k} (chstorm / {peer}) = {v:.3f}")
     finally:
         subprocess.call([chstorm, "local", "down", "--dir", server_dir], stdout=subprocess.DEVNULL)
+    # Scale: 10,000 connections on one client thread, against a minimal Rust ping server (a
+    # 2-core ClickHouse can't hold that many); memory must not grow with the run's length.
+    ping_server = os.path.join(os.path.dirname(chstorm), "examples", "ping_server")
+    if os.path.exists(ping_server):
+        srv = subprocess.Popen([ping_server, "0", "1"], stdout=subprocess.PIPE, text=True)
+        try:
+            port = int(srv.stdout.readline())
+            scale = {}
+            for secs in (5, 20):
+                cmd, r = chstorm_run(["--url", f"http://127.0.0.1:{port}", "--ping", "-c", "10000"], duration=secs)
+                r["client_cores_used"] = r["cpu_s"] / r["wall_s"]
+                scale[f"{secs}s"] = r
+                print(f"  scale_10k_conns    chstorm {secs:>2}s: qps {r['qps']:9.1f}  client cores used {r['client_cores_used']:.2f}  "
+                      f"peak RSS {r['max_rss_mib']:.1f} MiB  errors {r['errors']}", file=sys.stderr)
+            scale["command"] = " ".join(cmd)
+            results["scale_10k_connections"] = scale
+            lines.append(f"scale_10k_conns client_cores_used = {scale['20s']['client_cores_used']:.2f}")
+            lines.append(f"scale_10k_conns peak_rss_ratio (20 s run / 5 s run) = {scale['20s']['max_rss_mib'] / scale['5s']['max_rss_mib']:.3f}")
+        finally:
+            srv.kill()
+            srv.wait()
+    else:
+        lines.append(f"scale_10k_conns skipped: {ping_server} not built (make bench builds it)")
     with open(os.path.join(args.out, "peers.json"), "w") as f:
         json.dump(results, f, indent=2)
     print("\n".join(lines))

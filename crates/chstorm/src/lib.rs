@@ -6,8 +6,10 @@
 
 pub mod bench;
 pub mod cli;
+pub mod colocate;
 pub mod dataset;
 pub mod demo;
+pub mod isolate;
 mod local;
 mod merge;
 mod progress;
@@ -22,6 +24,7 @@ pub const EXIT_INTERRUPTED: i32 = 130;
 
 /// Runs one command. Returns the process exit code; errors are bad input or failures to start.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    raise_open_files_limit();
     match cli.command {
         Command::Bench(args) => bench::run(args, &global_stop()),
         Command::Merge(args) => merge::run(args),
@@ -30,6 +33,9 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Sweep(args) => sweep_cmd::run_sweep(args, &global_stop()),
         Command::Report(args) => sweep_cmd::run_report(args),
         Command::Demo(args) => demo::run(args, &global_stop()),
+        Command::Colocate(args) => colocate::run(args, &global_stop()),
+        Command::Isolate(args) => isolate::run(args),
+        Command::Burn(args) => colocate::burn(args),
     }
 }
 
@@ -50,6 +56,19 @@ pub fn global_stop() -> StopHandle {
         stop
     })
     .clone()
+}
+
+/// Raises the soft limit on open files to the hard limit: a run with thousands of connections
+/// needs a descriptor per connection, and the common soft default (1024) is far too low.
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit on a local struct; failure leaves the limit as it was.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
 
 /// An error and its causes on one line.
