@@ -1,0 +1,176 @@
+//! Admission: a concurrency limit with a bounded FIFO queue and a maximum wait, and a
+//! requests-per-second token bucket. Past them a request is rejected at once (no timeout), so an
+//! overloaded gateway answers 429/503 in well under a millisecond.
+//!
+//! Permits are RAII values: dropping the [`Permit`] (when the response body ends, fails or is
+//! dropped by a disconnecting client) releases the slot. Nothing is decremented by hand.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Why a request was not admitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// The queue is full.
+    QueueFull { in_flight: usize, queued: usize },
+    /// Waited the maximum time for a slot.
+    WaitedTooLong { waited: Duration },
+    /// Over the requests-per-second limit.
+    RateLimited { per_second: u32 },
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejected::QueueFull { in_flight, queued } => {
+                write!(f, "{in_flight} queries in flight and {queued} waiting, the queue is full")
+            }
+            Rejected::WaitedTooLong { waited } => write!(f, "no slot free after waiting {} ms", waited.as_millis()),
+            Rejected::RateLimited { per_second } => write!(f, "over the limit of {per_second} requests per second"),
+        }
+    }
+}
+
+/// A concurrency limit with a FIFO queue (tokio's semaphore is fair).
+#[derive(Debug)]
+pub struct Limiter {
+    sem: Arc<Semaphore>,
+    max: usize,
+    queue_size: usize,
+    max_wait: Duration,
+    waiting: Arc<AtomicUsize>,
+}
+
+/// A held slot; dropping it frees the slot.
+#[derive(Debug)]
+pub struct Permit {
+    _permit: OwnedSemaphorePermit,
+}
+
+struct Waiting(Arc<AtomicUsize>);
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Limiter {
+    /// `max` slots (at least 1), at most `queue_size` waiters, each for at most `max_wait`.
+    pub fn new(max: usize, queue_size: usize, max_wait: Duration) -> Limiter {
+        let max = max.max(1);
+        Limiter { sem: Arc::new(Semaphore::new(max)), max, queue_size, max_wait, waiting: Arc::new(AtomicUsize::new(0)) }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.max - self.sem.available_permits()
+    }
+
+    pub fn queued(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+
+    /// Takes a slot, waiting in line if needed.
+    pub async fn acquire(&self) -> Result<Permit, Rejected> {
+        if let Ok(p) = self.sem.clone().try_acquire_owned() {
+            return Ok(Permit { _permit: p });
+        }
+        // Join the queue only if there is room in it.
+        let n = self.waiting.fetch_add(1, Ordering::AcqRel);
+        let guard = Waiting(self.waiting.clone());
+        if n >= self.queue_size {
+            drop(guard);
+            return Err(Rejected::QueueFull { in_flight: self.in_flight(), queued: n });
+        }
+        let started = Instant::now();
+        let res = tokio::time::timeout(self.max_wait, self.sem.clone().acquire_owned()).await;
+        drop(guard);
+        match res {
+            Ok(Ok(p)) => Ok(Permit { _permit: p }),
+            // The semaphore is never closed; treat it like a full queue if it were.
+            Ok(Err(_)) => Err(Rejected::QueueFull { in_flight: self.in_flight(), queued: self.queued() }),
+            Err(_) => Err(Rejected::WaitedTooLong { waited: started.elapsed() }),
+        }
+    }
+}
+
+/// A token bucket: `per_second` tokens a second, bursts up to `per_second`.
+#[derive(Debug)]
+pub struct RateLimit {
+    per_second: u32,
+    state: Mutex<(f64, Instant)>,
+}
+
+impl RateLimit {
+    pub fn new(per_second: u32) -> RateLimit {
+        RateLimit { per_second, state: Mutex::new((per_second as f64, Instant::now())) }
+    }
+
+    /// Takes a token, or says the limit is reached.
+    pub fn check(&self) -> Result<(), Rejected> {
+        self.check_at(Instant::now())
+    }
+
+    fn check_at(&self, now: Instant) -> Result<(), Rejected> {
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let rate = self.per_second as f64;
+        let tokens = (g.0 + now.saturating_duration_since(g.1).as_secs_f64() * rate).min(rate);
+        if tokens >= 1.0 {
+            *g = (tokens - 1.0, now);
+            Ok(())
+        } else {
+            *g = (tokens, now);
+            Err(Rejected::RateLimited { per_second: self.per_second })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn admits_up_to_the_limit_then_queues_then_rejects_fast() {
+        let l = Limiter::new(2, 1, Duration::from_millis(200));
+        let a = l.acquire().await.unwrap();
+        let _b = l.acquire().await.unwrap();
+        assert_eq!(l.in_flight(), 2);
+        // The third waits in the queue; a fourth finds the queue full at once.
+        let l = Arc::new(l);
+        let l2 = l.clone();
+        let waiter = tokio::spawn(async move { l2.acquire().await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert_eq!(l.queued(), 1);
+        let t = Instant::now();
+        assert!(matches!(l.acquire().await, Err(Rejected::QueueFull { .. })));
+        assert!(t.elapsed() < Duration::from_millis(5), "rejection must be immediate");
+        // Releasing a slot (RAII) admits the waiter in FIFO order.
+        drop(a);
+        assert!(waiter.await.unwrap().is_ok());
+        assert_eq!(l.queued(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gives_up_after_max_wait() {
+        let l = Limiter::new(1, 10, Duration::from_millis(50));
+        let _a = l.acquire().await.unwrap();
+        let t = Instant::now();
+        let e = l.acquire().await.unwrap_err();
+        assert!(matches!(e, Rejected::WaitedTooLong { .. }), "{e}");
+        assert!(t.elapsed() >= Duration::from_millis(50) && t.elapsed() < Duration::from_millis(150));
+        assert_eq!(l.queued(), 0, "the waiter left the queue");
+    }
+
+    #[test]
+    fn token_bucket_refills_at_its_rate() {
+        let r = RateLimit::new(10);
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            r.check_at(t0).unwrap();
+        }
+        assert!(r.check_at(t0).is_err(), "burst is the rate");
+        assert!(r.check_at(t0 + Duration::from_millis(50)).is_err(), "half a token");
+        assert!(r.check_at(t0 + Duration::from_millis(110)).is_ok(), "a token after 100 ms");
+    }
+}

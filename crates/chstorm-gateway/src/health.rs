@@ -1,0 +1,60 @@
+//! Active health checks: `GET /ping` on every replica each `interval`; `fall` failures in a row
+//! mark it down, `rise` successes mark it up. Passive detection (a failed request) lives in the
+//! proxy and marks a replica down at once; this loop is what brings it back.
+
+use crate::balancer::Balancer;
+use crate::config::Health;
+use crate::log::log;
+use crate::metrics::{Metrics, ReplicaLabels};
+use crate::upstream::Upstream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Probes every replica of `balancer` until the task is aborted.
+pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, metrics: Arc<Metrics>) {
+    let mut tick = tokio::time::interval(cfg.interval.0);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let probes = balancer.replicas().map(|r| {
+            let (r, up) = (r.clone(), upstream.clone());
+            async move {
+                let ok = up.ping(&r.addr, cfg.timeout.0).await;
+                (r, ok)
+            }
+        });
+        for (r, ok) in futures_join_all(probes).await {
+            let labels = ReplicaLabels { cluster: balancer.cluster.clone(), replica: r.label() };
+            if ok {
+                r.probe_fail.store(0, Ordering::Relaxed);
+                let n = r.probe_ok.fetch_add(1, Ordering::Relaxed) + 1;
+                if !r.is_healthy() && n >= cfg.rise && balancer.set_health(&r, true) {
+                    log("info", "replica up", serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}));
+                }
+            } else {
+                r.probe_ok.store(0, Ordering::Relaxed);
+                let n = r.probe_fail.fetch_add(1, Ordering::Relaxed) + 1;
+                if r.is_healthy() && n >= cfg.fall && balancer.set_health(&r, false) {
+                    log("warn", "replica down (probes)", serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}));
+                }
+            }
+            metrics.replica_up.get_or_create(&labels).set(r.is_healthy() as i64);
+        }
+    }
+}
+
+/// Runs futures concurrently and collects their outputs in order.
+async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        if let Ok(v) = h.await {
+            out.push(v);
+        }
+    }
+    out
+}

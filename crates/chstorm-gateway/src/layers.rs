@@ -1,0 +1,231 @@
+//! The request path as tower layers. The order, outermost first:
+//!
+//! 1. [`GlobalAdmission`]: the gateway-wide concurrency limit with its FIFO queue and maximum
+//!    wait. Over it: 503 at once. First, so an overloaded gateway spends nothing else.
+//! 2. [`Authenticate`]: user and password (basic auth, `X-ClickHouse-User`/`-Key`, or the `user`
+//!    and `password` parameters), then the user's networks. 401 / 403.
+//! 3. [`UserAdmission`]: the user's requests per second (429), then the user's concurrency limit
+//!    and queue (429).
+//! 4. [`Proxy`]: rules on settings and writes, routing, replica choice, retries, streaming
+//!    ([`crate::proxy::handle`]).
+//!
+//! Every permit taken on the way travels with the response body and is released when the body
+//! ends or is dropped (RAII), so a slot is held exactly as long as the client is being served.
+
+use crate::body::Guarded;
+use crate::metrics::RequestLabels;
+use crate::proxy::reply;
+use crate::state::State;
+use crate::upstream::GBody;
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use sha2::Digest;
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+type Fut = Pin<Box<dyn Future<Output = Result<Response<GBody>, Infallible>> + Send>>;
+
+/// The client's address, put into request extensions by the server.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub SocketAddr);
+
+fn state_of<B>(req: &Request<B>) -> Arc<State> {
+    req.extensions().get::<Arc<State>>().cloned().expect("the server puts the state in every request")
+}
+
+fn rejected(state: &State, user: &str, status: StatusCode, msg: String) -> Response<GBody> {
+    state.metrics.requests.get_or_create(&RequestLabels { user: user.to_string(), status: status.as_u16(), route: "rejected" }).inc();
+    reply(status, msg)
+}
+
+macro_rules! layer {
+    ($layer:ident, $svc:ident) => {
+        #[derive(Clone, Default)]
+        pub struct $layer;
+        impl<S> Layer<S> for $layer {
+            type Service = $svc<S>;
+            fn layer(&self, inner: S) -> $svc<S> {
+                $svc { inner }
+            }
+        }
+        #[derive(Clone)]
+        pub struct $svc<S> {
+            inner: S,
+        }
+    };
+}
+
+layer!(GlobalAdmissionLayer, GlobalAdmission);
+layer!(AuthLayer, Authenticate);
+layer!(UserAdmissionLayer, UserAdmission);
+
+impl<S> Service<Request<Incoming>> for GlobalAdmission<S>
+where
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+{
+    type Response = Response<GBody>;
+    type Error = Infallible;
+    type Future = Fut;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: Request<Incoming>) -> Fut {
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let state = state_of(&req);
+            state.metrics.queued.set(state.global.queued() as i64);
+            let permit = match state.global.acquire().await {
+                Ok(p) => p,
+                Err(why) => {
+                    return Ok(rejected(&state, "", StatusCode::SERVICE_UNAVAILABLE, format!("chstorm gateway: overloaded: {why}")))
+                }
+            };
+            state.metrics.in_flight.set(state.global.in_flight() as i64);
+            let resp = inner.call(req).await?;
+            let (parts, body) = resp.into_parts();
+            Ok(Response::from_parts(parts, Guarded::wrap(body, permit)))
+        })
+    }
+}
+
+/// Who the request says it is: (user, password).
+fn credentials<B>(req: &Request<B>) -> (String, String) {
+    let h = req.headers();
+    if let Some(basic) = h
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
+    {
+        use base64::Engine as _;
+        if let Ok(dec) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) {
+            let s = String::from_utf8_lossy(&dec).into_owned();
+            let (u, p) = s.split_once(':').unwrap_or((&s, ""));
+            return (u.to_string(), p.to_string());
+        }
+    }
+    let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let params = crate::request::parse_params(req.uri().query());
+    let param = |n: &str| params.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let user = header("x-clickhouse-user").or_else(|| param("user")).unwrap_or_else(|| "default".into());
+    let password = header("x-clickhouse-key").or_else(|| param("password")).unwrap_or_default();
+    (user, password)
+}
+
+impl<S> Service<Request<Incoming>> for Authenticate<S>
+where
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+{
+    type Response = Response<GBody>;
+    type Error = Infallible;
+    type Future = Fut;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, mut req: Request<Incoming>) -> Fut {
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let state = state_of(&req);
+            let (name, password) = credentials(&req);
+            let Some(user) = state.users.get(&name) else {
+                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user or wrong password".into()));
+            };
+            let ok = match &user.cfg.password_sha256 {
+                None => password.is_empty(),
+                Some(hash) => sha2::Sha256::digest(password.as_bytes()).as_slice() == hash,
+            };
+            if !ok {
+                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user or wrong password".into()));
+            }
+            let addr = req.extensions().get::<ClientAddr>().map(|a| a.0.ip());
+            let allowed = addr.is_some_and(|ip| {
+                let ip = match ip {
+                    std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
+                    v4 => v4,
+                };
+                user.cfg.networks.iter().any(|n| n.contains(&ip))
+            });
+            if !allowed {
+                let from = addr.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+                return Ok(rejected(&state, &name, StatusCode::FORBIDDEN, format!("chstorm gateway: user '{name}' may not connect from {from}")));
+            }
+            req.extensions_mut().insert(UserName(name));
+            inner.call(req).await
+        })
+    }
+}
+
+/// The authenticated user's name, put into request extensions by [`Authenticate`]; its rules
+/// and limits are looked up in the request's state.
+#[derive(Clone)]
+pub struct UserName(pub String);
+
+impl<S> Service<Request<Incoming>> for UserAdmission<S>
+where
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+{
+    type Response = Response<GBody>;
+    type Error = Infallible;
+    type Future = Fut;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: Request<Incoming>) -> Fut {
+        let mut inner = self.inner.clone();
+        Box::pin(async move {
+            let state = state_of(&req);
+            let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
+            let Some(user) = state.users.get(&name) else {
+                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user".into()));
+            };
+            if let Some(rate) = &user.rate {
+                if let Err(why) = rate.check() {
+                    return Ok(rejected(&state, &name, StatusCode::TOO_MANY_REQUESTS, format!("chstorm gateway: user '{name}': {why}")));
+                }
+            }
+            let permit = match user.limiter.acquire().await {
+                Ok(p) => p,
+                Err(why) => return Ok(rejected(&state, &name, StatusCode::TOO_MANY_REQUESTS, format!("chstorm gateway: user '{name}': {why}"))),
+            };
+            let resp = inner.call(req).await?;
+            let (parts, body) = resp.into_parts();
+            Ok(Response::from_parts(parts, Guarded::wrap(body, permit)))
+        })
+    }
+}
+
+/// The innermost service.
+#[derive(Clone, Default)]
+pub struct Proxy;
+
+impl Service<Request<Incoming>> for Proxy {
+    type Response = Response<GBody>;
+    type Error = Infallible;
+    type Future = Fut;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, req: Request<Incoming>) -> Fut {
+        Box::pin(async move {
+            let state = state_of(&req);
+            let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
+            let Some(user) = state.users.get(&name).map(|u| u.cfg.clone()) else {
+                return Ok(reply(StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user"));
+            };
+            Ok(crate::proxy::handle(state, user, req).await)
+        })
+    }
+}
+
+/// The stack, in the order documented above.
+pub fn stack() -> impl Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static {
+    tower::ServiceBuilder::new()
+        .layer(GlobalAdmissionLayer)
+        .layer(AuthLayer)
+        .layer(UserAdmissionLayer)
+        .service(Proxy)
+}

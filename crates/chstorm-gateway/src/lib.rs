@@ -1,0 +1,31 @@
+//! chstorm's HTTP gateway in front of a ClickHouse cluster.
+//!
+//! * [`config`]: the YAML config, validated.
+//! * [`layers`]: the request path as tower layers (global admission, authentication, per-user
+//!   admission, proxy), in that order.
+//! * [`proxy`]: rules, routing, replica choice, safe retries, streaming, KILL QUERY on disconnect.
+//! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
+//! * [`balancer`] + [`health`]: replica selection over snapshots published by active probes and
+//!   passive failure detection.
+//! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
+//! * [`upstream`]: the kept-alive backend pool.
+//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
+//! * [`server`]: the listener, TLS and SIGHUP reload.
+
+pub mod admission;
+pub mod balancer;
+pub mod body;
+pub mod config;
+pub mod health;
+pub mod layers;
+pub mod log;
+pub mod metrics;
+pub mod proxy;
+pub mod request;
+pub mod route;
+pub mod server;
+pub mod state;
+pub mod upstream;
+
+pub use config::Config;
+pub use server::{Gateway, GatewayError};

@@ -1,0 +1,92 @@
+//! `/metrics` in Prometheus text format (prometheus-client).
+//!
+//! | metric | labels | meaning |
+//! |---|---|---|
+//! | `chstorm_gateway_requests_total` | user, status, route | requests answered; route = routed, fanout, local, rejected |
+//! | `chstorm_gateway_request_duration_seconds` | route | time to the response head |
+//! | `chstorm_gateway_in_flight` | | queries holding a global slot |
+//! | `chstorm_gateway_queued` | | queries waiting for a global slot |
+//! | `chstorm_gateway_replica_up` | cluster, replica | 1 healthy, 0 down (replica = shard.replica, 1-based) |
+//! | `chstorm_gateway_retries_total` | | retries sent to another replica |
+//! | `chstorm_gateway_retry_budget_exhausted_total` | | retries refused by the budget |
+//! | `chstorm_gateway_killed_queries_total` | reason | KILL QUERY sent (client_gone, timeout) |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub user: String,
+    pub status: u16,
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplicaLabels {
+    pub cluster: String,
+    pub replica: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KillLabel {
+    pub reason: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.1 ms .. ~3.3 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// Every metric of the gateway, registered once per process.
+pub struct Metrics {
+    registry: Registry,
+    pub requests: Family<RequestLabels, Counter>,
+    pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    pub in_flight: Gauge,
+    pub queued: Gauge,
+    pub replica_up: Family<ReplicaLabels, Gauge>,
+    pub retries: Counter,
+    pub budget_exhausted: Counter,
+    pub killed: Family<KillLabel, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let duration = Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let in_flight = Gauge::default();
+        let queued = Gauge::default();
+        let replica_up = Family::<ReplicaLabels, Gauge>::default();
+        let retries = Counter::default();
+        let budget_exhausted = Counter::default();
+        let killed = Family::<KillLabel, Counter>::default();
+        registry.register("chstorm_gateway_requests", "Requests answered", requests.clone());
+        registry.register("chstorm_gateway_request_duration_seconds", "Time to the response head", duration.clone());
+        registry.register("chstorm_gateway_in_flight", "Queries holding a global slot", in_flight.clone());
+        registry.register("chstorm_gateway_queued", "Queries waiting for a global slot", queued.clone());
+        registry.register("chstorm_gateway_replica_up", "1 when the replica is healthy", replica_up.clone());
+        registry.register("chstorm_gateway_retries", "Retries sent to another replica", retries.clone());
+        registry.register("chstorm_gateway_retry_budget_exhausted", "Retries refused by the budget", budget_exhausted.clone());
+        registry.register("chstorm_gateway_killed_queries", "KILL QUERY sent", killed.clone());
+        Metrics { registry, requests, duration, in_flight, queued, replica_up, retries, budget_exhausted, killed }
+    }
+}
+
+impl Metrics {
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
+        s
+    }
+}

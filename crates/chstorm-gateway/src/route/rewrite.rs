@@ -1,0 +1,332 @@
+//! Rewriting Distributed table names to local table names in a routed query.
+
+use std::collections::BTreeMap;
+
+use super::lexer::TokenKind;
+use super::sql::{ClauseKind, Sql, Statement};
+
+/// Rewrites the table references named in `tables` (Distributed table ->
+/// local table, e.g. `items -> items_local`) in `FROM` and `JOIN` positions
+/// of every `SELECT` (subqueries included), returning the new text, or
+/// `None` when nothing was rewritten: then the gateway must not route to a
+/// single shard, because the query would still fan out.
+///
+/// * Keys and values are `table` or `db.table`. A `table` key matches the
+///   table with any database prefix or none, and the prefix is kept
+///   (`db.items` -> `db.items_local`); a `db.table` key matches only that
+///   prefix (a query's unqualified name depends on its current database,
+///   which the gateway does not know). A `db.table` value replaces the whole
+///   reference.
+/// * Quoting is kept (`` `items` `` -> `` `items_local` ``); a new name that
+///   is not a plain identifier is backquoted.
+/// * Aliases, `FINAL`, `SAMPLE`, `PREWHERE`, `SETTINGS`, `FORMAT` after the
+///   name stay as they are. A reference without an alias gets ` AS <old name>`
+///   when the query qualifies columns with the old name (`items.shop_id`), so
+///   they keep resolving.
+/// * String literals, comments, column names, function arguments
+///   (`remote('h', db, items)`), `ARRAY JOIN items` (an array column) and
+///   other statements (`SHOW TABLES FROM items`, DDL, `INSERT ... VALUES`) are
+///   not touched; only queries (`SELECT`, `WITH`, `(`) and `INSERT ... SELECT`
+///   are rewritten. The text outside the replaced names is kept byte for byte.
+pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<String> {
+    if tables.is_empty() {
+        return None;
+    }
+    let s = Sql::parse(sql)?;
+    if s.statement == Statement::Other {
+        return None;
+    }
+    let n = s.toks.len();
+
+    // (first token, past-the-end token) of each table reference found.
+    let mut refs: Vec<(usize, usize)> = Vec::new();
+    for body in &s.bodies {
+        let d = body.depth;
+        for c in body.clauses(ClauseKind::From) {
+            let mut expect_table = true;
+            let mut in_condition = false;
+            let mut j = c.start;
+            while j < c.end {
+                if s.depth[j] != d {
+                    j += 1;
+                    continue;
+                }
+                if expect_table {
+                    expect_table = false;
+                    if let Some(end) = table_ref(&s, j, c.end) {
+                        refs.push((j, end));
+                        j = end;
+                        continue;
+                    }
+                }
+                let t = &s.toks[j];
+                if t.is_kw("JOIN") {
+                    in_condition = false;
+                    expect_table = !(j > 0 && s.toks[j - 1].is_kw("ARRAY"));
+                } else if t.is_kw("USING") || t.is_kw("ON") {
+                    in_condition = true;
+                } else if t.is_punct(",") && !in_condition {
+                    expect_table = true;
+                }
+                j += 1;
+            }
+        }
+    }
+
+    let mut edits: Vec<(usize, usize, String)> = Vec::new();
+    for &(first, end) in &refs {
+        let last = end - 1;
+        let table = s.toks[last].ident()?;
+        let db = if end - first == 3 { Some(s.toks[first].ident()?) } else { None };
+        let Some(target) = lookup(tables, db.as_deref(), &table) else { continue };
+        let (new_db, new_table) = split_name(target);
+        if new_table.is_empty() {
+            continue;
+        }
+        match new_db {
+            Some(new_db) => {
+                let text = format!("{}.{}", quote(new_db, s.toks[first].text), quote(new_table, s.toks[last].text));
+                edits.push((s.toks[first].start, s.toks[last].end(), text));
+            }
+            None => edits.push((s.toks[last].start, s.toks[last].end(), quote(new_table, s.toks[last].text))),
+        }
+        if !has_alias(&s, end) && qualifies_columns(&s, &refs, &table) {
+            let alias = format!(" AS {}", quote(&table, s.toks[last].text));
+            edits.push((s.toks[last].end(), s.toks[last].end(), alias));
+        }
+    }
+    if edits.is_empty() {
+        return None;
+    }
+    edits.sort_by_key(|e| (e.0, e.1));
+    let mut out = String::with_capacity(sql.len() + 16 * edits.len());
+    let mut at = 0;
+    for (start, end, text) in edits {
+        out.push_str(&sql[at..start]);
+        out.push_str(&text);
+        at = end;
+    }
+    out.push_str(&sql[at..]);
+    debug_assert!(n > 0);
+    Some(out)
+}
+
+/// A table reference `t` or `db.t` at `i` that is not a table function
+/// (`numbers(10)`) or a subquery. Returns the index past it.
+fn table_ref(s: &Sql<'_>, i: usize, end: usize) -> Option<usize> {
+    let (next, _last) = s.compound_ident(i, end)?;
+    if next - i > 3 {
+        return None;
+    }
+    if next < s.toks.len() && (s.toks[next].is_punct("(") || s.toks[next].is_punct(".")) {
+        return None;
+    }
+    Some(next)
+}
+
+fn lookup<'m>(tables: &'m BTreeMap<String, String>, db: Option<&str>, table: &str) -> Option<&'m str> {
+    if let Some(db) = db {
+        if let Some(v) = tables.get(&format!("{db}.{table}")) {
+            return Some(v);
+        }
+    }
+    tables.get(table).map(String::as_str)
+}
+
+/// `db.table` -> (Some(db), table); `table` -> (None, table).
+pub(crate) fn split_name(name: &str) -> (Option<&str>, &str) {
+    match name.split_once('.') {
+        Some((db, t)) => (Some(db), t),
+        None => (None, name),
+    }
+}
+
+/// `name` in the quoting style of `like` (the token it replaces): bare when
+/// `like` was bare and `name` is a plain identifier, else backquotes (or
+/// double quotes when `like` used them).
+fn quote(name: &str, like: &str) -> String {
+    let plain = name.bytes().next().is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    let q = match like.as_bytes().first() {
+        Some(b'"') => '"',
+        Some(b'`') => '`',
+        _ if plain => return name.to_string(),
+        _ => '`',
+    };
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push(q);
+    for c in name.chars() {
+        if c == q || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push(q);
+    out
+}
+
+/// True if the table reference ending before `next` has an alias.
+fn has_alias(s: &Sql<'_>, next: usize) -> bool {
+    let Some(t) = s.toks.get(next) else { return false };
+    match t.kind {
+        TokenKind::QuotedIdent => true,
+        TokenKind::Word => t.is_kw("AS") || !NOT_ALIAS.iter().any(|k| t.text.eq_ignore_ascii_case(k)),
+        _ => false,
+    }
+}
+
+/// Words that may follow a table name and are not its alias.
+const NOT_ALIAS: &[&str] = &[
+    "FINAL", "SAMPLE", "PREWHERE", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "SETTINGS", "FORMAT", "UNION",
+    "EXCEPT", "INTERSECT", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "ANY", "ALL", "ASOF", "SEMI", "ANTI", "GLOBAL",
+    "ARRAY", "JOIN", "ON", "USING", "INTO", "WITH", "PASTE", "LOCAL", "OUTER", "NATURAL",
+];
+
+/// True if some column is qualified with `table` (`items.shop_id`, `items.*`)
+/// outside the table references themselves.
+fn qualifies_columns(s: &Sql<'_>, refs: &[(usize, usize)], table: &str) -> bool {
+    (0..s.toks.len().saturating_sub(2)).any(|i| {
+        matches!(s.toks[i].kind, TokenKind::Word | TokenKind::QuotedIdent)
+            && s.toks[i + 1].is_punct(".")
+            && !(i > 0 && s.toks[i - 1].is_punct("."))
+            && !refs.iter().any(|&(a, b)| (a..b).contains(&i))
+            && s.toks[i].ident().as_deref() == Some(table)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+    fn rw(sql: &str) -> Option<String> {
+        rewrite_tables(sql, &map(&[("items", "items_local")]))
+    }
+    fn same(sql: &str, want: &str) {
+        assert_eq!(rw(sql).as_deref(), Some(want), "{sql}");
+    }
+
+    #[test]
+    fn from_and_modifiers() {
+        same("SELECT * FROM items WHERE shop_id = 1", "SELECT * FROM items_local WHERE shop_id = 1");
+        same("select * from items", "select * from items_local");
+        same("SELECT * FROM items FINAL WHERE x", "SELECT * FROM items_local FINAL WHERE x");
+        same("SELECT * FROM items SAMPLE 1/10 PREWHERE x", "SELECT * FROM items_local SAMPLE 1/10 PREWHERE x");
+        same("SELECT * FROM items SETTINGS max_threads=1", "SELECT * FROM items_local SETTINGS max_threads=1");
+        same("SELECT * FROM items FORMAT JSON", "SELECT * FROM items_local FORMAT JSON");
+        same("SELECT * FROM items;", "SELECT * FROM items_local;");
+        same("SELECT * FROM items\n-- tail", "SELECT * FROM items_local\n-- tail");
+        same("SELECT * FROM /* c */ items", "SELECT * FROM /* c */ items_local");
+        same("SELECT * FROM items LIMIT 1", "SELECT * FROM items_local LIMIT 1");
+    }
+
+    #[test]
+    fn db_prefix_quotes_and_aliases() {
+        same("SELECT * FROM db.items", "SELECT * FROM db.items_local");
+        same("SELECT * FROM `db`.`items` FINAL", "SELECT * FROM `db`.`items_local` FINAL");
+        same("SELECT * FROM \"items\"", "SELECT * FROM \"items_local\"");
+        same("SELECT * FROM items AS i WHERE i.x = 1", "SELECT * FROM items_local AS i WHERE i.x = 1");
+        same("SELECT * FROM items i FINAL WHERE i.x = 1", "SELECT * FROM items_local i FINAL WHERE i.x = 1");
+        same("SELECT * FROM items `i`", "SELECT * FROM items_local `i`");
+        same(
+            "SELECT items.shop_id FROM items FINAL WHERE items.shop_id = 5",
+            "SELECT items.shop_id FROM items_local AS items FINAL WHERE items.shop_id = 5",
+        );
+        same("SELECT `items`.* FROM db.`items`", "SELECT `items`.* FROM db.`items_local` AS `items`");
+        same("SELECT items.x FROM items AS t", "SELECT items.x FROM items_local AS t");
+    }
+
+    #[test]
+    fn maps_with_databases_and_odd_names() {
+        let m = map(&[("items", "shard.items_local"), ("db.orders", "orders_local"), ("x", "odd name")]);
+        assert_eq!(rewrite_tables("SELECT * FROM db.items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(rewrite_tables("SELECT * FROM db.orders", &m).as_deref(), Some("SELECT * FROM db.orders_local"));
+        assert_eq!(rewrite_tables("SELECT * FROM other.orders", &m), None);
+        assert_eq!(rewrite_tables("SELECT * FROM orders", &m), None);
+        assert_eq!(rewrite_tables("SELECT * FROM x", &m).as_deref(), Some("SELECT * FROM `odd name`"));
+        let m = map(&[("items", "it`s")]);
+        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some(r"SELECT * FROM `it\`s`"));
+        assert_eq!(rewrite_tables("SELECT * FROM items", &BTreeMap::new()), None);
+    }
+
+    #[test]
+    fn joins_subqueries_unions() {
+        same(
+            "SELECT * FROM items AS a ANY LEFT JOIN items AS b USING (item_id)",
+            "SELECT * FROM items_local AS a ANY LEFT JOIN items_local AS b USING (item_id)",
+        );
+        same("SELECT * FROM a GLOBAL INNER JOIN db.items USING x", "SELECT * FROM a GLOBAL INNER JOIN db.items_local USING x");
+        same("SELECT * FROM a JOIN (SELECT * FROM items) USING x", "SELECT * FROM a JOIN (SELECT * FROM items_local) USING x");
+        same("SELECT * FROM items ARRAY JOIN items", "SELECT * FROM items_local ARRAY JOIN items");
+        assert_eq!(rw("SELECT * FROM t LEFT ARRAY JOIN items AS i"), None);
+        assert_eq!(rw("SELECT * FROM a JOIN b USING a, items"), None);
+        same(
+            "SELECT * FROM (SELECT * FROM items WHERE a) WHERE b IN (SELECT x FROM items)",
+            "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b IN (SELECT x FROM items_local)",
+        );
+        same(
+            "SELECT 1 FROM items UNION ALL SELECT 2 FROM db.items",
+            "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM db.items_local",
+        );
+        same("SELECT * FROM items, items AS b", "SELECT * FROM items_local, items_local AS b");
+        same("INSERT INTO t SELECT * FROM items", "INSERT INTO t SELECT * FROM items_local");
+        same("WITH (SELECT max(x) FROM items) AS m SELECT m", "WITH (SELECT max(x) FROM items_local) AS m SELECT m");
+    }
+
+    #[test]
+    fn what_is_not_touched() {
+        for sql in [
+            "SELECT items FROM t",
+            "SELECT * FROM t WHERE items = 1",
+            "SELECT 'FROM items' FROM t",
+            "SELECT * FROM t -- FROM items",
+            "SELECT * FROM t /* JOIN items */",
+            "SELECT * FROM items_local",
+            "SELECT * FROM my_items",
+            "SELECT * FROM items(1)",
+            "SELECT * FROM remote('h', db, items)",
+            "SELECT * FROM db.items.x",
+            "SELECT extract(DAY FROM items) FROM t",
+            "SELECT substring(s FROM 2) FROM t",
+            "SHOW TABLES FROM items",
+            "DESCRIBE TABLE items",
+            "CREATE VIEW v AS SELECT * FROM items",
+            "INSERT INTO items VALUES (1)",
+            "INSERT INTO t FORMAT TSV\nSELECT * FROM items",
+            "SELECT * FROM t WHERE x IN items",
+            "SELECT * FROM items; SELECT 1",
+            "SELECT * FROM items WHERE x = 'open",
+            "SELECT * FROM (items",
+            "",
+        ] {
+            assert_eq!(rw(sql), None, "{sql}");
+        }
+    }
+
+    /// Random SQL-ish text: no panics, and any rewrite differs from the input
+    /// only by `_local` names and ` AS ` aliases.
+    #[test]
+    fn no_panic_on_random_input() {
+        let pieces = [
+            "SELECT ", "* ", "FROM ", "items ", "db.", "WHERE ", "JOIN ", "ARRAY ", ", ", "(", ") ", "'items' ",
+            "-- c\n", "/* items */", "items.x ", "`items` ", "FINAL ", "AS ", "i ", "UNION ALL ", "USING ", "\"",
+            "'", "é", ";", "extract(", "t ",
+        ];
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
+        for _ in 0..10_000 {
+            let n = rng.gen_range(0..16);
+            let mut s = String::new();
+            for _ in 0..n {
+                s.push_str(pieces[rng.gen_range(0..pieces.len())]);
+            }
+            if let Some(out) = rw(&s) {
+                let strip = |t: &str| t.replace("items_local", "items").replace(" AS items", "").replace(" AS `items`", "");
+                assert_eq!(strip(&out), strip(&s), "{s:?} -> {out:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Just enough structure over the token stream for routing: bracket depth,
+//! the SELECT bodies at every nesting level, and their clauses.
+//!
+//! A *body* starts at a `SELECT` keyword and runs to the next `UNION`
+//! (`EXCEPT`, `INTERSECT`) at its own depth or the end of its bracket group.
+//! Its clauses are found at its own depth: `FROM` (which includes `FINAL`,
+//! `SAMPLE`, `ARRAY JOIN`, `JOIN ... ON/USING`), `PREWHERE`, `WHERE`,
+//! `GROUP BY`, `HAVING`, `ORDER BY`, `LIMIT`, `SETTINGS`, `FORMAT`,
+//! `INTO OUTFILE`. A `FROM` inside brackets that do not hold a query
+//! (`extract(DAY FROM d)`, `substring(s FROM 2)`) belongs to no body.
+
+use super::lexer::{Lexer, Token, TokenKind};
+
+/// What kind of statement this is, as far as routing cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Statement {
+    /// Starts with `SELECT`, `WITH` or `(`.
+    Query,
+    /// `INSERT ... SELECT` (no `VALUES` or `FORMAT` at the top level).
+    InsertSelect,
+    /// Anything else (DDL, `SHOW`, `INSERT ... VALUES`, ...).
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ClauseKind {
+    Select,
+    From,
+    Prewhere,
+    Where,
+    GroupBy,
+    Having,
+    OrderBy,
+    Limit,
+    Settings,
+    Format,
+    Into,
+}
+
+/// A clause: `kw` is the index of its (first) keyword, `start..end` the
+/// tokens after its keyword(s).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clause {
+    pub kind: ClauseKind,
+    pub start: usize,
+    pub end: usize,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Body {
+    pub depth: u32,
+    pub clauses: Vec<Clause>,
+}
+
+impl Body {
+    pub fn clauses(&self, kind: ClauseKind) -> impl Iterator<Item = &Clause> {
+        self.clauses.iter().filter(move |c| c.kind == kind)
+    }
+}
+
+pub(crate) struct Sql<'a> {
+    pub toks: Vec<Token<'a>>,
+    /// For `(` and `[`: the index of the matching closer; else `usize::MAX`.
+    pub close: Vec<usize>,
+    /// Open brackets around the token (a bracket itself is at the outer depth).
+    pub depth: Vec<u32>,
+    pub statement: Statement,
+    pub bodies: Vec<Body>,
+}
+
+const NO_MATCH: usize = usize::MAX;
+
+impl<'a> Sql<'a> {
+    /// `None` when the text does not lex, brackets do not balance, or there
+    /// is more than one statement. An `INSERT` stops being read at its
+    /// top-level `VALUES` or `FORMAT` (its data follows), as [`Statement::Other`].
+    pub fn parse(sql: &'a str) -> Option<Sql<'a>> {
+        let mut toks: Vec<Token<'a>> = Vec::new();
+        let mut close = Vec::new();
+        let mut depth = Vec::new();
+        let mut stack: Vec<usize> = Vec::new();
+        let mut insert = false;
+        let mut semicolon = false;
+        for t in Lexer::new(sql) {
+            if t.kind == TokenKind::Error || semicolon {
+                return None;
+            }
+            if toks.is_empty() && t.is_kw("INSERT") {
+                insert = true;
+            }
+            if insert && stack.is_empty() && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
+                return Some(Sql::other());
+            }
+            let i = toks.len();
+            match (t.kind, t.text) {
+                (TokenKind::Punct, "(" | "[") => {
+                    depth.push(stack.len() as u32);
+                    stack.push(i);
+                    close.push(NO_MATCH);
+                }
+                (TokenKind::Punct, ")" | "]") => {
+                    let open = stack.pop()?;
+                    let want = if t.text == ")" { "(" } else { "[" };
+                    if toks[open].text != want {
+                        return None;
+                    }
+                    close[open] = i;
+                    depth.push(stack.len() as u32);
+                    close.push(NO_MATCH);
+                }
+                (TokenKind::Punct, ";") if stack.is_empty() => {
+                    semicolon = true;
+                    continue;
+                }
+                (TokenKind::Punct, ";") => return None,
+                _ => {
+                    depth.push(stack.len() as u32);
+                    close.push(NO_MATCH);
+                }
+            }
+            toks.push(t);
+        }
+        if !stack.is_empty() {
+            return None;
+        }
+        let statement = match toks.first() {
+            Some(t) if t.is_kw("SELECT") || t.is_kw("WITH") || t.is_punct("(") => Statement::Query,
+            Some(t) if t.is_kw("INSERT") => {
+                let has_select = toks.iter().zip(&depth).any(|(t, &d)| d == 0 && (t.is_kw("SELECT") || t.is_kw("WITH")));
+                if has_select {
+                    Statement::InsertSelect
+                } else {
+                    Statement::Other
+                }
+            }
+            _ => Statement::Other,
+        };
+        let mut sql = Sql { toks, close, depth, statement, bodies: Vec::new() };
+        sql.bodies = sql.find_bodies();
+        Some(sql)
+    }
+
+    fn other() -> Sql<'a> {
+        Sql { toks: Vec::new(), close: Vec::new(), depth: Vec::new(), statement: Statement::Other, bodies: Vec::new() }
+    }
+
+    /// True if the bracket group opened at `open` holds a query.
+    pub fn is_subquery(&self, open: usize) -> bool {
+        self.toks.get(open).is_some_and(|t| t.is_punct("("))
+            && self
+                .toks
+                .get(open + 1)
+                .is_some_and(|t| t.is_kw("SELECT") || t.is_kw("WITH") || (t.is_punct("(") && self.is_subquery(open + 1)))
+    }
+
+    fn find_bodies(&self) -> Vec<Body> {
+        let n = self.toks.len();
+        let mut bodies = Vec::new();
+        for s in 0..n {
+            if !self.toks[s].is_kw("SELECT") {
+                continue;
+            }
+            let d = self.depth[s];
+            let mut end = n;
+            for j in s + 1..n {
+                if self.depth[j] < d
+                    || (self.depth[j] == d
+                        && (self.toks[j].is_kw("UNION") || self.toks[j].is_kw("EXCEPT") || self.toks[j].is_kw("INTERSECT")))
+                {
+                    end = j;
+                    break;
+                }
+            }
+            // Clause keywords at depth d.
+            let mut marks: Vec<(ClauseKind, usize, usize)> = vec![(ClauseKind::Select, s, s + 1)];
+            let mut j = s + 1;
+            while j < end {
+                if self.depth[j] == d {
+                    let t = &self.toks[j];
+                    let next_is = |kw: &str| self.toks.get(j + 1).is_some_and(|t| t.is_kw(kw)) && j + 1 < end;
+                    let found = if t.is_kw("FROM") {
+                        Some((ClauseKind::From, 1))
+                    } else if t.is_kw("PREWHERE") {
+                        Some((ClauseKind::Prewhere, 1))
+                    } else if t.is_kw("WHERE") {
+                        Some((ClauseKind::Where, 1))
+                    } else if t.is_kw("GROUP") && next_is("BY") {
+                        Some((ClauseKind::GroupBy, 2))
+                    } else if t.is_kw("HAVING") {
+                        Some((ClauseKind::Having, 1))
+                    } else if t.is_kw("ORDER") && next_is("BY") {
+                        Some((ClauseKind::OrderBy, 2))
+                    } else if t.is_kw("LIMIT") {
+                        Some((ClauseKind::Limit, 1))
+                    } else if t.is_kw("SETTINGS") {
+                        Some((ClauseKind::Settings, 1))
+                    } else if t.is_kw("FORMAT") {
+                        Some((ClauseKind::Format, 1))
+                    } else if t.is_kw("INTO") && next_is("OUTFILE") {
+                        Some((ClauseKind::Into, 2))
+                    } else {
+                        None
+                    };
+                    if let Some((kind, len)) = found {
+                        marks.push((kind, j, j + len));
+                        j += len;
+                        continue;
+                    }
+                }
+                j += 1;
+            }
+            let clauses = marks
+                .iter()
+                .enumerate()
+                .map(|(k, &(kind, _kw, start))| Clause {
+                    kind,
+                    start,
+                    end: marks.get(k + 1).map_or(end, |m| m.1),
+                })
+                .collect();
+            bodies.push(Body { depth: d, clauses });
+        }
+        bodies
+    }
+
+    /// For every token, the innermost (body index, clause) it lies in.
+    pub fn labels(&self) -> Vec<Option<(usize, ClauseKind)>> {
+        let mut labels = vec![None; self.toks.len()];
+        let mut order: Vec<usize> = (0..self.bodies.len()).collect();
+        order.sort_by_key(|&b| self.bodies[b].depth);
+        for b in order {
+            for c in &self.bodies[b].clauses {
+                // The keyword itself belongs to the clause too.
+                let from = if c.kind == ClauseKind::Select { c.start - 1 } else { c.start };
+                for l in &mut labels[from..c.end] {
+                    *l = Some((b, c.kind));
+                }
+            }
+        }
+        labels
+    }
+
+    /// If a (possibly qualified) identifier `a.b.c` starts at `i`: the index
+    /// just past it and the index of its last part.
+    pub fn compound_ident(&self, i: usize, end: usize) -> Option<(usize, usize)> {
+        let is_ident = |k: usize| k < end && matches!(self.toks[k].kind, TokenKind::Word | TokenKind::QuotedIdent);
+        if !is_ident(i) {
+            return None;
+        }
+        let mut last = i;
+        while last + 1 < end && self.toks[last + 1].is_punct(".") && is_ident(last + 2) {
+            last += 2;
+        }
+        Some((last + 1, last))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clause_kinds(sql: &Sql<'_>, b: usize) -> Vec<ClauseKind> {
+        sql.bodies[b].clauses.iter().map(|c| c.kind).collect()
+    }
+
+    #[test]
+    fn bodies_and_clauses() {
+        use ClauseKind::*;
+        let s = Sql::parse(
+            "SELECT a FROM t FINAL PREWHERE x WHERE y GROUP BY a HAVING z ORDER BY a LIMIT 1 SETTINGS m=1 FORMAT JSON;",
+        )
+        .unwrap();
+        assert_eq!(s.statement, Statement::Query);
+        assert_eq!(s.bodies.len(), 1);
+        assert_eq!(clause_kinds(&s, 0), [Select, From, Prewhere, Where, GroupBy, Having, OrderBy, Limit, Settings, Format]);
+
+        let s = Sql::parse("SELECT extract(DAY FROM d) FROM (SELECT 1 UNION ALL SELECT 2) WHERE q IN (SELECT 3)").unwrap();
+        assert_eq!(s.bodies.len(), 4);
+        assert_eq!(clause_kinds(&s, 0), [Select, From, Where]);
+        assert_eq!(clause_kinds(&s, 1), [Select]);
+        let labels = s.labels();
+        let idx = |text: &str| s.toks.iter().position(|t| t.text == text).unwrap();
+        assert_eq!(labels[idx("d")], Some((0, Select)));
+        assert_eq!(labels[idx("q")], Some((0, Where)));
+        assert_eq!(labels[idx("3")], Some((3, Select)));
+    }
+
+    #[test]
+    fn statements() {
+        assert_eq!(Sql::parse("WITH 1 AS x SELECT x").unwrap().statement, Statement::Query);
+        assert_eq!(Sql::parse("(SELECT 1)").unwrap().statement, Statement::Query);
+        assert_eq!(Sql::parse("INSERT INTO t (a) SELECT 1").unwrap().statement, Statement::InsertSelect);
+        // The data after VALUES / FORMAT is not read at all.
+        assert_eq!(Sql::parse("INSERT INTO t VALUES ('unterminated").unwrap().statement, Statement::Other);
+        assert_eq!(Sql::parse("insert into t format TSV\n1\tSELECT x FROM items").unwrap().statement, Statement::Other);
+        assert_eq!(Sql::parse("SHOW TABLES FROM items").unwrap().statement, Statement::Other);
+        assert!(Sql::parse("SELECT 1; SELECT 2").is_none());
+        assert!(Sql::parse("SELECT (1").is_none());
+        assert!(Sql::parse("SELECT 1)").is_none());
+        assert!(Sql::parse("SELECT [1)").is_none());
+        assert!(Sql::parse("SELECT 'x").is_none());
+        assert!(Sql::parse("SELECT 1;").is_some());
+    }
+
+    #[test]
+    fn compound_identifiers() {
+        let s = Sql::parse("SELECT db.t.`c`, x, y.1").unwrap();
+        assert_eq!(s.compound_ident(1, s.toks.len()), Some((6, 5)));
+        assert_eq!(s.compound_ident(7, s.toks.len()), Some((8, 7)));
+        assert_eq!(s.compound_ident(9, s.toks.len()), Some((10, 9)), "y.1 is a tuple element");
+        assert_eq!(s.compound_ident(2, s.toks.len()), None);
+    }
+}

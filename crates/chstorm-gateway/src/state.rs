@@ -1,0 +1,92 @@
+//! Everything a request needs, built from one config. A reload builds a new `State` and swaps
+//! it in; requests in flight keep the one they started with.
+
+use crate::admission::{Limiter, RateLimit};
+use crate::balancer::Balancer;
+use crate::config::{Cluster, Config, User};
+use crate::metrics::Metrics;
+use crate::upstream::Upstream;
+use base64::Engine as _;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use tower::retry::budget::TpsBudget;
+
+pub struct ClusterRt {
+    pub cfg: Cluster,
+    pub balancer: Arc<Balancer>,
+    /// `Authorization` header value for the backends.
+    pub auth: String,
+}
+
+pub struct UserRt {
+    pub cfg: Arc<User>,
+    pub limiter: Limiter,
+    pub rate: Option<RateLimit>,
+}
+
+pub struct State {
+    pub config: Config,
+    pub clusters: BTreeMap<String, ClusterRt>,
+    pub users: BTreeMap<String, UserRt>,
+    pub global: Limiter,
+    pub upstream: Arc<Upstream>,
+    pub metrics: Arc<Metrics>,
+    pub retry_budget: TpsBudget,
+    health_tasks: Vec<tokio::task::AbortHandle>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        for t in &self.health_tasks {
+            t.abort();
+        }
+    }
+}
+
+impl State {
+    /// Builds the state and starts health checks. Must run inside a tokio runtime.
+    pub async fn build(config: Config, metrics: Arc<Metrics>) -> Result<State, String> {
+        let replicas: Vec<_> = config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
+        let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
+        let upstream = Arc::new(Upstream::new(&config.pool, idle)?);
+        let mut clusters = BTreeMap::new();
+        let mut health_tasks = Vec::new();
+        for (name, c) in &config.clusters {
+            let balancer = Arc::new(Balancer::new(c));
+            let task = tokio::spawn(crate::health::run(balancer.clone(), upstream.clone(), config.health.clone(), metrics.clone()));
+            health_tasks.push(task.abort_handle());
+            let auth = format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password))
+            );
+            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth });
+        }
+        let users = config
+            .users
+            .iter()
+            .map(|(n, u)| {
+                let rt = UserRt {
+                    cfg: Arc::new(u.clone()),
+                    limiter: Limiter::new(u.max_concurrency, u.queue_size, u.queue_max_wait),
+                    rate: (u.requests_per_second > 0).then(|| RateLimit::new(u.requests_per_second)),
+                };
+                (n.clone(), rt)
+            })
+            .collect();
+        let l = &config.limits;
+        Ok(State {
+            global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
+            retry_budget: TpsBudget::new(
+                std::time::Duration::from_secs(10),
+                config.retries.min_per_second,
+                config.retries.budget_ratio,
+            ),
+            config,
+            clusters,
+            users,
+            upstream,
+            metrics,
+            health_tasks,
+        })
+    }
+}

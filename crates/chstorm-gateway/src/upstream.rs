@@ -1,0 +1,143 @@
+//! Backend connections: one hyper client whose pool keeps connections alive per replica.
+//!
+//! The pool's idle timeout must sit below the server's `keep_alive_timeout`, or the pool hands
+//! out a connection the server is closing at that moment (chproxy's race). With `auto` the
+//! gateway learns the server's value from the `Keep-Alive: timeout=N` header of a `/ping` at
+//! start-up and keeps idle connections 500 ms less (ClickHouse 18.16's package default is 3 s, so
+//! 2.5 s). TCP_NODELAY is set; the number of idle connections per replica is bounded.
+
+use crate::config::{IdleTimeout, PoolCfg, ReplicaAddr};
+use bytes::Bytes;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+/// The body type of every request and response the gateway makes.
+pub type GBody = UnsyncBoxBody<Bytes, BoxError>;
+
+/// Margin kept below the server's keep-alive timeout.
+pub const KEEPALIVE_MARGIN: Duration = Duration::from_millis(500);
+/// Used when `auto` cannot learn the server's value (ClickHouse's default, 3 s, less the margin).
+pub const FALLBACK_IDLE: Duration = Duration::from_millis(2500);
+
+pub fn empty() -> GBody {
+    Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn full(b: impl Into<Bytes>) -> GBody {
+    http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+pub struct Upstream {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
+    pub idle_timeout: Duration,
+}
+
+fn tls_config(cfg: &PoolCfg) -> Result<rustls::ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots_list());
+    if let Some(path) = &cfg.tls_ca {
+        let pem = std::fs::read(path).map_err(|e| format!("pool.tls_ca {}: {e}", path.display()))?;
+        for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+            let cert = cert.map_err(|e| format!("pool.tls_ca {}: {e}", path.display()))?;
+            roots.add(cert).map_err(|e| format!("pool.tls_ca {}: {e}", path.display()))?;
+        }
+    }
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+fn webpki_roots_list() -> Vec<rustls::pki_types::TrustAnchor<'static>> {
+    webpki_roots::TLS_SERVER_ROOTS.to_vec()
+}
+
+impl Upstream {
+    pub fn new(cfg: &PoolCfg, idle_timeout: Duration) -> Result<Upstream, String> {
+        let mut http = HttpConnector::new();
+        http.set_nodelay(true);
+        http.set_connect_timeout(Some(cfg.connect_timeout.0));
+        http.enforce_http(false);
+        let https = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(cfg)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(idle_timeout)
+            .pool_max_idle_per_host(cfg.max_idle_per_replica)
+            .build(https);
+        Ok(Upstream { client, idle_timeout })
+    }
+
+    /// The idle timeout to use: fixed, or learned from the replicas' `Keep-Alive` headers.
+    pub async fn choose_idle_timeout(cfg: &PoolCfg, replicas: &[ReplicaAddr]) -> Duration {
+        match cfg.idle_timeout {
+            IdleTimeout::Fixed(d) => d,
+            IdleTimeout::Auto => {
+                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1)) else { return FALLBACK_IDLE };
+                let mut learned: Option<Duration> = None;
+                for r in replicas {
+                    if let Some(t) = probe.keepalive_timeout(r).await {
+                        learned = Some(learned.map_or(t, |l| l.min(t)));
+                    }
+                }
+                learned
+                    .map(|t| t.saturating_sub(KEEPALIVE_MARGIN).max(Duration::from_millis(200)))
+                    .unwrap_or(FALLBACK_IDLE)
+            }
+        }
+    }
+
+    /// The server's `Keep-Alive: timeout=N`, from a `/ping`.
+    async fn keepalive_timeout(&self, r: &ReplicaAddr) -> Option<Duration> {
+        let req = hyper::Request::get(format!("{}/ping", r.base)).body(empty()).ok()?;
+        let resp = tokio::time::timeout(Duration::from_secs(2), self.client.request(req)).await.ok()?.ok()?;
+        let v = resp.headers().get("keep-alive")?.to_str().ok()?;
+        let secs: u64 = v.split(',').find_map(|p| p.trim().strip_prefix("timeout=")).and_then(|n| n.trim().parse().ok())?;
+        Some(Duration::from_secs(secs))
+    }
+
+    /// Active probe: `GET /ping` answers `Ok.` within `timeout`.
+    pub async fn ping(&self, r: &ReplicaAddr, timeout: Duration) -> bool {
+        let Ok(req) = hyper::Request::get(format!("{}/ping", r.base)).body(empty()) else { return false };
+        let fut = async {
+            let resp = self.client.request(req).await.ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            let body = resp.into_body().collect().await.ok()?.to_bytes();
+            Some(body.starts_with(b"Ok."))
+        };
+        matches!(tokio::time::timeout(timeout, fut).await, Ok(Some(true)))
+    }
+
+    pub async fn send(&self, req: hyper::Request<GBody>) -> Result<hyper::Response<Incoming>, hyper_util::client::legacy::Error> {
+        self.client.request(req).await
+    }
+
+    /// `KILL QUERY WHERE query_id = '...'` on a replica, as `user`.
+    pub async fn kill(&self, r: &ReplicaAddr, auth: &str, query_id: &str) -> bool {
+        let sql = format!("KILL QUERY WHERE query_id = '{}' ASYNC", query_id.replace('\\', "\\\\").replace('\'', "\\'"));
+        let Ok(req) = hyper::Request::post(format!("{}/", r.base)).header("authorization", auth).body(full(sql)) else {
+            return false;
+        };
+        match tokio::time::timeout(Duration::from_secs(5), self.client.request(req)).await {
+            Ok(Ok(resp)) => {
+                let ok = resp.status().is_success();
+                let _ = resp.into_body().collect().await;
+                ok
+            }
+            _ => false,
+        }
+    }
+}
