@@ -3,7 +3,12 @@
 use chstorm_proto::http::{HttpConn, RequestHead};
 use chstorm_proto::stream::{Connector, TlsOptions};
 use chstorm_proto::{ProtoError, Target};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A kept-alive connection idle for longer than this is not reused: ClickHouse closes idle
+/// connections after its `keep_alive_timeout` (3 s in 18.16's default config), and a request sent
+/// on a connection the server is closing fails with "connection closed before the HTTP answer".
+const MAX_IDLE_REUSE: Duration = Duration::from_millis(2000);
 
 /// Runs statements one at a time on one keep-alive connection (reconnecting when needed).
 pub struct SqlClient {
@@ -11,6 +16,8 @@ pub struct SqlClient {
     connector: Connector,
     head: RequestHead,
     conn: Option<HttpConn>,
+    /// When `conn` finished its last answer.
+    idle_since: Instant,
     /// Per-statement timeout. Default 10 minutes (big INSERT ... SELECTs).
     pub timeout: Duration,
     target: Target,
@@ -28,7 +35,7 @@ impl SqlClient {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ProtoError::Io)?;
         let connector = Connector::new(&target, tls, Duration::from_secs(10))?;
         let head = RequestHead::query(&target, &[], true);
-        Ok(SqlClient { rt, connector, head, conn: None, timeout: Duration::from_secs(600), target })
+        Ok(SqlClient { rt, connector, head, conn: None, idle_since: Instant::now(), timeout: Duration::from_secs(600), target })
     }
 
     /// The target, for messages (no password).
@@ -39,12 +46,13 @@ impl SqlClient {
     /// Runs `sql` and returns the answer's text (at most 16 MiB kept).
     pub fn query(&mut self, sql: &str) -> Result<String, ProtoError> {
         let mut conn = match self.conn.take() {
-            Some(c) if c.reusable() => c,
+            Some(c) if c.reusable() && self.idle_since.elapsed() < MAX_IDLE_REUSE => c,
             _ => self.rt.block_on(HttpConn::connect(&self.connector))?,
         };
         let res = self.rt.block_on(conn.send_text(&self.head, sql.as_bytes(), self.timeout, 16 << 20));
         if conn.reusable() {
             self.conn = Some(conn);
+            self.idle_since = Instant::now();
         }
         res
     }

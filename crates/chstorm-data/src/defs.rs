@@ -82,15 +82,20 @@ impl Dataset {
     }
 }
 
-fn items(rows: u64, shops: u64, g: u32) -> TableDef {
-    let create = format!(
-        "CREATE TABLE IF NOT EXISTS items (\
+/// `CREATE TABLE IF NOT EXISTS {table}` with the `items` schema (also used for `items_local` on a cluster).
+pub(crate) fn items_create(table: &str, g: u32) -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {table} (\
 shop_id UInt64, item_id UInt64, version UInt32, title String, category UInt16, brand String, \
 price Decimal(18, 2), stock Int32, rating Float32, sold UInt32, is_active UInt8, \
 status Enum8('draft' = 0, 'live' = 1, 'banned' = 2), created DateTime, updated Date, \
 tags Array(String), ship_from FixedString(2), weight_g UInt32\
 ) ENGINE = ReplacingMergeTree(version) ORDER BY (shop_id, item_id) SETTINGS index_granularity = {g}"
-    );
+    )
+}
+
+fn items(rows: u64, shops: u64, g: u32) -> TableDef {
+    let create = items_create("items", g);
     let select = |version: u32, filter: &str| {
         let mut s = String::new();
         let _ = write!(

@@ -10,12 +10,18 @@
 //!
 //! Loading is idempotent: a table that already holds the expected rows is left alone, and
 //! `drop` rebuilds it.
+//!
+//! [`load_cluster`] loads `items` into a cluster instead: `items_local` on every node, a
+//! Distributed table `items` sharded by `cityHash64(shop_id)`, rows written once through it (see
+//! the `cluster` module and `docs/LOCAL_CLUSTER.md`).
 
 mod client;
+mod cluster;
 mod defs;
 mod load;
 
 pub use client::SqlClient;
+pub use cluster::{load_cluster, ClusterLoadReport, ClusterNode, ClusterTarget, NodeRows, ITEMS_LOCAL, ITEMS_SHARDING_KEY};
 pub use defs::{items_shop_expr as items_shop_sql, Dataset, DatasetName, TableDef};
 pub use load::{load, LoadOptions, LoadReport, META_TABLE};
 

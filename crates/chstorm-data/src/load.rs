@@ -33,8 +33,28 @@ pub struct LoadReport {
     pub tables: Vec<(String, u64, bool)>,
 }
 
-fn server<'a>(context: &'a str) -> impl FnOnce(chstorm_proto::ProtoError) -> DataError + 'a {
+pub(crate) fn server<'a>(context: &'a str) -> impl FnOnce(chstorm_proto::ProtoError) -> DataError + 'a {
     move |source| DataError::Server { context: context.to_string(), source }
+}
+
+/// The dataset `opts` asks for, after checking rows and granularity.
+pub(crate) fn dataset(name: DatasetName, opts: &LoadOptions) -> Result<Dataset, DataError> {
+    let rows = opts.rows.unwrap_or_else(|| name.default_rows());
+    if rows == 0 {
+        return Err(DataError::Invalid("--rows must be at least 1".into()));
+    }
+    if opts.index_granularity == 0 {
+        return Err(DataError::Invalid("--index-granularity must be at least 1".into()));
+    }
+    Ok(Dataset::new(name, rows, opts.index_granularity))
+}
+
+/// `CREATE TABLE IF NOT EXISTS` of [`META_TABLE`].
+pub(crate) fn registry_ddl() -> String {
+    format!(
+        "CREATE TABLE IF NOT EXISTS {META_TABLE} (dataset String, table String, rows UInt64, shops UInt64, \
+index_granularity UInt32, loaded DateTime) ENGINE = ReplacingMergeTree(loaded) ORDER BY (dataset, table)"
+    )
 }
 
 /// Loads `name` through `client`, calling `progress` with one line per step.
@@ -44,20 +64,9 @@ pub fn load(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&str),
 ) -> Result<LoadReport, DataError> {
-    let rows = opts.rows.unwrap_or_else(|| name.default_rows());
-    if rows == 0 {
-        return Err(DataError::Invalid("--rows must be at least 1".into()));
-    }
-    if opts.index_granularity == 0 {
-        return Err(DataError::Invalid("--index-granularity must be at least 1".into()));
-    }
-    let ds = Dataset::new(name, rows, opts.index_granularity);
-    client
-        .query(&format!(
-            "CREATE TABLE IF NOT EXISTS {META_TABLE} (dataset String, table String, rows UInt64, shops UInt64, \
-index_granularity UInt32, loaded DateTime) ENGINE = ReplacingMergeTree(loaded) ORDER BY (dataset, table)"
-        ))
-        .map_err(server("cannot create the dataset registry table"))?;
+    let ds = dataset(name, opts)?;
+    let rows = ds.rows;
+    client.query(&registry_ddl()).map_err(server("cannot create the dataset registry table"))?;
     let mut done = Vec::new();
     for t in &ds.tables {
         let exists = client

@@ -106,6 +106,23 @@ pub enum LocalError {
         /// Parser message.
         detail: String,
     },
+
+    /// A [`ClusterSpec`](crate::ClusterSpec) that cannot be started (no
+    /// shards, no replicas, too many nodes).
+    #[error("{0}")]
+    InvalidCluster(String),
+
+    /// One node of a local cluster failed; `source` says how.
+    #[error("cluster node s{shard}r{replica}: {source}")]
+    Node {
+        /// 1-based shard number.
+        shard: usize,
+        /// 1-based replica number.
+        replica: usize,
+        /// What went wrong with that node.
+        #[source]
+        source: Box<LocalError>,
+    },
 }
 
 impl LocalError {

@@ -11,7 +11,12 @@
 //!   `GET /ping` answers `Ok.`, and records it in `DIR/chstorm-local.json`
 //!   ([`ServerInfo`]) and `DIR/clickhouse-server.pid`. Ports left unset are
 //!   picked free; a busy port means up to 3 attempts with new ones.
-//! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`.
+//! * [`LocalCluster::start`] with a [`ClusterSpec`]: `shards x replicas`
+//!   servers in `DIR/s{shard}r{replica}/`, all listing each other in
+//!   `<remote_servers>` as cluster `storm`, plus `DIR/gateway.yaml` and the
+//!   [`Topology`] in `DIR/cluster.json`. See `docs/LOCAL_CLUSTER.md`.
+//! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`;
+//!   [`down`] also stops a cluster, and [`cluster_status`] reports one.
 //! * [`shared_server`] and [`shared_tls_server`]: one server per test process,
 //!   killed when the process exits.
 //!
@@ -19,6 +24,7 @@
 //! `max_concurrent_queries` 1000, `log_queries=1` with `system.query_log`
 //! flushed every 1000 ms, log level `warning` into `DIR/log/`.
 
+mod cluster;
 mod config;
 mod control;
 mod error;
@@ -27,11 +33,16 @@ mod launch;
 mod ports;
 mod process;
 mod procfs;
+mod remote_servers;
 mod server;
 mod shared;
 mod state;
 mod tls;
 
+pub use cluster::{
+    cluster_status, node_dir, ClusterSpec, LocalCluster, NodeInfo, Topology, CLUSTER_NAME, GATEWAY_CONFIG_FILE,
+    MAX_NODES, TOPOLOGY_FILE,
+};
 pub use control::{down, status};
 pub use error::LocalError;
 pub use http::{ping, QUERY_TIMEOUT};

@@ -1,0 +1,164 @@
+//! What a local cluster adds to each node's `config.xml` (`<remote_servers>`
+//! and `<macros>`, for ClickHouse 18.16) and the gateway config it writes
+//! beside the nodes (`DIR/gateway.yaml`, the format of `docs/gateway.example.yaml`).
+
+use std::fmt::Write as _;
+
+/// One node as the generated configs see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NodePorts {
+    /// 1-based shard number.
+    pub shard: usize,
+    /// 1-based replica number within the shard.
+    pub replica: usize,
+    pub http: u16,
+    pub tcp: u16,
+}
+
+/// `<remote_servers>` with one cluster `cluster`: a `<shard>` per shard
+/// (weight 1, `internal_replication` false, so a Distributed INSERT writes
+/// every replica itself) listing its replicas' native ports on 127.0.0.1.
+/// `nodes` must be ordered shard-major.
+pub(crate) fn remote_servers_xml(cluster: &str, nodes: &[NodePorts]) -> String {
+    let mut x = String::with_capacity(256 + 96 * nodes.len());
+    let _ = write!(x, "  <remote_servers>\n    <{cluster}>\n");
+    let mut shard = 0;
+    for n in nodes {
+        if n.shard != shard {
+            if shard != 0 {
+                x.push_str("      </shard>\n");
+            }
+            shard = n.shard;
+            x.push_str("      <shard>\n        <weight>1</weight>\n        <internal_replication>false</internal_replication>\n");
+        }
+        let _ = writeln!(x, "        <replica><host>127.0.0.1</host><port>{}</port></replica>", n.tcp);
+    }
+    if shard != 0 {
+        x.push_str("      </shard>\n");
+    }
+    let _ = write!(x, "    </{cluster}>\n  </remote_servers>");
+    x
+}
+
+/// `<macros>` naming the node's shard and replica (usable as `{shard}` and `{replica}` in DDL).
+pub(crate) fn macros_xml(shard: usize, replica: usize) -> String {
+    format!("  <macros><shard>{shard}</shard><replica>{replica}</replica></macros>")
+}
+
+/// The gateway config for the cluster: listens on `127.0.0.1:gateway_port`,
+/// one cluster `cluster` with every shard's replicas' HTTP URLs, routing of
+/// `items` to `items_local` by `cityHash64(shop_id)`, and user `default`
+/// without a password from loopback only. Everything else has the defaults
+/// of `docs/gateway.example.yaml`, with generous per-user limits.
+pub(crate) fn gateway_yaml(cluster: &str, gateway_port: u16, nodes: &[NodePorts], dir: &str) -> String {
+    let mut y = String::with_capacity(2048);
+    let _ = writeln!(y, "# chstorm gateway configuration for the local cluster in {}", yaml_comment(dir));
+    y.push_str("# written by `chstorm local up`; format: docs/gateway.example.yaml\n");
+    let _ = writeln!(y, "listen: 127.0.0.1:{gateway_port}");
+    y.push_str(
+        "limits:
+  max_concurrency: 256
+  queue_size: 1024
+  queue_max_wait: 1s
+health:
+  interval: 500ms
+  timeout: 1s
+  fall: 2
+  rise: 2
+retries:
+  budget_ratio: 0.1
+  min_per_second: 10
+pool:
+  idle_timeout: auto
+  max_idle_per_replica: 64
+clusters:
+",
+    );
+    let _ = writeln!(y, "  {cluster}:");
+    y.push_str("    user: default\n    password: \"\"\n    shards:\n");
+    let mut shard = 0;
+    for n in nodes {
+        if n.shard != shard {
+            if shard != 0 {
+                y.push_str("]\n");
+            }
+            shard = n.shard;
+            y.push_str("      - weight: 1\n        replicas: [");
+        } else {
+            y.push_str(", ");
+        }
+        let _ = write!(y, "http://127.0.0.1:{}", n.http);
+    }
+    if shard != 0 {
+        y.push_str("]\n");
+    }
+    y.push_str(
+        "    routing:
+      sharding_key: cityHash64(shop_id)
+      tables:
+        items: items_local
+      where_column: shop_id
+users:
+  - name: default
+    password_sha256: \"\"
+    networks: [127.0.0.0/8, \"::1/128\"]
+",
+    );
+    let _ = writeln!(y, "    cluster: {cluster}");
+    y.push_str(
+        "    max_concurrency: 256
+    queue_size: 1024
+    queue_max_wait: 1s
+    requests_per_second: 0
+    max_execution_time: 30s
+    allowed_settings: [\"*\"]
+    readonly: false
+    settings: {}
+",
+    );
+    y
+}
+
+/// A path made safe for a one-line YAML comment.
+fn yaml_comment(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes() -> Vec<NodePorts> {
+        vec![
+            NodePorts { shard: 1, replica: 1, http: 101, tcp: 201 },
+            NodePorts { shard: 1, replica: 2, http: 102, tcp: 202 },
+            NodePorts { shard: 2, replica: 1, http: 103, tcp: 203 },
+            NodePorts { shard: 2, replica: 2, http: 104, tcp: 204 },
+        ]
+    }
+
+    #[test]
+    fn remote_servers_lists_shards_and_replicas() {
+        let x = remote_servers_xml("storm", &nodes());
+        assert!(x.starts_with("  <remote_servers>\n    <storm>\n      <shard>\n"));
+        assert_eq!(x.matches("<shard>").count(), 2);
+        assert_eq!(x.matches("</shard>").count(), 2);
+        assert_eq!(x.matches("<internal_replication>false</internal_replication>").count(), 2);
+        let first_shard = &x[..x.find("</shard>").unwrap()];
+        assert!(first_shard.contains("<port>201</port>") && first_shard.contains("<port>202</port>"));
+        assert!(!first_shard.contains("<port>203</port>"));
+        assert!(x.ends_with("    </storm>\n  </remote_servers>"));
+        assert_eq!(macros_xml(2, 1), "  <macros><shard>2</shard><replica>1</replica></macros>");
+    }
+
+    #[test]
+    fn gateway_yaml_shards() {
+        let y = gateway_yaml("storm", 9999, &nodes(), "/tmp/x");
+        assert!(y.contains("listen: 127.0.0.1:9999\n"));
+        assert!(y.contains(
+            "      - weight: 1\n        replicas: [http://127.0.0.1:101, http://127.0.0.1:102]\n      - weight: 1\n        replicas: [http://127.0.0.1:103, http://127.0.0.1:104]\n    routing:"
+        ));
+        assert!(y.contains("        items: items_local\n"));
+        assert!(y.contains("    cluster: storm\n"));
+    }
+}
