@@ -167,6 +167,24 @@ impl Balancer {
         self.set_health(r, false)
     }
 
+    /// Picks the same replica for the same `hash` while the set of healthy replicas stays the same
+    /// (for `session_id`: a ClickHouse session lives on one server).
+    pub fn pick_sticky(&self, hash: u64, exclude: &[(usize, usize)]) -> Option<InFlight> {
+        let snap = self.snapshot.load();
+        let mut cands: Vec<(usize, usize)> =
+            snap.healthy.iter().enumerate().flat_map(|(s, v)| v.iter().map(move |&i| (s, i))).filter(|c| !exclude.contains(c)).collect();
+        if cands.is_empty() {
+            cands = (0..self.shards.len())
+                .flat_map(|s| (0..self.shards[s].len()).map(move |i| (s, i)))
+                .filter(|c| !exclude.contains(c))
+                .collect();
+        }
+        let &(s, i) = cands.get((hash % cands.len().max(1) as u64) as usize)?;
+        let r = self.shards[s][i].clone();
+        r.outstanding.fetch_add(1, Ordering::Relaxed);
+        Some(InFlight(r))
+    }
+
     /// Picks a replica of `shard` (any shard when None), not in `exclude`, by power of two
     /// choices. Healthy replicas first; when none is healthy, any replica (better one try than
     /// a certain failure). Returns a guard that counts the request as outstanding.

@@ -169,8 +169,18 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
             );
         }
     };
+    let session = params.iter().find(|(k, _)| k == "session_id").map(|(_, v)| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        v.hash(&mut h);
+        h.finish()
+    });
     loop {
-        let Some(inflight) = cluster.balancer.pick(shard, &tried) else {
+        let picked = match (session, shard) {
+            (Some(h), None) => cluster.balancer.pick_sticky(h, &tried),
+            _ => cluster.balancer.pick(shard, &tried),
+        };
+        let Some(inflight) = picked else {
             finish(StatusCode::SERVICE_UNAVAILABLE, None, retries);
             let r = reply(StatusCode::SERVICE_UNAVAILABLE, format!(
                 "Code: 279. chstorm gateway: no replica left to try{} after {} attempts",

@@ -125,6 +125,11 @@ impl Gateway {
         Ok(())
     }
 
+    /// The file the config is (re)loaded from.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config_path
+    }
+
     /// The running config's user names (for tests and logs).
     pub fn users(&self) -> Vec<String> {
         self.state.load().config.users.keys().cloned().collect()

@@ -1,0 +1,299 @@
+//! The gateway against a real 2x2 cluster: compatibility, routing, auth, overload, KILL QUERY,
+//! config reload.
+
+#[path = "common/gateway_env.rs"]
+mod gateway_env;
+use gateway_env::{curl, post, start_cluster, Env, ROWS};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn env() -> &'static (Env, String) {
+    static ENV: OnceLock<(Env, String)> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let env = start_cluster();
+        let (gw, url) = env.gateway_with(|t| t);
+        std::mem::forget(gw); // serves for the whole test process
+        (env, url)
+    })
+}
+
+#[test]
+fn results_through_the_gateway_equal_direct_results_in_every_format() {
+    let (env, gw) = env();
+    let direct = env.node_url(1, 1);
+    for fmt in ["TabSeparated", "JSONEachRow", "CSVWithNames", "JSON", "Pretty"] {
+        let q = format!("SELECT shop_id, count() AS c, sum(stock) FROM items FINAL GROUP BY shop_id ORDER BY c DESC, shop_id LIMIT 20 FORMAT {fmt}");
+        let (s1, a) = post(gw, &q);
+        let (s2, b) = post(&direct, &q);
+        assert_eq!((s1, s2), (200, 200), "{fmt}: {a}");
+        // JSON carries timings; compare the data part.
+        let strip = |s: &str| s.split("\"statistics\"").next().unwrap_or(s).to_string();
+        assert_eq!(strip(&a), strip(&b), "{fmt}");
+    }
+    // GET with the query in the URL, default_format, database, a query_id, settings as params.
+    let (s, h, body) = curl(&[&format!("{gw}/?query=SELECT%20count()%20FROM%20items%20FINAL&default_format=JSONEachRow&database=default&query_id=gw-test-1&max_threads=1")]);
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(body.trim(), format!("{{\"count()\":\"{ROWS}\"}}"));
+    assert!(h.contains("x-clickhouse-query-id: gw-test-1"), "{h}");
+    // X-ClickHouse-User/Key headers and basic auth both authenticate.
+    let (s, _, _) = curl(&["-H", "X-ClickHouse-User: default", "-H", "X-ClickHouse-Key: ", "--data-binary", "SELECT 1", gw]);
+    assert_eq!(s, 200);
+    let (s, _, _) = curl(&["-u", "default:", "--data-binary", "SELECT 1", gw]);
+    assert_eq!(s, 200);
+    // Compressed responses pass through.
+    let (s, h, _) = curl(&["-H", "Accept-Encoding: gzip", &format!("{gw}/?enable_http_compression=1&query=SELECT%20number%20FROM%20numbers(100000)")]);
+    assert_eq!(s, 200);
+    assert!(h.contains("content-encoding: gzip"), "{h}");
+    // The gateway answers /ping itself.
+    let (s, h, b) = curl(&[&format!("{gw}/ping")]);
+    assert_eq!((s, b.as_str()), (200, "Ok.\n"));
+    assert!(!h.contains("x-chstorm-replica"));
+}
+
+#[test]
+fn routed_queries_equal_distributed_results_on_thousands_of_keys() {
+    let (env, gw) = env();
+    let direct = env.node_url(2, 2);
+    let shops: Vec<u64> = post(&direct, "SELECT DISTINCT shop_id FROM items ORDER BY shop_id")
+        .1
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(shops.len() > 100);
+    let mut client_gw = chstorm_data::SqlClient::new(gw, &Default::default()).unwrap();
+    let mut client_direct = chstorm_data::SqlClient::new(&direct, &Default::default()).unwrap();
+    let mut checked = 0;
+    // 2,000 keys: existing shops (round robin) and shops that do not exist.
+    for i in 0..2000u64 {
+        let shop = if i % 4 == 3 { 10_000_000 + i } else { shops[(i as usize * 7919) % shops.len()] };
+        let q = format!("SELECT count(), sum(item_id), max(version) FROM items FINAL WHERE shop_id = {shop}");
+        let a = client_gw.query(&q).unwrap();
+        let b = client_direct.query(&q).unwrap();
+        assert_eq!(a, b, "shop {shop}");
+        checked += 1;
+    }
+    assert_eq!(checked, 2000);
+    // Every one of them was routed to a single shard, and the rewritten query names items_local.
+    let (_, h, body) = curl(&["--data-binary", &format!("SELECT count() FROM items FINAL WHERE shop_id = {}", shops[0]), gw]);
+    assert!(h.contains("x-chstorm-route: routed"), "{h}");
+    assert!(body.trim().parse::<u64>().unwrap() > 0);
+    let metrics = curl(&[&format!("{gw}/metrics")]).2;
+    let routed: u64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("chstorm_gateway_requests_total{") && l.contains("route=\"routed\"") && l.contains("status=\"200\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert!(routed >= 2000, "routed {routed}\n{metrics}");
+    // The shard key from the URL parameter and the header route the same way.
+    let q = "SELECT count() FROM items FINAL";
+    let (_, h, b1) = curl(&["--data-binary", q, &format!("{gw}/?shard_key={}", shops[1])]);
+    assert!(h.contains("x-chstorm-route: routed"));
+    let (_, _, b2) = curl(&["-H", &format!("X-Chstorm-Shard-Key: {}", shops[1]), "--data-binary", q, gw]);
+    assert_eq!(b1, b2);
+    let expect = post(&direct, &format!("SELECT count() FROM items FINAL WHERE cityHash64(shop_id) % 2 = cityHash64(toUInt64({})) % 2", shops[1])).1;
+    assert_eq!(b1, expect, "a routed query sees exactly its shard's rows");
+}
+
+#[test]
+fn auth_networks_settings_and_readonly_are_enforced() {
+    let (env, _) = env();
+    let hash = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
+    let (_gw, url) = env.gateway_with(|t| {
+        t.replace(
+            "users:\n",
+            &format!("users:\n  - name: ro\n    password_sha256: \"{hash}\"\n    cluster: storm\n    readonly: true\n    allowed_settings: [max_threads]\n  - name: far\n    cluster: storm\n    networks: [10.0.0.0/8]\n"),
+        )
+    });
+    let (s, _, b) = curl(&["-u", "ro:wrong", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 401, "{b}");
+    assert_eq!(b.lines().count(), 1);
+    let (s, _, b) = curl(&["-u", "nobody:x", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 401, "{b}");
+    let (s, _, b) = curl(&["-u", "far:", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 403, "{b}");
+    assert!(b.contains("may not connect from 127.0.0.1"), "{b}");
+    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "SELECT 1", &format!("{url}/?max_memory_usage=1000")]);
+    assert_eq!(s, 403, "{b}");
+    assert!(b.contains("setting 'max_memory_usage' is not allowed"), "{b}");
+    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "CREATE TABLE t_ro (x UInt8) ENGINE = Memory", &url]);
+    assert_eq!(s, 403, "{b}");
+    assert!(b.contains("read-only"), "{b}");
+    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_threads'", &format!("{url}/?max_threads=1")]);
+    assert_eq!((s, b.trim()), (200, "1"), "an allowed setting passes");
+    // The backend enforces read-only too (readonly=2), for anything the classifier let through.
+    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'readonly'", &url]);
+    assert_eq!((s, b.trim()), (200, "2"));
+}
+
+#[test]
+fn overload_is_rejected_fast_and_accepted_queries_keep_their_latency() {
+    let (env, _) = env();
+    let (_gw, url) = env.gateway_with(|t| {
+        let mut out = String::new();
+        for l in t.lines() {
+            let l = if l.trim_start().starts_with("max_concurrency:") && l.starts_with("    ") {
+                "    max_concurrency: 2".to_string()
+            } else if l.trim_start().starts_with("queue_size:") && l.starts_with("    ") {
+                "    queue_size: 2".to_string()
+            } else if l.trim_start().starts_with("queue_max_wait:") && l.starts_with("    ") {
+                "    queue_max_wait: 50ms".to_string()
+            } else {
+                l.to_string()
+            };
+            out.push_str(&l);
+            out.push('\n');
+        }
+        out
+    });
+    // 24 concurrent 300 ms queries against a user limit of 2 (+2 waiting for at most 50 ms).
+    let handles: Vec<_> = (0..24)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                // curl's own clock (time_total), so process start-up on a busy machine is not counted.
+                let (s, _, b) = curl(&["-w", "\n%{time_total}", "--data-binary", "SELECT sleep(0.3)", &url]);
+                let (b, t) = b.rsplit_once('\n').unwrap_or((&b, "0"));
+                (s, b.to_string(), Duration::from_secs_f64(t.trim().parse().unwrap_or(0.0)))
+            })
+        })
+        .collect();
+    let results: Vec<(u16, String, Duration)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let ok: Vec<_> = results.iter().filter(|r| r.0 == 200).collect();
+    let rejected: Vec<_> = results.iter().filter(|r| r.0 == 429).collect();
+    assert_eq!(ok.len() + rejected.len(), 24, "{results:?}");
+    assert!(rejected.len() >= 16, "most are rejected: {} of 24", rejected.len());
+    for r in &rejected {
+        assert!(r.1.contains("queue is full") || r.1.contains("no slot free"), "{}", r.1);
+        assert!(r.2 < Duration::from_millis(250), "a rejection took {:?}", r.2);
+    }
+    for r in &ok {
+        assert!(r.2 < Duration::from_millis(1500), "accepted query took {:?}", r.2);
+    }
+}
+
+#[test]
+fn a_client_that_disconnects_has_its_query_killed() {
+    let (env, gw) = env();
+    let qid = format!("gw-kill-{}", std::process::id());
+    let mut child = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "1", "--data-binary", "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))"])
+        .arg(format!("{gw}/?query_id={qid}&max_threads=1"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = |env: &Env| -> bool {
+        (1..=2).any(|s| (1..=2).any(|r| {
+            post(&env.node_url(s, r), &format!("SELECT count() FROM system.processes WHERE query_id = '{qid}'")).1.trim() != "0"
+        }))
+    };
+    let t = Instant::now();
+    while !running(env) {
+        assert!(t.elapsed() < Duration::from_secs(3), "the query never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.wait(); // curl gives up after 1 s and closes the connection
+    let t = Instant::now();
+    while running(env) {
+        assert!(t.elapsed() < Duration::from_secs(5), "the query still runs 5 s after the client left");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let metrics = curl(&[&format!("{gw}/metrics")]).2;
+    assert!(metrics.contains("chstorm_gateway_killed_queries_total{reason=\"client_gone\"}"), "{metrics}");
+}
+
+#[test]
+fn a_bad_config_is_rejected_and_a_reload_swaps_the_config() {
+    let (env, _) = env();
+    let (gw, url) = env.gateway_with(|t| t);
+    let path = env.dir.path().join("reload.yaml");
+    let base = std::fs::read_to_string(&env.cluster.topology().gateway_config).unwrap();
+    let listen = base.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
+    let base = base.replace(&listen, "listen: 127.0.0.1:0");
+    // A bad file: one line naming the field.
+    std::fs::write(&path, base.replace("fall: 2", "fall: two")).unwrap();
+    let e = chstorm_gateway::Config::load(&path).unwrap_err().to_string();
+    assert!(e.contains("health.fall") && e.contains("line "), "{e}");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm")).args(["gateway", "--check", "--config"]).arg(&path).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+    // Reload: `gw` was started from another file; point a reload at ours by rewriting its source.
+    let (s, _, _) = curl(&["-u", "extra:", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 401, "no such user yet");
+    let gw_path = gw_source(&gw, env);
+    std::fs::write(&gw_path, base.replace("users:\n", "users:\n  - name: extra\n    cluster: storm\n")).unwrap();
+    env.rt.block_on(gw.reload()).unwrap();
+    let (s, _, b) = curl(&["-u", "extra:", "--data-binary", "SELECT 1", &url]);
+    assert_eq!((s, b.trim()), (200, "1"));
+    // A bad file keeps the running config.
+    std::fs::write(&gw_path, "listen: [").unwrap();
+    assert!(env.rt.block_on(gw.reload()).is_err());
+    let (s, _, _) = curl(&["-u", "extra:", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 200, "the old config still serves");
+}
+
+/// The file a test gateway was started from (the newest gw-*.yaml in the env's dir).
+fn gw_source(gw: &chstorm_gateway::Gateway, env: &Env) -> std::path::PathBuf {
+    gw.config_path().to_path_buf().canonicalize().unwrap_or_else(|_| env.dir.path().to_path_buf())
+}
+
+#[test]
+fn real_clients_work_unchanged_through_the_gateway() {
+    let (_, gw) = env();
+    // curl: GET and POST, query in the URL and in the body.
+    let (s, _, b) = curl(&[&format!("{gw}/?query=SELECT%201")]);
+    assert_eq!((s, b.as_str()), (200, "1\n"));
+    let (s, _, b) = curl(&["--data-binary", "SELECT 2", gw]);
+    assert_eq!((s, b.as_str()), (200, "2\n"));
+    // INSERT data streamed in the body with the query in the URL, through Distributed.
+    // A session sticks to one replica: a Memory table made in it is found by the next statements.
+    let sess = format!("{gw}/?session_id=gw-sess-{}", std::process::id());
+    let (s, _, b) = curl(&["--data-binary", "CREATE TABLE IF NOT EXISTS gw_ins (x UInt32) ENGINE = Memory", &sess]);
+    assert_eq!(s, 200, "{b}");
+    let (s, _, b) = curl(&["--data-binary", "1\n2\n3\n", &format!("{sess}&query=INSERT%20INTO%20gw_ins%20FORMAT%20TSV")]);
+    assert_eq!(s, 200, "{b}");
+    let (s, _, b) = curl(&["--data-binary", "SELECT sum(x) FROM gw_ins", &sess]);
+    assert_eq!((s, b.as_str()), (200, "6\n"));
+    // Node's official client, when node and the package are installed (scripts/install-deps).
+    let node_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/node");
+    if node_dir.join("node_modules/@clickhouse/client").exists() {
+        let script = format!(
+            "import {{ createClient }} from '@clickhouse/client';\
+             const c = createClient({{ url: '{gw}' }});\
+             const rs = await c.query({{ query: 'SELECT number AS n, toString(number) AS s FROM numbers(3)', format: 'JSONEachRow' }});\
+             console.log(JSON.stringify(await rs.json()));\
+             await c.command({{ query: 'SELECT 1' }});\
+             console.log((await c.ping()).success);\
+             await c.close();"
+        );
+        let f = node_dir.join("gw_test.mjs");
+        std::fs::write(&f, script).unwrap();
+        let out = std::process::Command::new("node").arg(&f).current_dir(&node_dir).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(text.lines().collect::<Vec<_>>(), vec![r#"[{"n":"0","s":"0"},{"n":"1","s":"1"},{"n":"2","s":"2"}]"#, "true"]);
+    } else {
+        eprintln!("SKIP @clickhouse/client: run scripts/install-deps to install it into target/test-clients/node");
+    }
+    // Python's clickhouse-connect (0.5.25: the last that speaks to 18.16), likewise.
+    let py = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/py/bin/python");
+    if py.exists() {
+        let (host, port) = gw.trim_start_matches("http://").split_once(':').unwrap();
+        let script = format!(
+            "import clickhouse_connect\n\
+             c = clickhouse_connect.get_client(host='{host}', port={port})\n\
+             print(c.server_version)\n\
+             print(c.query('SELECT number, toString(number) FROM numbers(3)').result_rows)\n\
+             print(c.command('SELECT count() FROM items FINAL WHERE shop_id = 1'))\n"
+        );
+        let out = std::process::Command::new(&py).args(["-c", &script]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("18.") || lines[0].chars().next().is_some_and(|c| c.is_ascii_digit()), "{text}");
+        assert_eq!(lines[1], "[(0, '0'), (1, '1'), (2, '2')]");
+        assert!(lines[2].parse::<u64>().unwrap() > 0, "a routed count through clickhouse-connect");
+    } else {
+        eprintln!("SKIP clickhouse-connect: run scripts/install-deps to install it into target/test-clients/py");
+    }
+}
