@@ -155,7 +155,12 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     let head_timeout = u.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1));
 
     state.retry_budget.deposit();
+    // Replicas not to pick again: one that refused a connection at once; one whose (perhaps
+    // pooled, stale) connection failed after a second such failure.
     let mut tried: Vec<(usize, usize)> = Vec::new();
+    let mut soft_failed: Vec<(usize, usize)> = Vec::new();
+    let mut attempts = 0usize;
+    let max_attempts = cluster.balancer.replicas().count() + 1;
     let mut retries = 0u32;
     let finish = |status: StatusCode, replica: Option<&Replica>, retries: u32| {
         state.metrics.requests.get_or_create(&RequestLabels { user: u.name.clone(), status: status.as_u16(), route }).inc();
@@ -184,11 +189,12 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
             finish(StatusCode::SERVICE_UNAVAILABLE, None, retries);
             let r = reply(StatusCode::SERVICE_UNAVAILABLE, format!(
                 "Code: 279. chstorm gateway: no replica left to try{} after {} attempts",
-                shard.map(|s| format!(" for shard {}", s + 1)).unwrap_or_default(), tried.len()));
+                shard.map(|s| format!(" for shard {}", s + 1)).unwrap_or_default(), attempts));
             return r;
         };
         let replica = inflight.replica().clone();
-        tried.push((replica.shard, replica.index));
+        let id = (replica.shard, replica.index);
+        attempts += 1;
         let mut b = Request::builder().method(parts.method.clone()).uri(format!("{}{}", replica.addr.base, path_and_query));
         for (k, v) in parts.headers.iter() {
             if !HOP.contains(&k.as_str()) {
@@ -229,10 +235,15 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
                 // Nothing came back: the query did not run (connect) or its fate is unknown (reset).
                 guard.disarm();
                 let connect = e.is_connect();
+                if connect || soft_failed.contains(&id) {
+                    tried.push(id);
+                } else {
+                    soft_failed.push(id);
+                }
                 if cluster.balancer.report_failure(&replica) {
                     log("warn", "replica down (request failed)", serde_json::json!({"replica": replica.label(), "url": replica.addr.base, "error": e.to_string(), "query_id": query_id}));
                 }
-                if (retryable || (connect && held_body.is_some())) && tried.len() < cluster.balancer.replicas().count() {
+                if (retryable || (connect && held_body.is_some())) && attempts < max_attempts {
                     if state.retry_budget.withdraw() {
                         state.metrics.retries.inc();
                         retries += 1;
@@ -258,8 +269,9 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
             let text = http_body_util::Limited::new(rbody, MAX_ERROR_BODY).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             let code = exception_code(&rparts.headers, &text);
             if code.is_some_and(|c| RETRY_CODES.contains(&c)) {
+                tried.push(id);
                 cluster.balancer.report_failure(&replica);
-                if retryable && tried.len() < cluster.balancer.replicas().count() {
+                if retryable && attempts < max_attempts {
                     if state.retry_budget.withdraw() {
                         state.metrics.retries.inc();
                         retries += 1;

@@ -36,6 +36,10 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
 
 pub struct Upstream {
     client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
+    /// For health probes: no pooling, so every probe tests the replica's listener. A server in
+    /// graceful shutdown closes its listener but still answers on open connections; a probe over
+    /// a pooled connection would call it healthy.
+    probe_client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
     pub idle_timeout: Duration,
 }
 
@@ -75,8 +79,9 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(idle_timeout)
             .pool_max_idle_per_host(cfg.max_idle_per_replica)
-            .build(https);
-        Ok(Upstream { client, idle_timeout })
+            .build(https.clone());
+        let probe_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
+        Ok(Upstream { client, probe_client, idle_timeout })
     }
 
     /// The idle timeout to use: fixed, or learned from the replicas' `Keep-Alive` headers.
@@ -111,7 +116,7 @@ impl Upstream {
     pub async fn ping(&self, r: &ReplicaAddr, timeout: Duration) -> bool {
         let Ok(req) = hyper::Request::get(format!("{}/ping", r.base)).body(empty()) else { return false };
         let fut = async {
-            let resp = self.client.request(req).await.ok()?;
+            let resp = self.probe_client.request(req).await.ok()?;
             if !resp.status().is_success() {
                 return None;
             }
