@@ -297,3 +297,34 @@ fn real_clients_work_unchanged_through_the_gateway() {
         eprintln!("SKIP clickhouse-connect: run scripts/install-deps to install it into target/test-clients/py");
     }
 }
+
+#[test]
+fn https_on_the_listen_side_and_to_the_backends() {
+    let s = chstorm_local::shared_tls_server();
+    let info = s.info();
+    let ca = info.ca_cert.clone().unwrap();
+    let key = ca.with_file_name("server.key");
+    assert!(key.exists(), "{}", key.display());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tls.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}\npool:\n  tls_ca: {}\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\nusers:\n  - name: default\n    cluster: one\n",
+            ca.display(),
+            key.display(),
+            ca.display(),
+            info.https_url.as_deref().unwrap()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    let url = format!("https://127.0.0.1:{}/", gw.addr.port());
+    let (status, h, body) = curl(&["--cacert", ca.to_str().unwrap(), "--data-binary", "SELECT 1", &url]);
+    assert_eq!((status, body.as_str()), (200, "1\n"), "{h}");
+    // Without trusting the certificate, the client refuses the gateway.
+    let (status, _, _) = curl(&["--data-binary", "SELECT 1", &url]);
+    assert_eq!(status, 0, "an untrusted certificate must fail the handshake");
+    gw.stop();
+}
