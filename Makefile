@@ -25,10 +25,17 @@ test: deps
 demo: release
 	target/release/chstorm demo $(DEMO_FLAGS)
 
-## chstorm against wrk and clickhouse-benchmark, in one run; ratios printed, JSON in bench-results/.
+## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
+##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
+##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
+##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
+##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
 bench: release
 	$(CARGO) build --release -p chstorm --example ping_server
 	python3 scripts/bench_peers.py --out bench-results
+	python3 scripts/bench_gateway.py --out bench-results
+	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
+	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi
 
 clean:
 	$(CARGO) clean
