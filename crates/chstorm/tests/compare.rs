@@ -1,0 +1,287 @@
+//! `chstorm compare` against real ClickHouse: A/A, A/B, errors, suites, bad input, the report in
+//! headless Chromium, and the JSON against its schema.
+//!
+//! The tests take turns (one lock): each measures timings, and two at once on a 2-core machine
+//! would only add noise.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn compare(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .arg("compare")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!("stdout:\n{}\nstderr:\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn write(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+fn read_json(p: &Path) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+    assert_valid(&v);
+    v
+}
+
+fn assert_valid(v: &serde_json::Value) {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas/chstorm.compare.v1.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(v).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+}
+
+fn verdicts(v: &serde_json::Value) -> Vec<(String, String)> {
+    v["queries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| (q["verdict"].as_str().unwrap().to_string(), q["query"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+const CHEAP: &str = "-- ten cheap queries
+SELECT 1
+SELECT count() FROM numbers(100000)
+SELECT sum(number) FROM numbers(1000000)
+SELECT max(rand()) FROM numbers(100000)
+
+SELECT uniq(number % 100) FROM numbers(200000)
+SELECT toString(number) FROM numbers(1000) FORMAT Null
+SELECT avg(number * 2) FROM numbers(500000)
+SELECT count() FROM numbers(300000) WHERE number % 7 = 0
+SELECT sum(cityHash64(number)) FROM numbers(100000)
+SELECT {k:uniform(1,1000000)} AS compare_placeholder_marker
+";
+
+#[test]
+fn a_a_the_same_server_on_both_sides_changes_nothing() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let queries = write(dir.path(), "cheap.sql", CHEAP);
+    let json = dir.path().join("aa.json");
+    let t = Instant::now();
+    let out = compare(&[
+        "--left", s.http_url(), "--right", s.http_url(), "--queries", queries.to_str().unwrap(),
+        "--runs", "7", "--min-time", "0.2s", "--max-time", "2s", "--json", json.to_str().unwrap(),
+    ]);
+    eprintln!("A/A took {:?}\n{}", t.elapsed(), text(&out));
+    let v = read_json(&json);
+    let vs = verdicts(&v);
+    assert_eq!(vs.len(), 10, "every query is reported: {vs:?}");
+    let changed: Vec<_> = vs.iter().filter(|(v, _)| v == "slower" || v == "faster").collect();
+    assert!(changed.is_empty(), "A/A must not say slower/faster: {changed:?}\n{}", text(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(vs.iter().all(|(v, _)| !v.starts_with("error")), "{vs:?}");
+    // Server metrics were matched by query_id on both sides.
+    assert_eq!(v["left"]["query_log"], true);
+    assert_eq!(v["right"]["profile_events"], "arrays", "18.16 keeps ProfileEvents as arrays");
+    // Both sides got the same query texts, run by run: warm-ups and measured runs go left, right,
+    // left, right with consecutive query_ids, so ids 2k and 2k+1 of a query must match.
+    s.query("SYSTEM FLUSH LOGS").unwrap();
+    let run_id = v["run_id"].as_str().unwrap();
+    let rows = s
+        .query(&format!(
+            "SELECT toUInt64(arrayElement(splitByChar('-', query_id), 4)) AS n, query FROM system.query_log \
+             WHERE type = 2 AND query_id LIKE 'chstorm-cmp-{run_id}-%' AND query LIKE '%compare_placeholder_marker%' \
+             AND query NOT LIKE '%system.query_log%' ORDER BY n FORMAT TabSeparated"
+        ))
+        .unwrap();
+    let runs: Vec<(u64, String)> = rows
+        .lines()
+        .map(|l| {
+            let (n, q) = l.split_once('\t').unwrap();
+            (n.parse().unwrap(), q.to_string())
+        })
+        .collect();
+    assert!(runs.len() >= 16, "warm-up and >= 7 measured runs per side: {}", runs.len());
+    let mut distinct = std::collections::BTreeSet::new();
+    for pair in runs.chunks(2) {
+        assert_eq!(pair.len(), 2);
+        assert_eq!(pair[0].0 + 1, pair[1].0, "left then right");
+        assert_eq!(pair[0].1, pair[1].1, "the same text on both sides");
+        assert!(!pair[0].1.contains("uniform"), "rendered: {}", pair[0].1);
+        distinct.insert(pair[0].1.clone());
+    }
+    assert!(distinct.len() > 1, "a fresh value per run");
+}
+
+#[test]
+fn a_b_small_blocks_are_slower_and_the_report_renders() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let q = "SELECT sum(cityHash64(number)) FROM numbers(10000000)";
+    let queries = write(dir.path(), "ab.sql", &format!("{q}\n"));
+    let json = dir.path().join("ab.json");
+    let out_dir = dir.path().join("report");
+    let right = format!("{}/?max_block_size=256", s.http_url());
+    let t = Instant::now();
+    let out = compare(&[
+        "--left", s.http_url(), "--right", &right, "--queries", queries.to_str().unwrap(),
+        "--json", json.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--store", s.http_url(),
+    ]);
+    let took = t.elapsed();
+    eprintln!("A/B took {took:?}\n{}", text(&out));
+    assert!(took < Duration::from_secs(40), "{took:?}");
+    assert_eq!(out.status.code(), Some(1), "a regression past --fail-on 0 exits 1: {}", text(&out));
+    let v = read_json(&json);
+    let qr = &v["queries"][0];
+    assert_eq!(qr["verdict"], "slower", "{qr:#}");
+    assert!(qr["ratio"].as_f64().unwrap() > 1.3, "{qr:#}");
+    assert!(qr["diff"].as_f64().unwrap() >= qr["threshold"].as_f64().unwrap());
+    assert!(qr["runs"]["left"].as_u64().unwrap() >= 7);
+    assert_eq!(v["summary"]["regressions"], 1);
+    assert_eq!(v["right"]["target"].as_str().unwrap(), right);
+    // The server metrics say where it came from: more blocks, more function calls, more time.
+    let moved: Vec<&str> = qr["metrics"].as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
+    assert!(moved.contains(&"query_duration_ms"), "{moved:?}");
+    assert!(moved.contains(&"FunctionExecute"), "{moved:?}");
+    // The terminal table.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let header = stdout.lines().next().unwrap();
+    for col in ["verdict", "old (s)", "new (s)", "ratio", "diff %", "threshold %", "runs", "query"] {
+        assert!(header.contains(col), "{header}");
+    }
+    assert!(stdout.lines().nth(1).unwrap().starts_with("slower "), "{stdout}");
+    // History.
+    let n = s
+        .query(&format!(
+            "SELECT count(), countIf(metric = 'client_time' AND verdict = 'slower' AND new > old) FROM chstorm.compare_results \
+             WHERE run_id = '{}'",
+            v["run_id"].as_str().unwrap()
+        ))
+        .unwrap();
+    let n: Vec<u64> = n.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!(n[0] > 5, "client_time and the server metrics: {n:?}");
+    assert_eq!(n[1], 1);
+    // The report: sections, the trace_log explanation, the run chart.
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    for section in ["Changes in performance", "Unstable queries", "Errors", "Metrics that moved", "Not significant", "What the columns mean"] {
+        assert!(html.contains(section), "{section}");
+    }
+    assert!(html.contains("<tr class=\"slower\">"));
+    assert!(html.contains("no system.trace_log on the left (old) server (version 18.16.1)"), "why no flamegraphs");
+    assert!(html.contains("data-points=\""), "a run chart");
+    assert!(!html.contains("<script") && !html.contains("src=\"http"), "self-contained");
+    common::screenshot_is_not_blank(&out_dir.join("report.html"));
+}
+
+#[test]
+fn queries_that_fail_on_one_side_are_reported_as_such() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    // Two databases of one server, each with a table the other lacks: the left side (HTTP) uses
+    // cmp_a, the right side (native) cmp_b.
+    for sql in [
+        "CREATE DATABASE IF NOT EXISTS cmp_a",
+        "CREATE DATABASE IF NOT EXISTS cmp_b",
+        "CREATE TABLE IF NOT EXISTS cmp_a.only_a (x UInt8) ENGINE = Memory",
+        "CREATE TABLE IF NOT EXISTS cmp_b.only_b (x UInt8) ENGINE = Memory",
+    ] {
+        s.query(sql).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let queries = write(
+        dir.path(),
+        "errors.sql",
+        "SELECT count() FROM only_a\nSELECT count() FROM only_b\nSELECT 1\nSELECT no_such_function(1)\n",
+    );
+    let json = dir.path().join("e.json");
+    let left = format!("{}/?database=cmp_a", s.http_url());
+    let right = format!("{}/cmp_b", s.native_url());
+    let out = compare(&[
+        "--left", &left, "--right", &right, "--queries", queries.to_str().unwrap(), "--runs", "5",
+        "--min-time", "0.05s", "--max-time", "1s", "--json", json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    let vs = verdicts(&v);
+    let verdict = |q: &str| vs.iter().find(|(_, t)| t == q).map(|(v, _)| v.as_str()).unwrap();
+    assert_eq!(verdict("SELECT count() FROM only_a"), "error_right", "{vs:?}");
+    assert_eq!(verdict("SELECT count() FROM only_b"), "error_left", "{vs:?}");
+    assert_eq!(verdict("SELECT no_such_function(1)"), "error_both", "{vs:?}");
+    assert!(!verdict("SELECT 1").starts_with("error"), "{vs:?}");
+    let err = |q: &str| v["queries"].as_array().unwrap().iter().find(|x| x["query"] == q).unwrap()["error"].as_str().unwrap().to_string();
+    let e = err("SELECT count() FROM only_a");
+    assert!(e.starts_with("right (new): ") && e.contains("only_a") && e.contains("60"), "the server's message, naming the side: {e}");
+    let e = err("SELECT count() FROM only_b");
+    assert!(e.starts_with("left (old): ") && e.contains("only_b"), "{e}");
+    // error_right is a regression; the table lists every error with its message.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("error_right: SELECT count() FROM only_a: right (new): "), "{stdout}");
+    // The native side has client time only, and says why.
+    let notes = v["right"]["notes"].as_array().unwrap();
+    assert!(notes.iter().any(|n| n.as_str().unwrap().contains("--right-http")), "{notes:?}");
+    assert_eq!(v["left"]["query_log"], true);
+    assert_eq!(v["right"]["query_log"], false);
+}
+
+#[test]
+fn a_suite_compares_the_queries_of_its_scenarios() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("s.json");
+    let out = compare(&[
+        "--left", s.http_url(), "--right", s.native_url(), "--right-http", s.http_url(), "--suite", "storm", "--runs", "5",
+        "--min-time", "0.05s", "--max-time", "0.5s", "--json", json.to_str().unwrap(), "--fail-on", "2",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v = read_json(&json);
+    let names: Vec<&str> = v["queries"].as_array().unwrap().iter().map(|q| q["name"].as_str().unwrap()).collect();
+    assert_eq!(names, vec!["select1", "max_rand"]);
+    assert_eq!(v["right"]["protocol"], "native");
+    assert_eq!(v["right"]["query_log"], true, "metrics through --right-http");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ping: skipped"), "{stderr}");
+}
+
+#[test]
+fn a_comparison_that_cannot_be_made_exits_2_with_one_line() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let queries = write(dir.path(), "q.sql", "SELECT 1\n");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let out = compare(&["--left", s.http_url(), "--right", &format!("http://127.0.0.1:{closed}"), "--queries", queries.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("right (new) server http://127.0.0.1:"), "{err}");
+    // A setting the server does not know, in the URL.
+    let out = compare(&["--left", &format!("{}/?no_such_setting=1", s.http_url()), "--right", s.http_url(), "--queries", queries.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("left (old) server"), "{}", text(&out));
+    // Neither --queries nor --suite; too few runs.
+    let out = compare(&["--left", s.http_url(), "--right", s.http_url()]);
+    assert_eq!(out.status.code(), Some(2));
+    let out = compare(&["--left", s.http_url(), "--right", s.http_url(), "--queries", queries.to_str().unwrap(), "--runs", "3"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--runs must be at least 5"), "{}", text(&out));
+}
+
