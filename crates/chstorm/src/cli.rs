@@ -29,6 +29,20 @@ pub enum Command {
     Report(crate::sweep_cmd::ReportArgs),
     /// Start a local ClickHouse, load small datasets, run the storm and shopee suites, and report.
     Demo(crate::demo::DemoArgs),
+    /// An HTTP gateway in front of a ClickHouse cluster: shard routing, health-checked replicas,
+    /// safe retries, kept-alive pools, fast rejection under overload, Prometheus metrics.
+    Gateway(crate::gateway_cmd::GatewayArgs),
+    /// A/B two servers query by query: slower, faster or noise, with metrics, flamegraphs and a report.
+    Compare(crate::compare::CompareArgs),
+    /// Measure an online ClickHouse alone, beside an offline CPU load, and beside it isolated.
+    #[command(after_long_help = crate::colocate::COLOCATE_HELP)]
+    Colocate(crate::colocate::ColocateArgs),
+    /// Put offline work (--pid, --cgroup or -- CMD) into the lowest CPU class; --undo restores it.
+    #[command(after_long_help = crate::isolate::ISOLATE_HELP)]
+    Isolate(crate::isolate::IsolateArgs),
+    /// The CPU burner that colocate starts (internal).
+    #[command(hide = true)]
+    Burn(crate::colocate::BurnArgs),
 }
 
 const BENCH_EXAMPLES: &str = "\
@@ -203,10 +217,10 @@ pub enum LocalAction {
 
 #[derive(Args, Debug, Clone)]
 pub struct LocalDirArg {
-    /// The server's folder (config, data, logs, pid file).
+    /// The server's folder (config, data, logs, pid file), or the cluster's (cluster.json, gateway.yaml, s<S>r<R>/).
     #[arg(long, default_value = "./chstorm-local")]
     pub dir: PathBuf,
-    /// Print the server's details as JSON.
+    /// Print the server's details (a cluster's topology) as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -224,6 +238,16 @@ pub struct LocalUpArgs {
     /// Native TCP port (default: a free port).
     #[arg(long)]
     pub tcp_port: Option<u16>,
+    /// Start a local cluster 'storm' of this many shards, each replica its own server in
+    /// DIR/s<shard>r<replica>/ (default 1). 1 shard x 1 replica is the single server above.
+    #[arg(long, value_name = "S", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub shards: Option<usize>,
+    /// Replicas per shard of the local cluster (default 1); replicas of a shard hold the same data.
+    #[arg(long, value_name = "R", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=64))]
+    pub replicas: Option<usize>,
+    /// Cluster only: the port DIR/gateway.yaml tells the gateway to listen on (default: a free port).
+    #[arg(long, value_name = "PORT")]
+    pub gateway_port: Option<u16>,
 }
 
 /// Prints a clap error as one line (help and version print in full) and returns the exit code.

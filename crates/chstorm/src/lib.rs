@@ -7,7 +7,9 @@
 pub mod bench;
 pub mod cli;
 pub mod colocate;
+pub mod compare;
 pub mod dataset;
+pub mod gateway_cmd;
 pub mod demo;
 pub mod isolate;
 mod local;
@@ -33,6 +35,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Sweep(args) => sweep_cmd::run_sweep(args, &global_stop()),
         Command::Report(args) => sweep_cmd::run_report(args),
         Command::Demo(args) => demo::run(args, &global_stop()),
+        Command::Gateway(args) => gateway_cmd::run(args),
+        Command::Compare(args) => compare::run(args, &global_stop()),
         Command::Colocate(args) => colocate::run(args, &global_stop()),
         Command::Isolate(args) => isolate::run(args),
         Command::Burn(args) => colocate::burn(args),

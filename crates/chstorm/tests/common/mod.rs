@@ -47,3 +47,44 @@ pub fn query_log_counts(server: &chstorm_local::LocalServer, marker: &str) -> (u
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
 }
+
+/// Renders `html` in headless Chromium and checks the screenshot is not blank (at least 5% of the
+/// pixels differ from the background). Skips, saying so, when Chromium is not installed.
+pub fn screenshot_is_not_blank(html: &Path) {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    if !Path::new("/usr/bin/chromium").exists() {
+        eprintln!("SKIP screenshot: chromium not installed (scripts/install-deps installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("shot.png");
+    let mut child = Command::new("/usr/bin/chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--window-size=1366,1800"])
+        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("chromium did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let decoder = png::Decoder::new(std::fs::File::open(&png).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let bytes = &buf[..info.buffer_size()];
+    let px = info.color_type.samples();
+    let background = &bytes[..px];
+    let differing = bytes.chunks(px).filter(|p| p != &background).count();
+    let total = bytes.len() / px;
+    assert!(differing * 20 > total, "screenshot is nearly blank: {differing} of {total} pixels differ from the background");
+}
