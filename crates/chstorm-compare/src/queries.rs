@@ -7,9 +7,9 @@
 //! have no query and are skipped.
 
 use chstorm_proto::TlsOptions;
-use chstorm_sweep::suite::{Scalar, Suite};
+use chstorm_sweep::plan::combinations;
+use chstorm_sweep::suite::Suite;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 /// One query to compare.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,41 +59,10 @@ pub fn from_suite(suite: &Suite, vars: &BTreeMap<String, String>) -> Result<(Vec
     Ok((out, notes))
 }
 
-/// All combinations of a map of lists, in key order.
-fn combinations(m: &BTreeMap<String, Vec<Scalar>>) -> Vec<Vec<(String, String)>> {
-    let mut out: Vec<Vec<(String, String)>> = vec![vec![]];
-    for (k, values) in m {
-        out = out
-            .into_iter()
-            .flat_map(|prefix| {
-                values.iter().map(move |v| {
-                    let mut p = prefix.clone();
-                    p.push((k.clone(), v.0.clone()));
-                    p
-                })
-            })
-            .collect();
-    }
-    out
-}
-
 /// Dataset parameters (`items.rows`, `kv.rows`, ...) recorded by `chstorm dataset load` on the
 /// server at `http_url`; empty when there are none or the server cannot say.
 pub fn dataset_vars(http_url: &str, tls: &TlsOptions) -> BTreeMap<String, String> {
-    let mut vars = BTreeMap::new();
-    let Ok(mut c) = chstorm_data::SqlClient::new(http_url, tls) else { return vars };
-    c.timeout = Duration::from_secs(10);
-    let sql = format!("SELECT dataset, max(rows), max(shops) FROM {} FINAL GROUP BY dataset", chstorm_data::META_TABLE);
-    if let Ok(text) = c.query(&sql) {
-        for line in text.lines() {
-            let f: Vec<&str> = line.split('\t').collect();
-            if f.len() == 3 {
-                vars.insert(format!("{}.rows", f[0]), f[1].to_string());
-                vars.insert(format!("{}.shops", f[0]), f[2].to_string());
-            }
-        }
-    }
-    vars
+    chstorm_data::dataset_vars(http_url, tls)
 }
 
 #[cfg(test)]

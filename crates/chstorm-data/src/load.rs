@@ -115,3 +115,23 @@ pub fn load(
     }
     Ok(LoadReport { dataset: ds, tables: done })
 }
+
+/// Dataset parameters recorded by [`load`] on the server at `http_url` (`items.rows`,
+/// `items.shops`, `kv.rows`, ...), as suites and compare read them for `${items.rows}`. Empty
+/// when there are none or the server cannot say.
+pub fn dataset_vars(http_url: &str, tls: &chstorm_proto::TlsOptions) -> std::collections::BTreeMap<String, String> {
+    let mut vars = std::collections::BTreeMap::new();
+    let Ok(mut c) = SqlClient::new(http_url, tls) else { return vars };
+    c.timeout = std::time::Duration::from_secs(10);
+    let sql = format!("SELECT dataset, max(rows), max(shops) FROM {META_TABLE} FINAL GROUP BY dataset");
+    if let Ok(text) = c.query(&sql) {
+        for line in text.lines() {
+            let f: Vec<&str> = line.split('\t').collect();
+            if f.len() == 3 {
+                vars.insert(format!("{}.rows", f[0]), f[1].to_string());
+                vars.insert(format!("{}.shops", f[0]), f[2].to_string());
+            }
+        }
+    }
+    vars
+}

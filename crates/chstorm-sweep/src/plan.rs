@@ -81,7 +81,7 @@ pub struct PointPlan {
 }
 
 /// All combinations of a map of lists, in key order.
-fn combinations(m: &BTreeMap<String, Vec<crate::suite::Scalar>>) -> Vec<Vec<(String, String)>> {
+pub fn combinations(m: &BTreeMap<String, Vec<crate::suite::Scalar>>) -> Vec<Vec<(String, String)>> {
     let mut out: Vec<Vec<(String, String)>> = vec![vec![]];
     for (k, values) in m {
         out = out

@@ -60,24 +60,7 @@ pub fn read_points(dir: &Path) -> Result<Vec<SweepPoint>, SweepError> {
 
 /// Dataset parameters recorded by `chstorm dataset load` (`items.rows`, `items.shops`, ...).
 fn dataset_vars(targets: &Targets) -> BTreeMap<String, String> {
-    let mut vars = BTreeMap::new();
-    let Some(url) = targets.http_any() else { return vars };
-    let Ok(mut c) = chstorm_data::SqlClient::new(url, &targets.tls) else { return vars };
-    c.timeout = Duration::from_secs(10);
-    let sql = format!(
-        "SELECT dataset, max(rows), max(shops) FROM {} FINAL GROUP BY dataset",
-        chstorm_data::META_TABLE
-    );
-    if let Ok(text) = c.query(&sql) {
-        for line in text.lines() {
-            let f: Vec<&str> = line.split('\t').collect();
-            if f.len() == 3 {
-                vars.insert(format!("{}.rows", f[0]), f[1].to_string());
-                vars.insert(format!("{}.shops", f[0]), f[2].to_string());
-            }
-        }
-    }
-    vars
+    targets.http_any().map(|url| chstorm_data::dataset_vars(url, &targets.tls)).unwrap_or_default()
 }
 
 fn load_spec(p: &PointPlan, opts: &SweepOptions) -> Result<(LoadSpec, RunMeta), SweepError> {

@@ -129,7 +129,8 @@ pub fn exit_code(r: &RunResult) -> i32 {
     }
 }
 
-fn check_writable(path: &Path) -> anyhow::Result<()> {
+/// Fails early, before a long run, when an output file's folder does not exist.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     if path == Path::new("-") {
         return Ok(());
     }

@@ -231,7 +231,7 @@ pub fn run_with(mut args: ColocateArgs, stop: &StopHandle, burner_exe: &Path) ->
     };
     let html_path = html_path(&args);
     for p in [args.bench.json.as_deref(), args.bench.csv.as_deref(), html_path.as_deref()].into_iter().flatten() {
-        check_writable(p)?;
+        crate::bench::check_writable(p)?;
     }
     let server = server::Server::resolve(&mut args.bench)?;
     let (spec, meta) = crate::bench::build_spec(&args.bench)?;
@@ -271,17 +271,6 @@ fn html_path(args: &ColocateArgs) -> Option<PathBuf> {
         Some(j) if j != Path::new("-") => Some(j.with_extension("html")),
         _ => Some(PathBuf::from(DEFAULT_HTML)),
     }
-}
-
-fn check_writable(path: &Path) -> anyhow::Result<()> {
-    if path == Path::new("-") {
-        return Ok(());
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        bail!("cannot write {}: folder {} does not exist", path.display(), dir.display());
-    }
-    Ok(())
 }
 
 fn write_outputs(args: &ColocateArgs, report: &ColocateReport, html_path: Option<&Path>) -> anyhow::Result<()> {
