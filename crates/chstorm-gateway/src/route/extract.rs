@@ -74,7 +74,8 @@ pub fn key_from_where(sql: &str, column: &str) -> Option<KeyValue> {
     }
     let n = s.toks.len();
     let is_col = |i: usize| {
-        matches!(s.toks[i].kind, TokenKind::Word | TokenKind::QuotedIdent) && s.toks[i].ident().as_deref() == Some(column)
+        matches!(s.toks[i].kind, TokenKind::Word | TokenKind::QuotedIdent)
+            && s.toks[i].ident().as_deref() == Some(column)
     };
 
     // `col` must not also be an alias.
@@ -151,7 +152,13 @@ fn conjuncts(s: &Sql<'_>, start: usize, end: usize, d: u32, out: &mut Vec<(usize
     let top = |j: &usize| s.depth[*j] == d;
     let loose = (start..end).filter(top).any(|j| {
         let t = &s.toks[j];
-        t.is_kw("OR") || t.is_kw("CASE") || t.is_kw("AS") || t.is_punct("?") || t.is_punct(":") || t.is_punct("->") || t.is_punct(",")
+        t.is_kw("OR")
+            || t.is_kw("CASE")
+            || t.is_kw("AS")
+            || t.is_punct("?")
+            || t.is_punct(":")
+            || t.is_punct("->")
+            || t.is_punct(",")
     });
     if loose {
         out.push((start, end));
@@ -316,7 +323,11 @@ mod tests {
         assert_eq!(w("SELECT * FROM items WHERE shop_id = 5 ORDER BY shop_id LIMIT 1 BY shop_id"), u(5));
         assert_eq!(w("SELECT shop_id, count() FROM items WHERE shop_id = 5 GROUP BY shop_id HAVING count() > 1"), u(5));
         assert_eq!(w("SELECT * FROM items ARRAY JOIN tags WHERE shop_id = 5"), u(5));
-        assert_eq!(w("SELECT * FROM items WHERE isNotNull(shop_id) AND shop_id = 5"), None, "shop_id outside the conjunct");
+        assert_eq!(
+            w("SELECT * FROM items WHERE isNotNull(shop_id) AND shop_id = 5"),
+            None,
+            "shop_id outside the conjunct"
+        );
     }
 
     #[test]
@@ -392,7 +403,11 @@ mod tests {
         assert_eq!(w("SELECT * FROM (SELECT * FROM items WHERE shop_id = 5)"), u(5));
         assert_eq!(w("SELECT * FROM (SELECT * FROM items WHERE shop_id = 5) WHERE shop_id = 5"), u(5));
         assert_eq!(w("SELECT * FROM (SELECT * FROM items WHERE shop_id = 5) WHERE shop_id = 6"), None);
-        assert_eq!(w("SELECT * FROM (SELECT * FROM items) WHERE shop_id = 5"), None, "the inner SELECT reads all shards");
+        assert_eq!(
+            w("SELECT * FROM (SELECT * FROM items) WHERE shop_id = 5"),
+            None,
+            "the inner SELECT reads all shards"
+        );
         assert_eq!(
             w("SELECT * FROM items WHERE shop_id = 5 AND item_id IN (SELECT item_id FROM items WHERE shop_id = 5)"),
             u(5)
@@ -426,9 +441,40 @@ mod tests {
     #[test]
     fn no_panic_on_random_input() {
         let pieces = [
-            "SELECT ", "* ", "FROM ", "items ", "WHERE ", "shop_id ", "= ", "5 ", "AND ", "OR ", "(", ") ", "'x' ",
-            "-- c\n", "/* c */", "IN ", ", ", "UNION ALL ", "JOIN ", "t.", "`shop_id` ", "- ", "0x1 ", "BETWEEN ",
-            "CASE ", "END ", "AS ", "'", "`", "\"", "é", ";", "PREWHERE ", "NOT ",
+            "SELECT ",
+            "* ",
+            "FROM ",
+            "items ",
+            "WHERE ",
+            "shop_id ",
+            "= ",
+            "5 ",
+            "AND ",
+            "OR ",
+            "(",
+            ") ",
+            "'x' ",
+            "-- c\n",
+            "/* c */",
+            "IN ",
+            ", ",
+            "UNION ALL ",
+            "JOIN ",
+            "t.",
+            "`shop_id` ",
+            "- ",
+            "0x1 ",
+            "BETWEEN ",
+            "CASE ",
+            "END ",
+            "AS ",
+            "'",
+            "`",
+            "\"",
+            "é",
+            ";",
+            "PREWHERE ",
+            "NOT ",
         ];
         let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
         for _ in 0..10_000 {

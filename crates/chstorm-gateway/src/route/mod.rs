@@ -20,9 +20,12 @@
 //!
 //! **`cityHash64` of an integer is not CityHash of its bytes.** For integer
 //! arguments (and Date/DateTime/Float, not needed here) `cityHash64(x)` is
-//! `intHash64(bits)`, where `bits` is the value's own bytes zero-extended to
-//! 64 bits (`FunctionAnyHash::executeIntType`:
-//! `IntHash64Impl::apply(ext::bit_cast<UInt64>(x))`). On 18.16.1:
+//! the SQL function `intHash64(bits)`, where `bits` is the value's own bytes
+//! zero-extended to 64 bits (`FunctionAnyHash::executeIntType`:
+//! `IntHash64Impl::apply(ext::bit_cast<UInt64>(x))`), and `intHash64(x)` is
+//! the MurmurHash3 finalizer of `x ^ 0x4CF2D2BAAE6DA887` (mind the XOR: the
+//! bare finalizer, ClickHouse's internal hash-table `intHash64`, gives other
+//! values). On 18.16.1:
 //!
 //! * `cityHash64(123)` (a `UInt8` literal) = `cityHash64(toUInt8(123))` =
 //!   `cityHash64(toUInt32(123))` = `cityHash64(toUInt64(123))` =
@@ -49,10 +52,11 @@
 //! slot per unit of weight (`slots = [0,0,1,2,...]`, shard `i` repeated
 //! `weight_i` times), and sends a row to `slots[value % slots.len()]`. A
 //! weight-0 shard gets no slot: it never receives rows, and keeps its index.
-//! Seen on 18.16 with weights `[2,0,3]`: residues 0,1 went to shard 1, 2..4
-//! to shard 3, nothing to shard 2. With all weights 0 the server aborts on the
-//! insert (`libdivide.h: divider must be != 0`), so [`select_shard`] returns
-//! `None` and [`validate_weights`] is an error.
+//! Seen on 18.16 with weights `[2,0,3]`: residues 0,1 went to the first
+//! shard, 2..4 to the third, nothing to the second. With all weights 0 the
+//! whole server process aborts on an insert into the Distributed table
+//! (`libdivide.h: divider must be != 0`), so [`select_shard`] returns `None`
+//! and [`validate_weights`] / [`Router::new`] refuse such a config.
 //!
 //! **Signed plain columns.** With a plain integer column as the sharding key,
 //! the value is cast to an unsigned type of at least 32 bits before the
@@ -168,7 +172,10 @@ impl Router {
         let where_column = where_column.filter(|c| !c.is_empty());
         if let Some(w) = &where_column {
             if w != expr.column() {
-                return Err(RouteError::WhereColumnMismatch { where_column: w.clone(), column: expr.column().to_string() });
+                return Err(RouteError::WhereColumnMismatch {
+                    where_column: w.clone(),
+                    column: expr.column().to_string(),
+                });
             }
         }
         Ok(Router { expr, col_type, tables, where_column, weights })
@@ -241,7 +248,10 @@ mod tests {
         let e = |key: &str, ty: ColumnType, t: BTreeMap<String, String>, w: Option<&str>, weights: Vec<u32>| {
             Router::new(key, ty, t, w.map(String::from), weights).unwrap_err()
         };
-        assert!(matches!(e("rand()", ColumnType::UInt64, tables(), None, vec![1]), RouteError::UnsupportedShardingKey(_)));
+        assert!(matches!(
+            e("rand()", ColumnType::UInt64, tables(), None, vec![1]),
+            RouteError::UnsupportedShardingKey(_)
+        ));
         assert!(matches!(e("shop_id", ColumnType::String, tables(), None, vec![1]), RouteError::NotAnInteger { .. }));
         assert_eq!(e("shop_id", ColumnType::UInt64, tables(), None, vec![0, 0]), RouteError::NoWeight);
         assert_eq!(e("shop_id", ColumnType::UInt64, tables(), None, vec![]), RouteError::NoWeight);

@@ -73,11 +73,21 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         }
     }
 
+    // `WITH items AS (SELECT ...)` (a common table expression, in releases
+    // newer than 18.16): `FROM items` then means the CTE, not the table.
+    let ctes: Vec<String> = (0..n.saturating_sub(2))
+        .filter(|&i| s.toks[i + 1].is_kw("AS") && s.is_subquery(i + 2))
+        .filter_map(|i| s.toks[i].ident())
+        .collect();
+
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     for &(first, end) in &refs {
         let last = end - 1;
         let table = s.toks[last].ident()?;
         let db = if end - first == 3 { Some(s.toks[first].ident()?) } else { None };
+        if db.is_none() && ctes.contains(&table) {
+            continue;
+        }
         let Some(target) = lookup(tables, db.as_deref(), &table) else { continue };
         let (new_db, new_table) = split_name(target);
         if new_table.is_empty() {
@@ -107,7 +117,6 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         at = end;
     }
     out.push_str(&sql[at..]);
-    debug_assert!(n > 0);
     Some(out)
 }
 
@@ -177,9 +186,40 @@ fn has_alias(s: &Sql<'_>, next: usize) -> bool {
 
 /// Words that may follow a table name and are not its alias.
 const NOT_ALIAS: &[&str] = &[
-    "FINAL", "SAMPLE", "PREWHERE", "WHERE", "GROUP", "ORDER", "LIMIT", "HAVING", "SETTINGS", "FORMAT", "UNION",
-    "EXCEPT", "INTERSECT", "INNER", "LEFT", "RIGHT", "FULL", "CROSS", "ANY", "ALL", "ASOF", "SEMI", "ANTI", "GLOBAL",
-    "ARRAY", "JOIN", "ON", "USING", "INTO", "WITH", "PASTE", "LOCAL", "OUTER", "NATURAL",
+    "FINAL",
+    "SAMPLE",
+    "PREWHERE",
+    "WHERE",
+    "GROUP",
+    "ORDER",
+    "LIMIT",
+    "HAVING",
+    "SETTINGS",
+    "FORMAT",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "INNER",
+    "LEFT",
+    "RIGHT",
+    "FULL",
+    "CROSS",
+    "ANY",
+    "ALL",
+    "ASOF",
+    "SEMI",
+    "ANTI",
+    "GLOBAL",
+    "ARRAY",
+    "JOIN",
+    "ON",
+    "USING",
+    "INTO",
+    "WITH",
+    "PASTE",
+    "LOCAL",
+    "OUTER",
+    "NATURAL",
 ];
 
 /// True if some column is qualified with `table` (`items.shop_id`, `items.*`)
@@ -259,8 +299,14 @@ mod tests {
             "SELECT * FROM items AS a ANY LEFT JOIN items AS b USING (item_id)",
             "SELECT * FROM items_local AS a ANY LEFT JOIN items_local AS b USING (item_id)",
         );
-        same("SELECT * FROM a GLOBAL INNER JOIN db.items USING x", "SELECT * FROM a GLOBAL INNER JOIN db.items_local USING x");
-        same("SELECT * FROM a JOIN (SELECT * FROM items) USING x", "SELECT * FROM a JOIN (SELECT * FROM items_local) USING x");
+        same(
+            "SELECT * FROM a GLOBAL INNER JOIN db.items USING x",
+            "SELECT * FROM a GLOBAL INNER JOIN db.items_local USING x",
+        );
+        same(
+            "SELECT * FROM a JOIN (SELECT * FROM items) USING x",
+            "SELECT * FROM a JOIN (SELECT * FROM items_local) USING x",
+        );
         same("SELECT * FROM items ARRAY JOIN items", "SELECT * FROM items_local ARRAY JOIN items");
         assert_eq!(rw("SELECT * FROM t LEFT ARRAY JOIN items AS i"), None);
         assert_eq!(rw("SELECT * FROM a JOIN b USING a, items"), None);
@@ -275,6 +321,10 @@ mod tests {
         same("SELECT * FROM items, items AS b", "SELECT * FROM items_local, items_local AS b");
         same("INSERT INTO t SELECT * FROM items", "INSERT INTO t SELECT * FROM items_local");
         same("WITH (SELECT max(x) FROM items) AS m SELECT m", "WITH (SELECT max(x) FROM items_local) AS m SELECT m");
+        same(
+            "WITH items AS (SELECT 1) SELECT * FROM db.items",
+            "WITH items AS (SELECT 1) SELECT * FROM db.items_local",
+        );
     }
 
     #[test]
@@ -300,6 +350,7 @@ mod tests {
             "SELECT * FROM t WHERE x IN items",
             "SELECT * FROM items; SELECT 1",
             "SELECT * FROM items WHERE x = 'open",
+            "WITH items AS (SELECT 1) SELECT * FROM items",
             "SELECT * FROM (items",
             "",
         ] {
@@ -312,9 +363,33 @@ mod tests {
     #[test]
     fn no_panic_on_random_input() {
         let pieces = [
-            "SELECT ", "* ", "FROM ", "items ", "db.", "WHERE ", "JOIN ", "ARRAY ", ", ", "(", ") ", "'items' ",
-            "-- c\n", "/* items */", "items.x ", "`items` ", "FINAL ", "AS ", "i ", "UNION ALL ", "USING ", "\"",
-            "'", "é", ";", "extract(", "t ",
+            "SELECT ",
+            "* ",
+            "FROM ",
+            "items ",
+            "db.",
+            "WHERE ",
+            "JOIN ",
+            "ARRAY ",
+            ", ",
+            "(",
+            ") ",
+            "'items' ",
+            "-- c\n",
+            "/* items */",
+            "items.x ",
+            "`items` ",
+            "FINAL ",
+            "AS ",
+            "i ",
+            "UNION ALL ",
+            "USING ",
+            "\"",
+            "'",
+            "é",
+            ";",
+            "extract(",
+            "t ",
         ];
         let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
         for _ in 0..10_000 {
@@ -324,7 +399,8 @@ mod tests {
                 s.push_str(pieces[rng.gen_range(0..pieces.len())]);
             }
             if let Some(out) = rw(&s) {
-                let strip = |t: &str| t.replace("items_local", "items").replace(" AS items", "").replace(" AS `items`", "");
+                let strip =
+                    |t: &str| t.replace("items_local", "items").replace(" AS items", "").replace(" AS `items`", "");
                 assert_eq!(strip(&out), strip(&s), "{s:?} -> {out:?}");
             }
         }

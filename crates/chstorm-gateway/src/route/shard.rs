@@ -105,11 +105,8 @@ impl ColumnType {
             KeyValue::Int(i) => i128::from(*i),
             KeyValue::Str(s) => parse_int(s).ok_or_else(invalid)?,
         };
-        let (min, max) = if signed {
-            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
-        } else {
-            (0, (1i128 << bits) - 1)
-        };
+        let (min, max) =
+            if signed { (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1) } else { (0, (1i128 << bits) - 1) };
         if v < min || v > max {
             return Err(invalid());
         }
@@ -157,7 +154,8 @@ impl ShardingExpr {
     pub fn parse(s: &str) -> Result<ShardingExpr, RouteError> {
         let unsupported = || RouteError::UnsupportedShardingKey(s.trim().to_string());
         let toks = tokenize(s);
-        let is_ident = |i: usize| toks.get(i).is_some_and(|t| matches!(t.kind, TokenKind::Word | TokenKind::QuotedIdent));
+        let is_ident =
+            |i: usize| toks.get(i).is_some_and(|t| matches!(t.kind, TokenKind::Word | TokenKind::QuotedIdent));
         match toks.len() {
             1 if is_ident(0) => {
                 let column = toks[0].ident().filter(|c| !c.is_empty()).ok_or_else(unsupported)?;
@@ -275,13 +273,12 @@ mod tests {
             ShardingExpr::parse("  cityHash64 ( `shop id` ) ").unwrap(),
             ShardingExpr::CityHash64 { column: "shop id".into() }
         );
-        assert_eq!(
-            ShardingExpr::parse("CITYHASH64(\"s\")").unwrap(),
-            ShardingExpr::CityHash64 { column: "s".into() }
-        );
+        assert_eq!(ShardingExpr::parse("CITYHASH64(\"s\")").unwrap(), ShardingExpr::CityHash64 { column: "s".into() });
         assert_eq!(ShardingExpr::parse("shop_id").unwrap(), ShardingExpr::Column { column: "shop_id".into() });
         assert_eq!(ShardingExpr::parse("shop_id").unwrap().column(), "shop_id");
-        for bad in ["rand()", "", "intHash64(x)", "x % 4", "cityHash64(a, b)", "cityHash64()", "cityHash64(x", "``", "1"] {
+        for bad in
+            ["rand()", "", "intHash64(x)", "x % 4", "cityHash64(a, b)", "cityHash64()", "cityHash64(x", "``", "1"]
+        {
             let e = ShardingExpr::parse(bad).unwrap_err();
             assert!(matches!(e, RouteError::UnsupportedShardingKey(_)), "{bad}: {e}");
         }
@@ -318,14 +315,8 @@ mod tests {
         assert_eq!(e.evaluate(&KeyValue::Str("abc".into()), ColumnType::String).unwrap(), 4220206313085259313);
         assert_eq!(e.evaluate(&KeyValue::Str("123".into()), ColumnType::UInt64).unwrap(), 12585326385145454095);
         // An integer key for a String column is its decimal text.
-        assert_eq!(
-            e.evaluate(&KeyValue::UInt(123), ColumnType::String).unwrap(),
-            city_hash64(b"123"),
-        );
-        assert!(matches!(
-            e.evaluate(&KeyValue::UInt(256), ColumnType::UInt8),
-            Err(RouteError::InvalidKey { .. })
-        ));
+        assert_eq!(e.evaluate(&KeyValue::UInt(123), ColumnType::String).unwrap(), city_hash64(b"123"),);
+        assert!(matches!(e.evaluate(&KeyValue::UInt(256), ColumnType::UInt8), Err(RouteError::InvalidKey { .. })));
         assert!(e.evaluate(&KeyValue::Int(-1), ColumnType::UInt64).is_err());
         assert!(e.evaluate(&KeyValue::Str("12a".into()), ColumnType::UInt64).is_err());
         assert!(e.evaluate(&KeyValue::Str("".into()), ColumnType::UInt64).is_err());
@@ -377,7 +368,10 @@ mod tests {
         assert_eq!(select_shard(5, &[7]), Some(0));
         assert_eq!(select_shard(5, &[]), None);
         assert_eq!(select_shard(5, &[0, 0]), None);
-        assert_eq!(select_shard(u64::MAX, &[u32::MAX, u32::MAX, 1]), Some((u64::MAX % (2 * u64::from(u32::MAX) + 1) / u64::from(u32::MAX)) as usize));
+        assert_eq!(
+            select_shard(u64::MAX, &[u32::MAX, u32::MAX, 1]),
+            Some((u64::MAX % (2 * u64::from(u32::MAX) + 1) / u64::from(u32::MAX)) as usize)
+        );
         assert!(matches!(validate_weights(&[0, 0]), Err(RouteError::NoWeight)));
         assert!(matches!(validate_weights(&[]), Err(RouteError::NoWeight)));
         assert_eq!(validate_weights(&[2, 0, 3]).unwrap(), 5);

@@ -126,7 +126,8 @@ impl<'a> Sql<'a> {
         let statement = match toks.first() {
             Some(t) if t.is_kw("SELECT") || t.is_kw("WITH") || t.is_punct("(") => Statement::Query,
             Some(t) if t.is_kw("INSERT") => {
-                let has_select = toks.iter().zip(&depth).any(|(t, &d)| d == 0 && (t.is_kw("SELECT") || t.is_kw("WITH")));
+                let has_select =
+                    toks.iter().zip(&depth).any(|(t, &d)| d == 0 && (t.is_kw("SELECT") || t.is_kw("WITH")));
                 if has_select {
                     Statement::InsertSelect
                 } else {
@@ -147,10 +148,9 @@ impl<'a> Sql<'a> {
     /// True if the bracket group opened at `open` holds a query.
     pub fn is_subquery(&self, open: usize) -> bool {
         self.toks.get(open).is_some_and(|t| t.is_punct("("))
-            && self
-                .toks
-                .get(open + 1)
-                .is_some_and(|t| t.is_kw("SELECT") || t.is_kw("WITH") || (t.is_punct("(") && self.is_subquery(open + 1)))
+            && self.toks.get(open + 1).is_some_and(|t| {
+                t.is_kw("SELECT") || t.is_kw("WITH") || (t.is_punct("(") && self.is_subquery(open + 1))
+            })
     }
 
     fn find_bodies(&self) -> Vec<Body> {
@@ -165,7 +165,9 @@ impl<'a> Sql<'a> {
             for j in s + 1..n {
                 if self.depth[j] < d
                     || (self.depth[j] == d
-                        && (self.toks[j].is_kw("UNION") || self.toks[j].is_kw("EXCEPT") || self.toks[j].is_kw("INTERSECT")))
+                        && (self.toks[j].is_kw("UNION")
+                            || self.toks[j].is_kw("EXCEPT")
+                            || self.toks[j].is_kw("INTERSECT")))
                 {
                     end = j;
                     break;
@@ -212,11 +214,7 @@ impl<'a> Sql<'a> {
             let clauses = marks
                 .iter()
                 .enumerate()
-                .map(|(k, &(kind, _kw, start))| Clause {
-                    kind,
-                    start,
-                    end: marks.get(k + 1).map_or(end, |m| m.1),
-                })
+                .map(|(k, &(kind, _kw, start))| Clause { kind, start, end: marks.get(k + 1).map_or(end, |m| m.1) })
                 .collect();
             bodies.push(Body { depth: d, clauses });
         }
@@ -272,9 +270,13 @@ mod tests {
         .unwrap();
         assert_eq!(s.statement, Statement::Query);
         assert_eq!(s.bodies.len(), 1);
-        assert_eq!(clause_kinds(&s, 0), [Select, From, Prewhere, Where, GroupBy, Having, OrderBy, Limit, Settings, Format]);
+        assert_eq!(
+            clause_kinds(&s, 0),
+            [Select, From, Prewhere, Where, GroupBy, Having, OrderBy, Limit, Settings, Format]
+        );
 
-        let s = Sql::parse("SELECT extract(DAY FROM d) FROM (SELECT 1 UNION ALL SELECT 2) WHERE q IN (SELECT 3)").unwrap();
+        let s =
+            Sql::parse("SELECT extract(DAY FROM d) FROM (SELECT 1 UNION ALL SELECT 2) WHERE q IN (SELECT 3)").unwrap();
         assert_eq!(s.bodies.len(), 4);
         assert_eq!(clause_kinds(&s, 0), [Select, From, Where]);
         assert_eq!(clause_kinds(&s, 1), [Select]);
