@@ -178,6 +178,106 @@ struct RawCluster {
     password: String,
     shards: Vec<RawShard>,
     routing: Option<RawRouting>,
+    /// The thread budget (`crate::budget`); absent: no budget.
+    threads: Option<RawThreads>,
+}
+
+/// `threads.total`: a number of threads, or `auto` (2 x the backend's cores, as the server
+/// reports them; see `crate::budget::probe`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadTotal {
+    Auto,
+    Fixed(usize),
+}
+
+impl<'de> Deserialize<'de> for ThreadTotal {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_yaml::Value::deserialize(d)?;
+        let bad = || de::Error::custom(format!("expected a number of threads or auto, got {}", serde_yaml::to_string(&v).unwrap_or_default().trim()));
+        match &v {
+            serde_yaml::Value::String(s) if s == "auto" => Ok(ThreadTotal::Auto),
+            serde_yaml::Value::String(s) => s.trim().parse().map(ThreadTotal::Fixed).map_err(|_| bad()),
+            serde_yaml::Value::Number(n) => n.as_u64().map(|n| ThreadTotal::Fixed(n as usize)).ok_or_else(bad),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// `threads.mode`: what a query gets when the budget is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ThreadMode {
+    /// 1 thread at once (the seed's `total_max_threads`).
+    Grant,
+    /// Wait up to `max_wait` for a free thread, then 1 thread.
+    Queue,
+}
+
+impl Default for ThreadMode {
+    /// `queue`, chosen by `scripts/bench_threads.py`: the modes differ only once the budget is
+    /// spent, and there (20 clients) `queue` was as fast or faster (docs/GATEWAY.md, "Thread
+    /// budget").
+    fn default() -> Self {
+        ThreadMode::Queue
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawThreads {
+    #[serde(default = "auto_total")]
+    total: ThreadTotal,
+    #[serde(default = "default_max_per_query")]
+    max_per_query: usize,
+    #[serde(default)]
+    mode: ThreadMode,
+    #[serde(default = "default_thread_wait")]
+    max_wait: Dur,
+    #[serde(default)]
+    observe: bool,
+    #[serde(default = "default_observe_interval")]
+    observe_interval: Dur,
+    #[serde(default)]
+    per_replica: BTreeMap<String, ThreadTotal>,
+}
+
+fn auto_total() -> ThreadTotal {
+    ThreadTotal::Auto
+}
+fn default_max_per_query() -> usize {
+    16
+}
+fn default_thread_wait() -> Dur {
+    Dur(Duration::from_millis(100))
+}
+fn default_observe_interval() -> Dur {
+    Dur(Duration::from_millis(100))
+}
+
+/// A cluster's thread budget (`clusters.NAME.threads`), one budget per replica.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Threads {
+    /// Threads shared by the queries running on one replica. Default `auto`.
+    pub total: ThreadTotal,
+    /// The most one query gets (the user's max_threads). Default 16.
+    pub max_per_query: usize,
+    /// Default [`ThreadMode::default`].
+    pub mode: ThreadMode,
+    /// `queue` mode: the longest wait for a free thread. Default 100 ms.
+    pub max_wait: Duration,
+    /// Correct the count from the server's `system.processes`. Default false.
+    pub observe: bool,
+    /// Time between two polls when `observe`. Default 100 ms.
+    pub observe_interval: Duration,
+    /// `total` overrides by replica base URL (`http://host:port`, as [`ReplicaAddr::base`]).
+    pub per_replica: BTreeMap<String, ThreadTotal>,
+}
+
+impl Threads {
+    /// The total for the replica at `base`.
+    pub fn total_for(&self, base: &str) -> ThreadTotal {
+        self.per_replica.get(base).copied().unwrap_or(self.total)
+    }
 }
 
 fn default_user() -> String {
@@ -314,6 +414,8 @@ pub struct Config {
     pub pool: PoolCfg,
     pub clusters: BTreeMap<String, Cluster>,
     pub users: BTreeMap<String, User>,
+    /// Thread budgets by cluster name (clusters without a `threads` section have none).
+    pub threads: BTreeMap<String, Threads>,
 }
 
 fn scalar(v: &serde_yaml::Value) -> Option<String> {
@@ -375,6 +477,7 @@ impl Config {
             return Err(err("clusters:", "clusters: at least one cluster is needed".into()));
         }
         let mut clusters = BTreeMap::new();
+        let mut threads = BTreeMap::new();
         for (name, c) in raw.clusters {
             if c.shards.is_empty() {
                 return Err(err(&format!("{name}:"), format!("clusters.{name}.shards: at least one shard is needed")));
@@ -413,6 +516,44 @@ impl Config {
                     Some(Router::new(&r.sharding_key, col_type, r.tables, r.where_column, weights).map_err(|e| at(e.to_string()))?)
                 }
             };
+            if let Some(t) = c.threads {
+                let at = |field: &str, e: String| err("threads:", format!("clusters.{name}.threads.{field}: {e}"));
+                if t.total == ThreadTotal::Fixed(0) {
+                    return Err(at("total", "must be at least 1, or auto".into()));
+                }
+                if t.max_per_query == 0 {
+                    return Err(at("max_per_query", "must be at least 1".into()));
+                }
+                if t.observe_interval.0 < Duration::from_millis(10) {
+                    return Err(at("observe_interval", "must be at least 10ms".into()));
+                }
+                let mut per_replica = BTreeMap::new();
+                for (url, total) in t.per_replica {
+                    let base = url::Url::parse(&url)
+                        .ok()
+                        .and_then(|u| Some(format!("{}://{}:{}", u.scheme(), u.host_str()?, u.port_or_known_default().unwrap_or(8123))));
+                    let known = base.as_ref().filter(|b| shards.iter().any(|s| s.replicas.iter().any(|r| &r.base == *b)));
+                    let Some(base) = known else {
+                        return Err(err(&url, format!("clusters.{name}.threads.per_replica: '{url}' is not a replica of cluster '{name}'")));
+                    };
+                    if total == ThreadTotal::Fixed(0) {
+                        return Err(err(&url, format!("clusters.{name}.threads.per_replica.{url}: must be at least 1, or auto")));
+                    }
+                    per_replica.insert(base.clone(), total);
+                }
+                threads.insert(
+                    name.clone(),
+                    Threads {
+                        total: t.total,
+                        max_per_query: t.max_per_query,
+                        mode: t.mode,
+                        max_wait: t.max_wait.0,
+                        observe: t.observe,
+                        observe_interval: t.observe_interval.0,
+                        per_replica,
+                    },
+                );
+            }
             clusters.insert(name.clone(), Cluster { name, user: c.user, password: c.password, shards, routing });
         }
         let mut users = BTreeMap::new();
@@ -485,6 +626,7 @@ impl Config {
             pool: raw.pool,
             clusters,
             users,
+            threads,
         })
     }
 }
@@ -531,5 +673,36 @@ mod tests {
         assert!(e.contains("use http:// or https://"), "{e}");
         let e = bad(&EXAMPLE.replace("listen: 127.0.0.1:8124", "listen: everywhere"));
         assert!(e.contains("listen: 'everywhere'") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn threads_section() {
+        let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
+        assert!(c.threads.is_empty(), "the example leaves the budget commented out");
+        // The example's commented block, uncommented, is valid and means what it says.
+        let uncommented = EXAMPLE.replace("    # threads:", "    threads:").replace("    #   ", "      ");
+        let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
+        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false));
+        assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
+        let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
+        let c = Config::parse(&with("      total: 8\n      max_per_query: 4\n      mode: queue\n      max_wait: 50ms\n      observe: true\n      per_replica:\n        http://127.0.0.1:18126: auto\n"), Path::new("g.yaml")).unwrap();
+        let t = &c.threads["storm"];
+        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Fixed(8), 4, ThreadMode::Queue, Duration::from_millis(50), true));
+        assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Auto);
+        assert_eq!(t.total_for("http://127.0.0.1:18123"), ThreadTotal::Fixed(8));
+        let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
+        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false));
+        let e = bad(&with("      total: 0\n"));
+        assert!(e.contains("clusters.storm.threads.total: must be at least 1, or auto") && e.contains("line "), "{e}");
+        let e = bad(&with("      total: many\n"));
+        assert!(e.contains("threads.total") && e.contains("expected a number of threads or auto"), "{e}");
+        let e = bad(&with("      mode: fast\n"));
+        assert!(e.contains("threads.mode") && e.contains("unknown variant `fast`"), "{e}");
+        let e = bad(&with("      max_per_query: 0\n"));
+        assert!(e.contains("threads.max_per_query: must be at least 1"), "{e}");
+        let e = bad(&with("      per_replica:\n        http://10.0.0.1:8123: 4\n"));
+        assert!(e.contains("per_replica: 'http://10.0.0.1:8123' is not a replica of cluster 'storm'"), "{e}");
+        let e = bad(&with("      totl: 4\n"));
+        assert!(e.contains("unknown field `totl`"), "{e}");
     }
 }

@@ -8,12 +8,15 @@
 //! * [`balancer`] + [`health`]: replica selection over snapshots published by active probes and
 //!   passive failure detection.
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
+//! * [`budget`]: the per-replica thread budget (`threads:`): each query's `max_threads` granted
+//!   from a shared total; RAII grants.
 //! * [`upstream`]: the kept-alive backend pool.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //! * [`server`]: the listener, TLS and SIGHUP reload.
 
 pub mod admission;
 pub mod balancer;
+pub mod budget;
 pub mod body;
 pub mod config;
 pub mod health;

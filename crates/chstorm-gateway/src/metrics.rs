@@ -10,6 +10,14 @@
 //! | `chstorm_gateway_retries_total` | | retries sent to another replica |
 //! | `chstorm_gateway_retry_budget_exhausted_total` | | retries refused by the budget |
 //! | `chstorm_gateway_killed_queries_total` | reason | KILL QUERY sent (client_gone, timeout) |
+//! | `chstorm_gateway_threads_total` | cluster, replica | the replica's thread budget |
+//! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
+//! | `chstorm_gateway_threads_external` | cluster, replica | threads of other queries on the server (`observe`) |
+//! | `chstorm_gateway_threads_queued` | cluster, replica | queries waiting for a thread (`queue` mode) |
+//! | `chstorm_gateway_thread_grant` | cluster, replica | histogram of threads granted per query |
+//! | `chstorm_gateway_thread_floor_grants_total` | cluster, replica | 1-thread grants made with the budget spent |
+//! | `chstorm_gateway_thread_queue_wait_seconds` | cluster, replica | time queries waited for a thread (`queue` mode) |
+//! | `chstorm_gateway_thread_queue_timeouts_total` | cluster, replica | waits that reached `max_wait` (then 1 thread) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -41,6 +49,16 @@ pub struct KillLabel {
     pub reason: &'static str,
 }
 
+fn grant_histogram() -> Histogram {
+    // 1, 2, 4, ... 128 threads
+    Histogram::new(exponential_buckets(1.0, 2.0, 8))
+}
+
+fn wait_histogram() -> Histogram {
+    // 0.1 ms .. ~1.6 s
+    Histogram::new(exponential_buckets(0.0001, 2.0, 15))
+}
+
 fn latency_histogram() -> Histogram {
     // 0.1 ms .. ~3.3 s
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
@@ -57,6 +75,14 @@ pub struct Metrics {
     pub retries: Counter,
     pub budget_exhausted: Counter,
     pub killed: Family<KillLabel, Counter>,
+    pub threads_total: Family<ReplicaLabels, Gauge>,
+    pub threads_in_use: Family<ReplicaLabels, Gauge>,
+    pub threads_external: Family<ReplicaLabels, Gauge>,
+    pub threads_queued: Family<ReplicaLabels, Gauge>,
+    pub thread_grant: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
+    pub thread_floor_grants: Family<ReplicaLabels, Counter>,
+    pub thread_queue_wait: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
+    pub thread_queue_timeouts: Family<ReplicaLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -78,7 +104,41 @@ impl Default for Metrics {
         registry.register("chstorm_gateway_retries", "Retries sent to another replica", retries.clone());
         registry.register("chstorm_gateway_retry_budget_exhausted", "Retries refused by the budget", budget_exhausted.clone());
         registry.register("chstorm_gateway_killed_queries", "KILL QUERY sent", killed.clone());
-        Metrics { registry, requests, duration, in_flight, queued, replica_up, retries, budget_exhausted, killed }
+        let threads_total = Family::<ReplicaLabels, Gauge>::default();
+        let threads_in_use = Family::<ReplicaLabels, Gauge>::default();
+        let threads_external = Family::<ReplicaLabels, Gauge>::default();
+        let threads_queued = Family::<ReplicaLabels, Gauge>::default();
+        let thread_grant = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(grant_histogram as fn() -> Histogram);
+        let thread_floor_grants = Family::<ReplicaLabels, Counter>::default();
+        let thread_queue_wait = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(wait_histogram as fn() -> Histogram);
+        let thread_queue_timeouts = Family::<ReplicaLabels, Counter>::default();
+        registry.register("chstorm_gateway_threads_total", "The replica's thread budget", threads_total.clone());
+        registry.register("chstorm_gateway_threads_in_use", "Threads granted to queries in flight through this gateway", threads_in_use.clone());
+        registry.register("chstorm_gateway_threads_external", "Threads of other queries on the server (observe)", threads_external.clone());
+        registry.register("chstorm_gateway_threads_queued", "Queries waiting for a thread (queue mode)", threads_queued.clone());
+        registry.register("chstorm_gateway_thread_grant", "Threads granted per query", thread_grant.clone());
+        registry.register("chstorm_gateway_thread_floor_grants", "1-thread grants made with the budget spent", thread_floor_grants.clone());
+        registry.register("chstorm_gateway_thread_queue_wait_seconds", "Time queries waited for a thread (queue mode)", thread_queue_wait.clone());
+        registry.register("chstorm_gateway_thread_queue_timeouts", "Waits for a thread that reached max_wait", thread_queue_timeouts.clone());
+        Metrics {
+            registry,
+            requests,
+            duration,
+            in_flight,
+            queued,
+            replica_up,
+            retries,
+            budget_exhausted,
+            killed,
+            threads_total,
+            threads_in_use,
+            threads_external,
+            threads_queued,
+            thread_grant,
+            thread_floor_grants,
+            thread_queue_wait,
+            thread_queue_timeouts,
+        }
     }
 }
 

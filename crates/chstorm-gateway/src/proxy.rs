@@ -150,6 +150,12 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
             }
         }
     }
+    // The thread budget: the query wants max_per_query threads, or fewer when the client's (or
+    // the user's fixed) max_threads says so; each attempt sends its replica's grant instead.
+    let want_threads = cluster.budget.as_ref().map(|b| crate::budget::wanted(&params, b.cfg.max_per_query));
+    if want_threads.is_some() {
+        params.retain(|(k, _)| k != "max_threads");
+    }
     let path_and_query = format!("{}?{}", parts.uri.path(), encode_params(&params));
     let retryable = kind == Kind::Read && held_body.is_some();
     let head_timeout = u.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1));
@@ -195,7 +201,16 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         let replica = inflight.replica().clone();
         let id = (replica.shard, replica.index);
         attempts += 1;
-        let mut b = Request::builder().method(parts.method.clone()).uri(format!("{}{}", replica.addr.base, path_and_query));
+        // Threads from this replica's budget (RAII: a retry's `continue` gives them back).
+        let grant = match (&cluster.budget, want_threads) {
+            (Some(budget), Some(want)) => budget.acquire(&replica, want, &query_id).await,
+            _ => None,
+        };
+        let uri = match &grant {
+            Some(g) => format!("{}{}&max_threads={}", replica.addr.base, path_and_query, g.threads()),
+            None => format!("{}{}", replica.addr.base, path_and_query),
+        };
+        let mut b = Request::builder().method(parts.method.clone()).uri(uri);
         for (k, v) in parts.headers.iter() {
             if !HOP.contains(&k.as_str()) {
                 b = b.header(k, v);
@@ -263,6 +278,9 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         rparts.headers.insert("x-chstorm-replica", HeaderValue::from_str(&replica.label()).unwrap_or(HeaderValue::from_static("?")));
         rparts.headers.insert("x-chstorm-route", HeaderValue::from_static(route));
         rparts.headers.insert("x-clickhouse-query-id", HeaderValue::from_str(&query_id).unwrap_or(HeaderValue::from_static("")));
+        if let Some(g) = &grant {
+            rparts.headers.insert("x-chstorm-threads", HeaderValue::from(g.threads() as u64));
+        }
         if !rparts.status.is_success() {
             // An error answer: small; read it to find the code, then retry or pass it on.
             guard.disarm();
@@ -284,9 +302,10 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
             return Response::from_parts(rparts, full(text));
         }
         finish(rparts.status, Some(&replica), retries);
-        // Stream the answer; the replica's outstanding count and the KILL guard live as long as it.
+        // Stream the answer; the replica's outstanding count, its thread grant and the KILL guard live
+        // as long as it.
         let body = Streamed::wrap(rbody, guard, u.max_execution_time.map(|d| d + Duration::from_secs(1)));
-        return Response::from_parts(rparts, crate::body::Guarded::wrap(body, inflight));
+        return Response::from_parts(rparts, crate::body::Guarded::wrap(body, (inflight, grant)));
     }
 }
 

@@ -16,6 +16,8 @@ pub struct ClusterRt {
     pub balancer: Arc<Balancer>,
     /// `Authorization` header value for the backends.
     pub auth: String,
+    /// The thread budget, when the cluster has a `threads` section.
+    pub budget: Option<Arc<crate::budget::ClusterBudget>>,
 }
 
 pub struct UserRt {
@@ -59,7 +61,16 @@ impl State {
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password))
             );
-            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth });
+            let budget = match config.threads.get(name) {
+                Some(t) => {
+                    let b = Arc::new(crate::budget::ClusterBudget::new(c, t, Some(&metrics)));
+                    let facts = crate::budget::probe::resolve(&b, &upstream, &auth).await;
+                    health_tasks.extend(crate::budget::probe::spawn(&b, &upstream, &auth, facts));
+                    Some(b)
+                }
+                None => None,
+            };
+            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth, budget });
         }
         let users = config
             .users

@@ -1,0 +1,444 @@
+//! The thread budget: `threads:` on a cluster (docs/GATEWAY.md, "Thread budget").
+//!
+//! ClickHouse gives every query `max_threads` threads whatever the load. Here each replica has a
+//! budget of `total` threads shared by the queries that run on it through the gateway; a query
+//! admitted to a replica is granted
+//!
+//! ```text
+//! grant = clamp(total - in_use, 1, want)      want = min(max_per_query, the client's max_threads)
+//! ```
+//!
+//! and the grant is sent as the query's `max_threads`. `in_use` is the sum of the grants held by
+//! queries in flight on that replica (plus, with `observe`, the threads of the other queries the
+//! server runs, see [`probe`]). When the budget is spent, `grant` mode gives 1 thread at once (a
+//! *floor*); `queue` mode waits up to `max_wait` for a thread to free, first come first served,
+//! then gives 1.
+//!
+//! A [`Grant`] is an RAII value: it returns its threads when dropped, and the proxy hands it to
+//! the response body, so a budget is held exactly as long as the answer streams, and is returned
+//! when the answer ends, fails, or the client goes away. A waiter dropped mid-wait (a client that
+//! disconnects while queued) leaves the queue, and gives back a grant handed to it in between.
+//!
+//! Invariant (tested under concurrency): `in_use <= total - external + floors`, where `floors` is
+//! the number of floor grants held; no grant is below 1 or above `want`.
+
+pub mod probe;
+#[cfg(test)]
+mod tests;
+
+use crate::balancer::Replica;
+use crate::config::{Cluster, ThreadMode, ThreadTotal, Threads};
+use crate::metrics::{Metrics, ReplicaLabels};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// The metrics of one replica's budget (handles cloned out of the families once).
+#[derive(Clone)]
+pub struct BudgetMetrics {
+    total: Gauge,
+    in_use: Gauge,
+    external: Gauge,
+    queued: Gauge,
+    grant: Histogram,
+    floors: Counter,
+    wait: Histogram,
+    timeouts: Counter,
+}
+
+impl BudgetMetrics {
+    pub fn new(m: &Metrics, cluster: &str, replica: &str) -> BudgetMetrics {
+        let l = ReplicaLabels { cluster: cluster.to_string(), replica: replica.to_string() };
+        BudgetMetrics {
+            total: m.threads_total.get_or_create(&l).clone(),
+            in_use: m.threads_in_use.get_or_create(&l).clone(),
+            external: m.threads_external.get_or_create(&l).clone(),
+            queued: m.threads_queued.get_or_create(&l).clone(),
+            grant: m.thread_grant.get_or_create(&l).clone(),
+            floors: m.thread_floor_grants.get_or_create(&l).clone(),
+            wait: m.thread_queue_wait.get_or_create(&l).clone(),
+            timeouts: m.thread_queue_timeouts.get_or_create(&l).clone(),
+        }
+    }
+}
+
+/// The threads a query asks for: `max_per_query`, lowered by the client's own `max_threads`
+/// (a positive number; 0 means the server's default, so no lowering). The proxy has already
+/// refused a `max_threads` the user may not set.
+pub fn wanted(params: &[(String, String)], max_per_query: usize) -> usize {
+    let client = params
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "max_threads")
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .filter(|&n| n > 0);
+    match client {
+        Some(n) => (n.min(max_per_query as u64) as usize).max(1),
+        None => max_per_query.max(1),
+    }
+}
+
+/// A point-in-time view of a budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub total: usize,
+    /// Sum of the grants held through this gateway.
+    pub in_use: usize,
+    /// Floor grants held (1 thread given with the budget spent).
+    pub floors: usize,
+    /// Threads of the server's other queries (`observe`; else 0).
+    pub external: usize,
+    /// Queries waiting (`queue` mode).
+    pub queued: usize,
+}
+
+struct Waiter {
+    id: u64,
+    want: usize,
+    notify: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Inner {
+    in_use: usize,
+    floors: usize,
+    external: usize,
+    /// query_id -> grants held under it (only with `observe`, to tell our queries from others).
+    own: HashMap<String, usize>,
+    queue: VecDeque<Waiter>,
+    /// Grants handed to waiters that have not picked them up yet.
+    handed: HashMap<u64, usize>,
+    next_id: u64,
+}
+
+/// One replica's budget.
+pub struct ReplicaBudget {
+    /// `shard.replica`, 1-based.
+    pub label: String,
+    total: AtomicUsize,
+    /// The total is `auto` and has not been learned from the server yet.
+    pub(crate) auto_pending: AtomicBool,
+    max_per_query: usize,
+    mode: ThreadMode,
+    max_wait: Duration,
+    track_ids: bool,
+    inner: Mutex<Inner>,
+    metrics: Option<BudgetMetrics>,
+}
+
+impl std::fmt::Debug for ReplicaBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplicaBudget({} {:?})", self.label, self.snapshot())
+    }
+}
+
+/// Threads granted to one query; returned to the budget when dropped.
+pub struct Grant {
+    budget: Arc<ReplicaBudget>,
+    threads: usize,
+    floor: bool,
+    query_id: Option<String>,
+    waited: Duration,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Grant({} threads{} on {})", self.threads, if self.floor { ", floor" } else { "" }, self.budget.label)
+    }
+}
+
+impl Grant {
+    /// The `max_threads` to send.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+    /// True when it was granted with the budget spent (the 1-thread floor).
+    pub fn is_floor(&self) -> bool {
+        self.floor
+    }
+    /// Time spent waiting in the queue (`queue` mode).
+    pub fn waited(&self) -> Duration {
+        self.waited
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        self.budget.release(self.threads, self.floor, self.query_id.take());
+    }
+}
+
+/// Removes a waiter from the queue when its future is dropped before it got its grant, and
+/// gives back a grant handed to it in between.
+struct WaitGuard<'a> {
+    budget: &'a ReplicaBudget,
+    id: u64,
+    done: bool,
+}
+
+impl Drop for WaitGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let b = self.budget;
+        let mut g = b.lock();
+        g.queue.retain(|w| w.id != self.id);
+        if let Some(t) = g.handed.remove(&self.id) {
+            g.in_use -= t;
+            b.dispatch(&mut g);
+        }
+        b.publish(&g);
+    }
+}
+
+impl ReplicaBudget {
+    pub fn new(label: impl Into<String>, total: usize, cfg: &Threads, metrics: Option<BudgetMetrics>) -> Arc<ReplicaBudget> {
+        let b = ReplicaBudget {
+            label: label.into(),
+            total: AtomicUsize::new(total.max(1)),
+            auto_pending: AtomicBool::new(false),
+            max_per_query: cfg.max_per_query.max(1),
+            mode: cfg.mode,
+            max_wait: cfg.max_wait,
+            track_ids: cfg.observe,
+            inner: Mutex::new(Inner::default()),
+            metrics,
+        };
+        if let Some(m) = &b.metrics {
+            m.total.set(b.total() as i64);
+        }
+        Arc::new(b)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while holding the lock; if something did, the counts are still whole.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn total(&self) -> usize {
+        self.total.load(Ordering::Acquire)
+    }
+
+    pub fn max_per_query(&self) -> usize {
+        self.max_per_query
+    }
+
+    pub fn mode(&self) -> ThreadMode {
+        self.mode
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let g = self.lock();
+        Snapshot { total: self.total(), in_use: g.in_use, floors: g.floors, external: g.external, queued: g.queue.len() }
+    }
+
+    /// Threads free now (0 when spent).
+    fn available(&self, g: &Inner) -> usize {
+        self.total().saturating_sub(g.in_use + g.external)
+    }
+
+    /// Takes `clamp(available, 1, want)` threads; (threads, floor).
+    fn take(&self, g: &mut Inner, want: usize) -> (usize, bool) {
+        let avail = self.available(g);
+        let (t, floor) = if avail == 0 { (1, true) } else { (avail.min(want).max(1), false) };
+        g.in_use += t;
+        if floor {
+            g.floors += 1;
+        }
+        (t, floor)
+    }
+
+    /// Hands free threads to the waiters at the head of the queue, in order.
+    fn dispatch(&self, g: &mut Inner) {
+        while let Some(w) = g.queue.front() {
+            let avail = self.available(g);
+            if avail == 0 {
+                break;
+            }
+            let t = avail.min(w.want).max(1);
+            let Some(w) = g.queue.pop_front() else { break };
+            g.in_use += t;
+            g.handed.insert(w.id, t);
+            w.notify.notify_one();
+        }
+    }
+
+    fn publish(&self, g: &Inner) {
+        if let Some(m) = &self.metrics {
+            m.in_use.set(g.in_use as i64);
+            m.external.set(g.external as i64);
+            m.queued.set(g.queue.len() as i64);
+        }
+    }
+
+    fn made(self: &Arc<Self>, g: &mut Inner, threads: usize, floor: bool, query_id: &str, waited: Duration) -> Grant {
+        let query_id = self.track_ids.then(|| query_id.to_string());
+        if let Some(q) = &query_id {
+            *g.own.entry(q.clone()).or_insert(0) += 1;
+        }
+        self.publish(g);
+        if let Some(m) = &self.metrics {
+            m.grant.observe(threads as f64);
+            if floor {
+                m.floors.inc();
+            }
+        }
+        Grant { budget: self.clone(), threads, floor, query_id, waited }
+    }
+
+    fn release(&self, threads: usize, floor: bool, query_id: Option<String>) {
+        let mut g = self.lock();
+        g.in_use = g.in_use.saturating_sub(threads);
+        if floor {
+            g.floors = g.floors.saturating_sub(1);
+        }
+        if let Some(q) = query_id {
+            if let Some(n) = g.own.get_mut(&q) {
+                *n -= 1;
+                if *n == 0 {
+                    g.own.remove(&q);
+                }
+            }
+        }
+        self.dispatch(&mut g);
+        self.publish(&g);
+    }
+
+    /// Grants at once, whatever the mode: `clamp(total - in_use, 1, want)`.
+    pub fn grant_now(self: &Arc<Self>, want: usize, query_id: &str) -> Grant {
+        let want = want.clamp(1, self.max_per_query);
+        let mut g = self.lock();
+        let (t, floor) = self.take(&mut g, want);
+        self.made(&mut g, t, floor, query_id, Duration::ZERO)
+    }
+
+    /// Grants `want` threads or fewer (at least 1). `grant` mode never waits; `queue` mode waits
+    /// up to `max_wait` in FIFO order when no thread is free (or others are already waiting),
+    /// then grants 1.
+    pub async fn acquire(self: &Arc<Self>, want: usize, query_id: &str) -> Grant {
+        if self.mode == ThreadMode::Grant {
+            return self.grant_now(want, query_id);
+        }
+        let want = want.clamp(1, self.max_per_query);
+        let (id, notify) = {
+            let mut g = self.lock();
+            if g.queue.is_empty() && self.available(&g) > 0 {
+                let (t, floor) = self.take(&mut g, want);
+                return self.made(&mut g, t, floor, query_id, Duration::ZERO);
+            }
+            let id = g.next_id;
+            g.next_id += 1;
+            let notify = Arc::new(Notify::new());
+            g.queue.push_back(Waiter { id, want, notify: notify.clone() });
+            self.publish(&g);
+            (id, notify)
+        };
+        let started = Instant::now();
+        let mut guard = WaitGuard { budget: self, id, done: false };
+        let deadline = tokio::time::Instant::now() + self.max_wait;
+        loop {
+            let timed_out = tokio::time::timeout_at(deadline, notify.notified()).await.is_err();
+            let mut g = self.lock();
+            if let Some(t) = g.handed.remove(&id) {
+                guard.done = true;
+                let waited = started.elapsed();
+                if let Some(m) = &self.metrics {
+                    m.wait.observe(waited.as_secs_f64());
+                }
+                return self.made(&mut g, t, false, query_id, waited);
+            }
+            if timed_out {
+                guard.done = true;
+                g.queue.retain(|w| w.id != id);
+                let (t, floor) = self.take(&mut g, want);
+                let waited = started.elapsed();
+                if let Some(m) = &self.metrics {
+                    m.wait.observe(waited.as_secs_f64());
+                    m.timeouts.inc();
+                }
+                return self.made(&mut g, t, floor, query_id, waited);
+            }
+        }
+    }
+
+    /// Sets the total (an `auto` total learned from the server); more room wakes waiters.
+    pub fn set_total(&self, total: usize) {
+        self.total.store(total.max(1), Ordering::Release);
+        if let Some(m) = &self.metrics {
+            m.total.set(total.max(1) as i64);
+        }
+        let mut g = self.lock();
+        self.dispatch(&mut g);
+        self.publish(&g);
+    }
+
+    /// Sets the threads used by queries this gateway did not send.
+    pub fn set_external(&self, external: usize) {
+        let mut g = self.lock();
+        g.external = external;
+        self.dispatch(&mut g);
+        self.publish(&g);
+    }
+
+    /// `observe`: the server's running queries as (query_id, threads). Those not in flight
+    /// through this budget count as external. Returns the external total.
+    pub fn observe(&self, running: &[(String, usize)]) -> usize {
+        let mut g = self.lock();
+        let external = running.iter().filter(|(q, _)| !g.own.contains_key(q)).map(|(_, t)| *t).sum();
+        g.external = external;
+        self.dispatch(&mut g);
+        self.publish(&g);
+        external
+    }
+}
+
+/// The budgets of one cluster's replicas, indexed like [`crate::balancer::Balancer::shards`].
+pub struct ClusterBudget {
+    pub cluster: String,
+    pub cfg: Threads,
+    pub replicas: Vec<Vec<Arc<ReplicaBudget>>>,
+    /// Base URLs, same indexes.
+    pub(crate) addrs: Vec<Vec<crate::config::ReplicaAddr>>,
+}
+
+impl ClusterBudget {
+    /// Budgets with their configured totals; `auto` ones start at [`probe::fallback_total`]
+    /// until [`probe::resolve`] learns the server's cores.
+    pub fn new(cluster: &Cluster, cfg: &Threads, metrics: Option<&Metrics>) -> ClusterBudget {
+        let mut replicas = Vec::new();
+        let mut addrs = Vec::new();
+        for (si, s) in cluster.shards.iter().enumerate() {
+            let mut row = Vec::new();
+            for (ri, a) in s.replicas.iter().enumerate() {
+                let label = format!("{}.{}", si + 1, ri + 1);
+                let m = metrics.map(|m| BudgetMetrics::new(m, &cluster.name, &label));
+                let (total, auto) = match cfg.total_for(&a.base) {
+                    ThreadTotal::Fixed(n) => (n, false),
+                    ThreadTotal::Auto => (probe::fallback_total(), true),
+                };
+                let b = ReplicaBudget::new(label, total, cfg, m);
+                b.auto_pending.store(auto, Ordering::Release);
+                row.push(b);
+            }
+            replicas.push(row);
+            addrs.push(s.replicas.clone());
+        }
+        ClusterBudget { cluster: cluster.name.clone(), cfg: cfg.clone(), replicas, addrs }
+    }
+
+    pub fn get(&self, shard: usize, index: usize) -> Option<&Arc<ReplicaBudget>> {
+        self.replicas.get(shard)?.get(index)
+    }
+
+    /// Grants threads on the replica the balancer picked.
+    pub async fn acquire(&self, r: &Replica, want: usize, query_id: &str) -> Option<Grant> {
+        let b = self.get(r.shard, r.index)?;
+        Some(b.acquire(want, query_id).await)
+    }
+}

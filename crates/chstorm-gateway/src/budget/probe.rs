@@ -1,0 +1,319 @@
+//! What a budget learns from its replica, over the replica's HTTP interface as the cluster's user:
+//!
+//! * `auto` totals: `SELECT value, changed FROM system.settings WHERE name = 'max_threads'`.
+//!   ClickHouse's default `max_threads` is its count of CPU cores. Newer servers show it as
+//!   `'auto(N)'` (whatever `changed` says, the N is the cores); 18.16 shows the plain number `N`
+//!   with `changed = 0`. A plain number with `changed = 1` was set by the user's profile and says
+//!   nothing about the cores: then, as when the replica does not answer, the gateway uses
+//!   2 x this machine's logical cores ([`fallback_total`]) with a warning, and keeps asking every
+//!   [`RETRY_EVERY`] until the replica answers.
+//! * `observe`: every `observe_interval` (100 ms), one small query lists the server's running
+//!   queries with their `max_threads` from `system.processes`: the `Settings.Names` /
+//!   `Settings.Values` arrays on 18.16 (and up to the versions that turned them into the map
+//!   `Settings`, read as `Settings['max_threads']`). Which form the server has is detected once
+//!   from `system.columns`. A query that did not set `max_threads` counts as the server's default
+//!   (the value read above). Queries in flight through this gateway are recognised by their
+//!   query_id and skipped (they are counted by their grants); the gateway's own probes carry the
+//!   query_id prefix [`PROBE_PREFIX`] and are left out by the query itself. Everything else,
+//!   queries sent to the server directly and the queries of other gateways (which carry their
+//!   grant as `max_threads`), is the budget's `external` share.
+//!
+//! `system.metrics` (`Query`, `QueryThread` on 18.16; `GlobalThreadActive` on newer servers)
+//! would be cheaper still, but counts this gateway's queries too, with no way to subtract them,
+//! and `QueryThread` counts threads that exist, not the `max_threads` a starting query may grow
+//! to; so the per-query list is used. It costs one HTTP round trip and a few rows per poll.
+
+use super::{ClusterBudget, ReplicaBudget};
+use crate::config::{ReplicaAddr, Threads};
+use crate::log::log;
+use crate::upstream::{full, Upstream};
+use http_body_util::BodyExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The query_id prefix of the gateway's own probe queries.
+pub const PROBE_PREFIX: &str = "chgw-observe-";
+/// How often an unanswered probe (auto total, processes schema) is tried again.
+pub const RETRY_EVERY: Duration = Duration::from_secs(5);
+/// Timeout of one probe query.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// This machine's logical cores.
+pub fn fallback_cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+/// The `auto` total for `cores` cores: 2 x cores, as the seed found best.
+pub fn auto_total(cores: usize) -> usize {
+    2 * cores.max(1)
+}
+
+/// The `auto` total used while the server's cores are unknown: 2 x this machine's cores.
+pub fn fallback_total() -> usize {
+    auto_total(fallback_cores())
+}
+
+/// What the `max_threads` row of `system.settings` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MaxThreadsSetting {
+    /// The server's cores, when the value is the default.
+    pub cores: Option<usize>,
+    /// The `max_threads` a query of this user gets when it sets none.
+    pub default_max_threads: Option<usize>,
+}
+
+/// Reads `value` and `changed` of `system.settings` for `max_threads`: `'auto(8)'` (newer
+/// servers), `8` with changed = 0 (18.16: the default, i.e. the cores), `8` with changed = 1
+/// (set by a profile: not the cores).
+pub fn parse_max_threads(value: &str, changed: &str) -> MaxThreadsSetting {
+    let v = value.trim().trim_matches('\'').trim();
+    if let Some(n) = v.strip_prefix("auto(").and_then(|r| r.strip_suffix(')')).and_then(|n| n.trim().parse::<usize>().ok()) {
+        let n = (n > 0).then_some(n);
+        return MaxThreadsSetting { cores: n, default_max_threads: n };
+    }
+    match v.parse::<usize>() {
+        Ok(n) if n > 0 => {
+            let is_default = changed.trim() == "0";
+            MaxThreadsSetting { cores: is_default.then_some(n), default_max_threads: Some(n) }
+        }
+        _ => MaxThreadsSetting { cores: None, default_max_threads: None },
+    }
+}
+
+/// How `system.processes` shows a query's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessesSchema {
+    /// `Settings.Names` / `Settings.Values` arrays (18.16).
+    Nested,
+    /// `Settings Map(String, String)` (newer servers).
+    Map,
+    /// No settings column: every other query counts as the default max_threads.
+    NoSettings,
+}
+
+/// The schema, from the names of `system.processes`' columns.
+pub fn processes_schema<'a>(columns: impl IntoIterator<Item = &'a str>) -> ProcessesSchema {
+    let cols: Vec<&str> = columns.into_iter().map(str::trim).collect();
+    if cols.contains(&"Settings.Names") && cols.contains(&"Settings.Values") {
+        ProcessesSchema::Nested
+    } else if cols.contains(&"Settings") {
+        ProcessesSchema::Map
+    } else {
+        ProcessesSchema::NoSettings
+    }
+}
+
+/// The poll: (query_id, max_threads or 0) of every running query but the gateway's probes.
+pub fn observe_sql(schema: ProcessesSchema) -> String {
+    let threads = match schema {
+        ProcessesSchema::Nested => "toUInt64OrZero(Settings.Values[indexOf(Settings.Names, 'max_threads')])",
+        ProcessesSchema::Map => "toUInt64OrZero(Settings['max_threads'])",
+        ProcessesSchema::NoSettings => "toUInt64(0)",
+    };
+    format!("SELECT query_id, {threads} FROM system.processes WHERE query_id NOT LIKE '{PROBE_PREFIX}%' FORMAT TabSeparated")
+}
+
+/// Parses the poll's answer; a query without max_threads (0) counts as `default_threads`.
+pub fn parse_running(tsv: &str, default_threads: usize) -> Vec<(String, usize)> {
+    tsv.lines()
+        .filter_map(|l| {
+            let (q, t) = l.rsplit_once('\t')?;
+            let t: usize = t.trim().parse().ok()?;
+            Some((q.to_string(), if t == 0 { default_threads.max(1) } else { t }))
+        })
+        .collect()
+}
+
+/// Runs `sql` on a replica; the answer's text.
+pub async fn query(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, sql: &str) -> Result<String, String> {
+    let id = format!("{PROBE_PREFIX}{:016x}", rand::random::<u64>());
+    let req = hyper::Request::post(format!("{}/?query_id={id}", addr.base))
+        .header("authorization", auth)
+        .body(full(sql.to_string()))
+        .map_err(|e| e.to_string())?;
+    let fut = async {
+        let resp = upstream.send(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = http_body_util::Limited::new(resp.into_body(), 1 << 20).collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if status.is_success() {
+            Ok(text)
+        } else {
+            Err(format!("HTTP {status}: {}", text.trim()))
+        }
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, fut).await.map_err(|_| format!("no answer within {} ms", PROBE_TIMEOUT.as_millis()))?
+}
+
+/// What a replica told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerFacts {
+    pub max_threads: MaxThreadsSetting,
+    /// Known when `observe` asked for it.
+    pub schema: Option<ProcessesSchema>,
+}
+
+impl ServerFacts {
+    /// The threads a query that sets no max_threads gets.
+    pub fn default_threads(&self) -> usize {
+        self.max_threads.default_max_threads.or(self.max_threads.cores).unwrap_or_else(fallback_cores)
+    }
+}
+
+/// Asks a replica for its max_threads setting and, if `schema`, the form of system.processes.
+pub async fn learn(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, schema: bool) -> Result<ServerFacts, String> {
+    let row = query(upstream, auth, addr, "SELECT value, changed FROM system.settings WHERE name = 'max_threads' FORMAT TabSeparated").await?;
+    let mut cols = row.lines().next().unwrap_or("").split('\t');
+    let max_threads = parse_max_threads(cols.next().unwrap_or(""), cols.next().unwrap_or(""));
+    let schema = if schema {
+        let cols = query(
+            upstream,
+            auth,
+            addr,
+            "SELECT name FROM system.columns WHERE database = 'system' AND table = 'processes' FORMAT TabSeparated",
+        )
+        .await?;
+        Some(processes_schema(cols.lines()))
+    } else {
+        None
+    };
+    Ok(ServerFacts { max_threads, schema })
+}
+
+/// Applies what was learned to an `auto` budget; logs the outcome.
+fn apply(cluster: &str, b: &ReplicaBudget, addr: &ReplicaAddr, facts: Option<&ServerFacts>, error: Option<&str>, first: bool) {
+    if !b.auto_pending.load(Ordering::Acquire) {
+        return;
+    }
+    match facts.and_then(|f| f.max_threads.cores) {
+        Some(cores) => {
+            b.set_total(auto_total(cores));
+            b.auto_pending.store(false, Ordering::Release);
+            log("info", "thread budget: auto total learned", serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base,
+                "server_cores": cores, "total": b.total()}));
+        }
+        None if first => {
+            log("warn", "thread budget: auto total unknown, using 2 x this machine's cores until the server tells", serde_json::json!({
+                "cluster": cluster, "replica": b.label, "url": addr.base, "total": b.total(),
+                "why": error.map(str::to_string).unwrap_or_else(|| "max_threads is set by the user's profile, so it is not the server's cores; write threads.total as a number".into())}));
+        }
+        None => {}
+    }
+}
+
+/// At start-up: asks every replica that needs it (an `auto` total, or `observe`) at once.
+pub async fn resolve(cb: &ClusterBudget, upstream: &Arc<Upstream>, auth: &str) -> Vec<Vec<Option<ServerFacts>>> {
+    let observe = cb.cfg.observe;
+    let mut tasks = Vec::new();
+    for (si, row) in cb.replicas.iter().enumerate() {
+        for (ri, b) in row.iter().enumerate() {
+            let needed = observe || b.auto_pending.load(Ordering::Acquire);
+            let (up, auth, addr) = (upstream.clone(), auth.to_string(), cb.addrs[si][ri].clone());
+            tasks.push(tokio::spawn(async move {
+                if !needed {
+                    return (si, ri, None);
+                }
+                (si, ri, Some(learn(&up, &auth, &addr, observe).await))
+            }));
+        }
+    }
+    let mut out: Vec<Vec<Option<ServerFacts>>> = cb.replicas.iter().map(|r| vec![None; r.len()]).collect();
+    for t in tasks {
+        let Ok((si, ri, res)) = t.await else { continue };
+        let Some(res) = res else { continue };
+        let b = &cb.replicas[si][ri];
+        let addr = &cb.addrs[si][ri];
+        match res {
+            Ok(f) => {
+                apply(&cb.cluster, b, addr, Some(&f), None, true);
+                out[si][ri] = Some(f);
+            }
+            Err(e) => apply(&cb.cluster, b, addr, None, Some(&e), true),
+        }
+    }
+    out
+}
+
+/// The background work of one replica's budget: learning an `auto` total that start-up could
+/// not, and the `observe` poll. Returns when there is nothing left to do.
+pub async fn run(
+    cluster: String,
+    b: Arc<ReplicaBudget>,
+    addr: ReplicaAddr,
+    cfg: Threads,
+    upstream: Arc<Upstream>,
+    auth: String,
+    mut facts: Option<ServerFacts>,
+) {
+    let every = if cfg.observe { cfg.observe_interval } else { RETRY_EVERY };
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_try = Instant::now();
+    let mut failing = false;
+    loop {
+        tick.tick().await;
+        let auto = b.auto_pending.load(Ordering::Acquire);
+        let need_facts = auto || (cfg.observe && facts.and_then(|f| f.schema).is_none());
+        if !cfg.observe && !auto {
+            return;
+        }
+        if need_facts && last_try.elapsed() >= RETRY_EVERY {
+            last_try = Instant::now();
+            match learn(&upstream, &auth, &addr, cfg.observe).await {
+                Ok(f) => {
+                    apply(&cluster, &b, &addr, Some(&f), None, false);
+                    facts = Some(f);
+                }
+                Err(_) => continue,
+            }
+        }
+        if !cfg.observe {
+            continue;
+        }
+        let Some(f) = facts else { continue };
+        let Some(schema) = f.schema else { continue };
+        match query(&upstream, &auth, &addr, &observe_sql(schema)).await {
+            Ok(tsv) => {
+                let running = parse_running(&tsv, f.default_threads());
+                b.observe(&running);
+                if failing {
+                    failing = false;
+                    log("info", "thread budget: observe poll works again", serde_json::json!({"cluster": cluster, "replica": b.label}));
+                }
+            }
+            Err(e) => {
+                // Nothing is known of the server: count nothing external (a down replica runs nothing).
+                b.set_external(0);
+                if !failing {
+                    failing = true;
+                    log("warn", "thread budget: observe poll failed", serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base, "error": e}));
+                }
+            }
+        }
+    }
+}
+
+/// Starts [`run`] for every replica that needs it; the handles abort them.
+pub fn spawn(cb: &ClusterBudget, upstream: &Arc<Upstream>, auth: &str, facts: Vec<Vec<Option<ServerFacts>>>) -> Vec<tokio::task::AbortHandle> {
+    let mut handles = Vec::new();
+    for (si, row) in cb.replicas.iter().enumerate() {
+        for (ri, b) in row.iter().enumerate() {
+            if !cb.cfg.observe && !b.auto_pending.load(Ordering::Acquire) {
+                continue;
+            }
+            let f = facts.get(si).and_then(|r| r.get(ri)).copied().flatten();
+            let task = tokio::spawn(run(
+                cb.cluster.clone(),
+                b.clone(),
+                cb.addrs[si][ri].clone(),
+                cb.cfg.clone(),
+                upstream.clone(),
+                auth.to_string(),
+                f,
+            ));
+            handles.push(task.abort_handle());
+        }
+    }
+    handles
+}

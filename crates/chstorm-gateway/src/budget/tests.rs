@@ -1,0 +1,334 @@
+//! Unit tests of the thread budget: the formula, the invariant under concurrency, release on
+//! every path, `auto`, `queue` mode's max_wait, `observe`.
+
+use super::probe::{self, parse_max_threads, parse_running, processes_schema, MaxThreadsSetting, ProcessesSchema};
+use super::*;
+use rand::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+
+fn cfg(total: usize, max: usize, mode: ThreadMode, max_wait_ms: u64, observe: bool) -> Threads {
+    Threads {
+        total: ThreadTotal::Fixed(total),
+        max_per_query: max,
+        mode,
+        max_wait: Duration::from_millis(max_wait_ms),
+        observe,
+        observe_interval: Duration::from_millis(100),
+        per_replica: BTreeMap::new(),
+    }
+}
+
+fn budget(total: usize, max: usize, mode: ThreadMode, max_wait_ms: u64) -> Arc<ReplicaBudget> {
+    ReplicaBudget::new("1.1", total, &cfg(total, max, mode, max_wait_ms, false), None)
+}
+
+fn check(s: Snapshot) {
+    assert!(s.in_use <= s.total.saturating_sub(s.external) + s.floors, "in_use over total + floors: {s:?}");
+}
+
+#[test]
+fn grants_follow_clamp_of_what_is_left() {
+    let b = budget(8, 4, ThreadMode::Grant, 0);
+    let g1 = b.grant_now(4, "a");
+    let g2 = b.grant_now(4, "b");
+    assert_eq!((g1.threads(), g2.threads()), (4, 4));
+    let g3 = b.grant_now(4, "c");
+    assert_eq!((g3.threads(), g3.is_floor()), (1, true), "budget spent: the 1-thread floor");
+    assert_eq!(b.snapshot(), Snapshot { total: 8, in_use: 9, floors: 1, external: 0, queued: 0 });
+    drop(g1);
+    let g4 = b.grant_now(16, "d");
+    assert_eq!((g4.threads(), g4.is_floor()), (3, false), "8 - 5 in use = 3, under max_per_query");
+    let g5 = b.grant_now(4, "e");
+    assert!(g5.is_floor());
+    drop((g2, g3, g4, g5));
+    assert_eq!(b.snapshot(), Snapshot { total: 8, in_use: 0, floors: 0, external: 0, queued: 0 });
+}
+
+#[test]
+fn never_less_than_one_nor_more_than_wanted() {
+    let b = budget(3, 2, ThreadMode::Grant, 0);
+    assert_eq!(b.grant_now(0, "zero").threads(), 1, "want 0 still gets 1");
+    assert_eq!(b.grant_now(100, "big").threads(), 2, "capped by max_per_query");
+    let held = b.grant_now(1, "one");
+    assert_eq!(held.threads(), 1, "the client's own max_threads = 1 caps the grant");
+    let tiny = budget(1, 1, ThreadMode::Grant, 0);
+    let all: Vec<Grant> = (0..5).map(|i| tiny.grant_now(8, &i.to_string())).collect();
+    assert!(all.iter().all(|g| g.threads() == 1));
+    assert_eq!(all.iter().filter(|g| g.is_floor()).count(), 4);
+}
+
+#[test]
+fn wanted_honours_the_clients_max_threads_below_the_cap() {
+    let p = |v: &str| vec![("query".to_string(), "SELECT 1".to_string()), ("max_threads".to_string(), v.to_string())];
+    assert_eq!(wanted(&p("2"), 8), 2);
+    assert_eq!(wanted(&p("64"), 8), 8);
+    assert_eq!(wanted(&p("0"), 8), 8, "0 = the server default: no lowering");
+    assert_eq!(wanted(&p("lots"), 8), 8);
+    assert_eq!(wanted(&[], 8), 8);
+    // The user's fixed settings are pushed last and win.
+    let mut both = p("6");
+    both.push(("max_threads".into(), "3".into()));
+    assert_eq!(wanted(&both, 8), 3);
+}
+
+/// Many OS threads grant and release at random (seeded) while a checker samples the budget:
+/// in_use never exceeds total + floors held, and everything comes back.
+#[test]
+fn invariant_holds_under_concurrent_grants_and_releases() {
+    for (total, max) in [(4usize, 4usize), (8, 16), (16, 3), (1, 1)] {
+        let b = budget(total, max, ThreadMode::Grant, 0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let checker = {
+            let (b, stop) = (b.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut samples = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    check(b.snapshot());
+                    samples += 1;
+                }
+                samples
+            })
+        };
+        let workers: Vec<_> = (0..8)
+            .map(|w| {
+                let b = b.clone();
+                std::thread::spawn(move || {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(w);
+                    let mut held: Vec<Grant> = Vec::new();
+                    for i in 0..3000 {
+                        if held.is_empty() || rng.gen_bool(0.55) {
+                            let g = b.grant_now(rng.gen_range(0..=2 * max), &format!("{w}-{i}"));
+                            assert!(g.threads() >= 1 && g.threads() <= max, "{g:?}");
+                            check(b.snapshot());
+                            held.push(g);
+                        } else {
+                            let k = rng.gen_range(0..held.len());
+                            drop(held.swap_remove(k));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        assert!(checker.join().unwrap() > 0);
+        assert_eq!(b.snapshot(), Snapshot { total, in_use: 0, floors: 0, external: 0, queued: 0 }, "total {total}");
+    }
+}
+
+/// The same in `queue` mode on a multi-threaded runtime: waiters, hand-offs, timeouts.
+#[test]
+fn invariant_holds_in_queue_mode_with_waiters_and_timeouts() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let b = budget(4, 4, ThreadMode::Queue, 5);
+        let tasks: Vec<_> = (0..16u64)
+            .map(|w| {
+                let b = b.clone();
+                tokio::spawn(async move {
+                    let mut rng = rand::rngs::StdRng::seed_from_u64(w);
+                    for i in 0..60 {
+                        let want = rng.gen_range(1..=6);
+                        let hold = Duration::from_micros(rng.gen_range(0..3000));
+                        let g = b.acquire(want, &format!("{w}-{i}")).await;
+                        assert!(g.threads() >= 1 && g.threads() <= 4);
+                        check(b.snapshot());
+                        tokio::time::sleep(hold).await;
+                        drop(g);
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(b.snapshot(), Snapshot { total: 4, in_use: 0, floors: 0, external: 0, queued: 0 });
+    });
+}
+
+#[test]
+fn released_on_drop_on_panic_and_with_the_response_body() {
+    let b = budget(4, 4, ThreadMode::Grant, 0);
+    // A thread that panics while holding a grant gives it back while unwinding.
+    let b2 = b.clone();
+    let r = std::thread::spawn(move || {
+        let _g = b2.grant_now(4, "p");
+        panic!("boom");
+    })
+    .join();
+    assert!(r.is_err());
+    assert_eq!(b.snapshot().in_use, 0);
+    // Carried by a response body (as the proxy does): held while the body lives.
+    let g = b.grant_now(4, "body");
+    let body = crate::body::Guarded::wrap(crate::upstream::full("answer"), (g,));
+    assert_eq!(b.snapshot().in_use, 4);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let bytes = rt.block_on(async {
+        use http_body_util::BodyExt;
+        body.collect().await.unwrap().to_bytes()
+    });
+    assert_eq!(&bytes[..], b"answer");
+    assert_eq!(b.snapshot().in_use, 0, "read to the end and dropped: released");
+    // A body dropped unread (a client that went away).
+    let body = crate::body::Guarded::wrap(crate::upstream::full("never read"), b.grant_now(2, "gone"));
+    assert_eq!(b.snapshot().in_use, 2);
+    drop(body);
+    assert_eq!(b.snapshot().in_use, 0);
+}
+
+#[tokio::test]
+async fn a_waiter_dropped_mid_wait_leaves_no_trace() {
+    let b = budget(1, 1, ThreadMode::Queue, 10_000);
+    let held = b.acquire(1, "held").await;
+    // A waiter whose future is dropped while queued (the client disconnected).
+    let b2 = b.clone();
+    let w = tokio::spawn(async move { b2.acquire(1, "w").await.threads() });
+    tokio::task::yield_now().await;
+    assert_eq!(b.snapshot().queued, 1);
+    w.abort();
+    assert!(w.await.unwrap_err().is_cancelled());
+    assert_eq!(b.snapshot().queued, 0);
+    // A waiter that was handed a grant and dropped before it ran: the grant comes back.
+    let b3 = b.clone();
+    let w = tokio::spawn(async move { b3.acquire(1, "w2").await.threads() });
+    tokio::task::yield_now().await;
+    assert_eq!(b.snapshot().queued, 1);
+    drop(held); // hands the thread to the waiter (synchronously, under the lock)
+    assert_eq!(b.snapshot(), Snapshot { total: 1, in_use: 1, floors: 0, external: 0, queued: 0 });
+    w.abort();
+    let _ = w.await;
+    assert_eq!(b.snapshot(), Snapshot { total: 1, in_use: 0, floors: 0, external: 0, queued: 0 });
+}
+
+#[tokio::test]
+async fn queue_mode_waits_fifo_at_most_max_wait() {
+    let b = budget(2, 2, ThreadMode::Queue, 150);
+    let g = b.acquire(2, "first").await;
+    assert_eq!(g.threads(), 2);
+    // Spent: the next waits max_wait, then gets the 1-thread floor.
+    let t = tokio::time::Instant::now();
+    let late = b.acquire(2, "late").await;
+    let waited = t.elapsed();
+    assert!(waited >= Duration::from_millis(150) && waited < Duration::from_secs(2), "{waited:?}");
+    assert_eq!((late.threads(), late.is_floor()), (1, true));
+    drop(late);
+    // Two waiters; a release serves them in arrival order with what it frees.
+    let (b1, b2) = (b.clone(), b.clone());
+    let a = tokio::spawn(async move { b1.acquire(1, "a").await });
+    tokio::task::yield_now().await;
+    let c = tokio::spawn(async move { b2.acquire(2, "c").await });
+    tokio::task::yield_now().await;
+    assert_eq!(b.snapshot().queued, 2);
+    let t = tokio::time::Instant::now();
+    drop(g);
+    let (ga, gc) = (a.await.unwrap(), c.await.unwrap());
+    assert!(t.elapsed() < Duration::from_millis(140), "served by the release, not the timeout");
+    assert_eq!((ga.threads(), gc.threads()), (1, 1), "a wanted 1, c got the 1 left");
+    assert!(!ga.is_floor() && !gc.is_floor());
+    assert!(ga.waited() > Duration::ZERO);
+    drop((ga, gc));
+    assert_eq!(b.snapshot(), Snapshot { total: 2, in_use: 0, floors: 0, external: 0, queued: 0 });
+}
+
+#[test]
+fn grant_mode_never_waits() {
+    let b = budget(1, 1, ThreadMode::Grant, 10_000);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let _g = rt.block_on(b.acquire(1, "a"));
+    let t = Instant::now();
+    let g = rt.block_on(b.acquire(1, "b"));
+    assert!(g.is_floor() && t.elapsed() < Duration::from_millis(50));
+}
+
+#[test]
+fn observe_counts_the_servers_other_queries() {
+    let b = ReplicaBudget::new("1.1", 8, &cfg(8, 8, ThreadMode::Grant, 0, true), None);
+    let mine = b.grant_now(3, "mine");
+    // The server runs `mine` (3 threads, ours), `direct` (2) and another gateway's query (1).
+    let ext = b.observe(&[("mine".into(), 3), ("direct".into(), 2), ("other-gw".into(), 1)]);
+    assert_eq!(ext, 3, "our own query is counted once, by its grant");
+    let next = b.grant_now(8, "next");
+    assert_eq!(next.threads(), 2, "8 - 3 ours - 3 external");
+    assert!(b.grant_now(8, "spent").is_floor());
+    drop((mine, next));
+    // Once ours ends, a poll that still lists it counts it as external (until the next poll).
+    assert_eq!(b.observe(&[("mine".into(), 3)]), 3);
+    assert_eq!(b.observe(&[]), 0);
+}
+
+#[test]
+fn observe_frees_queued_waiters_when_external_load_leaves() {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    rt.block_on(async {
+        let b = ReplicaBudget::new("1.1", 4, &cfg(4, 4, ThreadMode::Queue, 10_000, true), None);
+        b.observe(&[("direct".into(), 4)]);
+        let b2 = b.clone();
+        let w = tokio::spawn(async move { b2.acquire(4, "w").await.threads() });
+        tokio::task::yield_now().await;
+        assert_eq!(b.snapshot().queued, 1);
+        b.observe(&[]);
+        assert_eq!(w.await.unwrap(), 4);
+    });
+}
+
+#[test]
+fn set_total_wakes_waiters_and_moves_the_limit() {
+    let b = budget(1, 8, ThreadMode::Grant, 0);
+    let g = b.grant_now(8, "a");
+    assert_eq!(g.threads(), 1);
+    b.set_total(6);
+    assert_eq!(b.grant_now(8, "b").threads(), 5);
+}
+
+#[test]
+fn auto_reads_the_servers_cores() {
+    // 18.16: the default, a plain number, changed = 0.
+    assert_eq!(parse_max_threads("2", "0"), MaxThreadsSetting { cores: Some(2), default_max_threads: Some(2) });
+    // Newer servers: 'auto(N)' (quoted in the value column).
+    assert_eq!(parse_max_threads("'auto(16)'", "0"), MaxThreadsSetting { cores: Some(16), default_max_threads: Some(16) });
+    assert_eq!(parse_max_threads("auto(8)", "1"), MaxThreadsSetting { cores: Some(8), default_max_threads: Some(8) });
+    // Set by a profile: not the cores, but still what queries get by default.
+    assert_eq!(parse_max_threads("4", "1"), MaxThreadsSetting { cores: None, default_max_threads: Some(4) });
+    assert_eq!(parse_max_threads("", ""), MaxThreadsSetting { cores: None, default_max_threads: None });
+    assert_eq!(parse_max_threads("0", "0").cores, None);
+    assert_eq!(probe::auto_total(2), 4);
+    assert_eq!(probe::auto_total(8), 16);
+    let local = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(probe::fallback_total(), 2 * local);
+    // ClusterBudget: an auto total starts at the fallback, pending until learned.
+    let cluster = crate::config::Cluster {
+        name: "c".into(),
+        user: "default".into(),
+        password: String::new(),
+        shards: vec![crate::config::Shard {
+            weight: 1,
+            replicas: vec![
+                crate::config::ReplicaAddr { base: "http://h1:1".into(), https: false },
+                crate::config::ReplicaAddr { base: "http://h2:1".into(), https: false },
+            ],
+        }],
+        routing: None,
+    };
+    let mut t = cfg(0, 4, ThreadMode::Grant, 0, false);
+    t.total = ThreadTotal::Auto;
+    t.per_replica.insert("http://h2:1".into(), ThreadTotal::Fixed(6));
+    let cb = ClusterBudget::new(&cluster, &t, None);
+    assert_eq!(cb.get(0, 0).unwrap().total(), probe::fallback_total());
+    assert!(cb.get(0, 0).unwrap().auto_pending.load(Ordering::Acquire));
+    assert_eq!(cb.get(0, 1).unwrap().total(), 6, "per-replica override");
+    assert!(!cb.get(0, 1).unwrap().auto_pending.load(Ordering::Acquire));
+}
+
+#[test]
+fn observe_sql_per_server_version() {
+    let v18 = ["is_initial_query", "query_id", "thread_numbers", "Settings.Names", "Settings.Values"];
+    assert_eq!(processes_schema(v18), ProcessesSchema::Nested);
+    assert_eq!(processes_schema(["query_id", "thread_ids", "Settings"]), ProcessesSchema::Map);
+    assert_eq!(processes_schema(["query_id"]), ProcessesSchema::NoSettings);
+    assert!(probe::observe_sql(ProcessesSchema::Nested).contains("Settings.Values[indexOf(Settings.Names, 'max_threads')]"));
+    assert!(probe::observe_sql(ProcessesSchema::Map).contains("Settings['max_threads']"));
+    assert!(probe::observe_sql(ProcessesSchema::Nested).contains("NOT LIKE 'chgw-observe-%'"));
+    assert_eq!(parse_running("a\t4\nb\t0\n\ngarbage\n", 2), vec![("a".to_string(), 4), ("b".to_string(), 2)]);
+}

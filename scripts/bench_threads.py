@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""make bench (thread budget part): the seed's total_max_threads table, through the gateway.
+
+One local ClickHouse server with the `hits` dataset; the seed's query
+  SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100
+sent through a chstorm gateway by `chstorm bench`, first by 1 client for N1 queries, then by 20
+clients for N20 queries (fixed counts, the same for every row). Rows:
+  * static max_threads 1, 2, 4, 8, 16 (the client's max_threads setting, passed through);
+  * the gateway's thread budget, `threads: {total: T, max_per_query: 16, mode: M}` for T in
+    2, 4, 8, 16, auto and M in grant, queue.
+Every row runs on a fresh gateway process. The rows are run --reps times, in passes whose order
+alternates (forward, backward, ...) so that a slow drift of the shared machine hits every row
+alike; each row's times are the median over the passes.
+
+Prints the table in the seed's layout (QPS and time for 1 client, for 20 clients, their total)
+and the verdict `best budget total / best static total = X`; writes OUT/threads.json.
+Everything (server, gateway, load) shares this machine's cores.
+"""
+import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+
+QUERY = "SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100"
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_gateway(chstorm, server_url, threads, tmp, log):
+    port = free_port()
+    cfg = os.path.join(tmp, "gw.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"listen: 127.0.0.1:{port}\nlimits:\n  max_concurrency: 256\nclusters:\n  one:\n"
+                f"    shards:\n      - replicas: [{server_url}]\n")
+        if threads:
+            f.write("    threads:\n" + "".join(f"      {k}: {v}\n" for k, v in threads.items()))
+        f.write("users:\n  - name: default\n    cluster: one\n    max_concurrency: 64\n")
+    p = subprocess.Popen([chstorm, "gateway", "--config", cfg], stdout=subprocess.DEVNULL, stderr=open(log, "a"))
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        if subprocess.run(["curl", "-sf", f"{url}/ping"], capture_output=True).returncode == 0:
+            return p, url
+        time.sleep(0.1)
+    p.kill()
+    raise SystemExit(f"bench_threads: the gateway did not start; see {log}")
+
+
+def metric(url, name):
+    try:
+        text = sh(["curl", "-sf", f"{url}/metrics"])
+    except subprocess.CalledProcessError:
+        return None
+    m = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def cpu_times():
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def bench(chstorm, url, clients, n, settings, tmp):
+    j = os.path.join(tmp, "b.json")
+    cmd = [chstorm, "bench", "--quiet", "--url", url, "-q", QUERY, "-c", str(clients), "-n", str(n),
+           "--warmup", "300ms", "--timeout", "60s", "--json", j]
+    for s in settings:
+        cmd += ["--setting", s]
+    b0 = cpu_times()
+    sh(cmd)
+    b1 = cpu_times()
+    r = json.load(open(j))
+    if r["errors"]:
+        raise SystemExit(f"bench_threads: {r['errors']} errors at c={clients} on {url}: {r.get('errors_by_kind')}")
+    # Time for exactly n queries (a closed loop may finish a few more than n).
+    t = r["duration_s"] * n / max(1, r["queries"])
+    busy = (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
+    return {"qps": r["qps"], "time_s": t, "queries": r["queries"], "p50_s": r["latency_s"]["p50"], "p99_s": r["latency_s"]["p99"],
+            "machine_cpu_busy": busy}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--rows", type=int, default=3_000_000, help="rows of hits (default 3,000,000)")
+    ap.add_argument("--n1", type=int, default=80, help="queries sent by 1 client, per row")
+    ap.add_argument("--n20", type=int, default=160, help="queries sent by 20 clients, per row")
+    ap.add_argument("--reps", type=int, default=3, help="passes over all rows (median per row)")
+    ap.add_argument("--max-per-query", type=int, default=16)
+    ap.add_argument("--max-wait", default="100ms", help="queue mode's max_wait")
+    ap.add_argument("--chstorm", default="target/release/chstorm")
+    args = ap.parse_args()
+    chstorm = os.path.abspath(args.chstorm)
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="chstorm-threads-")
+    sdir = os.path.join(tmp, "server")
+    log = os.path.join(out, "threads-gateway.log")
+    open(log, "w").close()
+    started = time.time()
+
+    rows = [{"name": f"max_threads={m}", "kind": "static", "max_threads": m} for m in (1, 2, 4, 8, 16)]
+    for mode in ("grant", "queue"):
+        for total in (2, 4, 8, 16, "auto"):
+            rows.append({"name": f"budget {total} {mode}", "kind": "budget", "total": total, "mode": mode})
+    runs = {r["name"]: [] for r in rows}
+    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    try:
+        server = info["http_url"]
+        sh([chstorm, "dataset", "load", "hits", "--url", server, "--rows", str(args.rows)])
+        cores = int(sh(["curl", "-sS", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_threads'", server]).strip())
+        # Warm the caches: a few queries straight to the server.
+        sh([chstorm, "bench", "--quiet", "--url", server, "-q", QUERY, "-c", "2", "-n", "40"])
+        load_before = os.getloadavg()
+        for rep in range(args.reps):
+            order = rows if rep % 2 == 0 else list(reversed(rows))
+            for row in order:
+                if row["kind"] == "static":
+                    threads, settings = None, [f"max_threads={row['max_threads']}"]
+                else:
+                    threads = {"total": row["total"], "max_per_query": args.max_per_query, "mode": row["mode"], "max_wait": args.max_wait}
+                    settings = []
+                gw, url = start_gateway(chstorm, server, threads, tmp, log)
+                try:
+                    one = bench(chstorm, url, 1, args.n1, settings, tmp)
+                    twenty = bench(chstorm, url, 20, args.n20, settings, tmp)
+                    total_threads = metric(url, "chstorm_gateway_threads_total")
+                finally:
+                    gw.send_signal(signal.SIGTERM)
+                    gw.wait()
+                run = {"c1": one, "c20": twenty, "total_s": one["time_s"] + twenty["time_s"], "budget_total": total_threads}
+                runs[row["name"]].append(run)
+                print(f"  pass {rep + 1} {row['name']:<22} 1 client {one['qps']:7.1f} qps {one['time_s']:6.2f} s | "
+                      f"20 clients {twenty['qps']:7.1f} qps {twenty['time_s']:6.2f} s | total {run['total_s']:6.2f} s | "
+                      f"machine busy {one['machine_cpu_busy']:.0%} / {twenty['machine_cpu_busy']:.0%}", file=sys.stderr)
+        load_after = os.getloadavg()
+    finally:
+        subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    med = statistics.median
+    table = []
+    for row in rows:
+        rs = runs[row["name"]]
+        t1, t20 = med(r["c1"]["time_s"] for r in rs), med(r["c20"]["time_s"] for r in rs)
+        entry = dict(row)
+        entry.update({"qps_c1": args.n1 / t1, "time_c1_s": t1, "qps_c20": args.n20 / t20, "time_c20_s": t20, "total_s": t1 + t20,
+                      "budget_total": rs[0]["budget_total"], "runs": rs})
+        table.append(entry)
+    static = [e for e in table if e["kind"] == "static"]
+    budget = [e for e in table if e["kind"] == "budget"]
+    best_static = min(static, key=lambda e: e["total_s"])
+    best_budget = min(budget, key=lambda e: e["total_s"])
+    best_by_mode = {m: min((e for e in budget if e["mode"] == m), key=lambda e: e["total_s"]) for m in ("grant", "queue")}
+    ratio = best_budget["total_s"] / best_static["total_s"]
+    # The best any policy that picks one of the static max_threads per load could do: the best
+    # static row for 1 client plus the best static row for 20 clients, known after the fact.
+    best1 = min(static, key=lambda e: e["time_c1_s"])
+    best20 = min(static, key=lambda e: e["time_c20_s"])
+    per_load = best1["time_c1_s"] + best20["time_c20_s"]
+
+    lines = [f"hits: {args.rows} rows; 1 client x {args.n1} queries, 20 clients x {args.n20} queries; median of {args.reps} passes; "
+             f"server max_threads default {cores} (auto total = {2 * cores}); budget rows: max_per_query {args.max_per_query}, queue max_wait {args.max_wait}",
+             "",
+             f"{'row':<22} {'QPS 1 client':>12} {'time':>7} {'QPS 20 clients':>15} {'time':>7} {'total time':>11}"]
+    for e in table:
+        lines.append(f"{e['name']:<22} {e['qps_c1']:>12.1f} {e['time_c1_s']:>7.2f} {e['qps_c20']:>15.1f} {e['time_c20_s']:>7.2f} {e['total_s']:>11.2f}")
+    lines += ["",
+              f"best static: {best_static['name']} {best_static['total_s']:.2f} s; best budget: {best_budget['name']} {best_budget['total_s']:.2f} s; "
+              f"best grant: {best_by_mode['grant']['name']} {best_by_mode['grant']['total_s']:.2f} s; best queue: {best_by_mode['queue']['name']} {best_by_mode['queue']['total_s']:.2f} s",
+              f"per-load best static: {best1['name']} for 1 client + {best20['name']} for 20 clients = {per_load:.2f} s "
+              f"(= {per_load / best_static['total_s']:.3f} x best static: the most a per-load choice among the static rows could gain)",
+              f"best budget total / best static total = {ratio:.3f}"]
+    result = {"query": QUERY, "rows": args.rows, "n1": args.n1, "n20": args.n20, "reps": args.reps, "server_max_threads": cores,
+              "max_per_query": args.max_per_query, "max_wait": args.max_wait, "loadavg_before": load_before, "loadavg_after": load_after,
+              "elapsed_s": time.time() - started, "table": table, "best_static": best_static["name"], "best_budget": best_budget["name"],
+              "best_grant": best_by_mode["grant"]["name"], "best_queue": best_by_mode["queue"]["name"],
+              "best_budget_over_best_static": ratio, "per_load_best_static_s": per_load,
+              "per_load_best_static_over_best_static": per_load / best_static["total_s"],
+              "best_static_c1": best1["name"], "best_static_c20": best20["name"]}
+    json.dump(result, open(os.path.join(out, "threads.json"), "w"), indent=2)
+    print("\n".join(lines))
+    print(f"figures written to {os.path.join(out, 'threads.json')} in {time.time() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
