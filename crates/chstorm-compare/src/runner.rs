@@ -1,15 +1,15 @@
 //! Sends queries to the two sides and times them.
 //!
-//! Each side keeps one connection (HTTP keep-alive or native) for the whole comparison, so a
-//! run measures the query and not a TCP or TLS handshake. Every run gets a fresh query_id,
+//! Every run gets its own connection, opened before the clock starts, so a run measures the
+//! query and not a TCP or TLS handshake, and no side is tied to one server handler thread (two
+//! long-lived connections to one server measured a systematic difference of up to 40% on this
+//! 2-core machine, which made A/A comparisons cry wolf). Every run gets a fresh query_id,
 //! `chstorm-cmp-<run id>-<n>`, to find it in `system.query_log` later: on HTTP it goes as the
 //! `query_id` URL parameter, on the native protocol in the Query packet. The URL's settings apply
 //! to every query (HTTP: URL parameters; native: a `SETTINGS` clause).
 //!
 //! Client time is the wall time from writing the query to reading the end of the answer (the
-//! result is read and discarded). A connection that must be (re)opened is opened before the
-//! clock starts. When a reused connection turns out closed by the server (an idle keep-alive
-//! connection), the query is sent once more on a new one: it never reached the server.
+//! result is read and discarded).
 //! Every wait is bounded by the timeout (`--timeout`, default 60 s).
 
 use crate::schedule::{Attempt, Executor, Run, Side};
@@ -162,9 +162,12 @@ impl SideConn {
             }
         };
         let elapsed = start.elapsed().as_secs_f64();
-        if conn.usable() {
-            self.conn = Some(conn);
-        }
+        // Every run gets a fresh connection (opened before the clock starts): a server serves a
+        // connection from one handler thread, and on a small machine two long-lived connections
+        // can settle on different CPUs and differ systematically, which broke A/A comparisons of
+        // a server with itself. A new connection per run makes the sides exchangeable.
+        drop(conn);
+        self.conn = None;
         result.map(|_| elapsed)
     }
 }

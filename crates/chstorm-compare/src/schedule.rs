@@ -1,4 +1,5 @@
 //! The run schedule of one query: a warm-up on each side, then measured runs that alternate
+//! (in counterbalanced pairs: left-right, right-left, ...)
 //! left and right until there are enough of them, or a limit is reached.
 //!
 //! * Warm-up: one run on the left, one on the right; not measured.
@@ -209,19 +210,27 @@ pub fn run_query(exec: &mut dyn Executor, plan: &Plan, interrupted: &dyn Fn() ->
         if interrupted() {
             break Stop::Interrupted;
         }
-        match exec.execute(Side::Left, Attempt::Measured(ln)) {
-            Ok(r) => left.runs.push(r),
-            Err(e) => {
-                left.error = Some(e);
-                break Stop::Error;
+        // Counterbalanced pairs (left-right, then right-left, ...): whichever run of a pair goes
+        // second finds warmer caches, and on sub-millisecond queries that order effect alone
+        // measured 6%; alternating the order spreads it evenly over both sides.
+        let order = if ln % 2 == 0 { [Side::Left, Side::Right] } else { [Side::Right, Side::Left] };
+        let mut failed = false;
+        for side in order {
+            let (runs, n) = match side {
+                Side::Left => (&mut left, ln),
+                Side::Right => (&mut right, rn),
+            };
+            match exec.execute(side, Attempt::Measured(n)) {
+                Ok(r) => runs.runs.push(r),
+                Err(e) => {
+                    runs.error = Some(e);
+                    failed = true;
+                    break;
+                }
             }
         }
-        match exec.execute(Side::Right, Attempt::Measured(rn)) {
-            Ok(r) => right.runs.push(r),
-            Err(e) => {
-                right.error = Some(e);
-                break Stop::Error;
-            }
+        if failed {
+            break Stop::Error;
         }
     };
     QueryRuns { left, right, stop }
@@ -270,8 +279,8 @@ mod tests {
             (Side::Right, Attempt::Warmup),
             (Side::Left, Attempt::Measured(0)),
             (Side::Right, Attempt::Measured(0)),
-            (Side::Left, Attempt::Measured(1)),
             (Side::Right, Attempt::Measured(1)),
+            (Side::Left, Attempt::Measured(1)),
             (Side::Left, Attempt::Measured(2)),
             (Side::Right, Attempt::Measured(2)),
         ];
