@@ -30,6 +30,10 @@ pub struct SweepArgs {
     /// The suite's quick mode: short points, few concurrency levels.
     #[arg(long)]
     pub quick: bool,
+    /// Concurrency levels for every scenario instead of the suite's, e.g.
+    /// 1,2,4,8,16,32,64,128,256,512,1024,2048 (the storm article's high end).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub concurrency: Vec<u32>,
     /// Also write every point into chstorm.results on this ClickHouse (HTTP URL).
     #[arg(long, value_name = "URL")]
     pub store: Option<String>,
@@ -55,7 +59,15 @@ pub struct ReportArgs {
 
 /// Runs a sweep and prints one line per point on stderr; returns the exit code.
 pub fn run_sweep(args: SweepArgs, stop: &StopHandle) -> anyhow::Result<i32> {
-    let suite = Suite::load(&args.suite)?;
+    let mut suite = Suite::load(&args.suite)?;
+    if !args.concurrency.is_empty() {
+        let levels = chstorm_sweep::suite::Levels(args.concurrency.iter().map(|&c| c as usize).collect());
+        suite.concurrency = Some(levels.clone());
+        suite.quick.concurrency = Some(levels.clone());
+        for sc in &mut suite.scenarios {
+            sc.concurrency = Some(levels.clone());
+        }
+    }
     let mut urls = args.urls.clone();
     if urls.is_empty() {
         urls.push(std::env::var("CHSTORM_URL").unwrap_or_else(|_| crate::bench::DEFAULT_URL.to_string()));

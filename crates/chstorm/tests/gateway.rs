@@ -328,3 +328,40 @@ fn https_on_the_listen_side_and_to_the_backends() {
     assert_eq!(status, 0, "an untrusted certificate must fail the handshake");
     gw.stop();
 }
+
+#[test]
+fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
+    let (env, _) = env();
+    let (_gw, url) = env.gateway_with(|t| {
+        t.replace(
+            "users:\n",
+            "users:\n  - name: slowpoke\n    cluster: storm\n    requests_per_second: 5\n  - name: hasty\n    cluster: storm\n    max_execution_time: 1s\n",
+        )
+    });
+    // 20 requests at once against 5 a second: the first 5 pass, the rest get 429 with a reason.
+    let statuses: Vec<u16> = (0..20)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || curl(&["-u", "slowpoke:", "--data-binary", "SELECT 1", &url]).0)
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let limited = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!(ok + limited, 20, "{statuses:?}");
+    // 5 pass at once, plus what refills (5 a second) while the 20 curl processes start.
+    assert!(ok >= 5 && limited >= 8, "the limit let {ok} of 20 through: {statuses:?}");
+    let (_, _, b) = curl(&["-u", "slowpoke:", "--data-binary", "SELECT 1", &url]);
+    assert!(b.contains("over the limit of 5 requests per second") || b.trim() == "1", "{b}");
+    // max_execution_time: the user's cap reaches the server, which stops the query.
+    let t = Instant::now();
+    let (s, _, b) = curl(&["-u", "hasty:", "--data-binary", "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))", &url]);
+    assert_ne!(s, 200, "{b}");
+    assert!(b.contains("Code: 159") || b.contains("imeout") || b.contains("killed"), "{b}");
+    assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
+    // A client's own larger max_execution_time is capped by the user's.
+    let (s, _, b) = curl(&["-u", "hasty:", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_execution_time'", &format!("{url}/?max_execution_time=100")]);
+    assert_eq!((s, b.trim()), (200, "1"));
+}

@@ -73,6 +73,18 @@ fn a_sweep_resumes_after_a_kill_and_keeps_finished_points() {
 }
 
 #[test]
+fn concurrency_levels_can_be_given_on_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("one.yaml");
+    std::fs::write(&suite, "name: levels\nduration: 100ms\nwarmup: 0s\nconcurrency: [1]\nscenarios:\n  - name: ping\n    ping: true\n    concurrency: [2]\n").unwrap();
+    let out = dir.path().join("out");
+    let r = sweep_cmd(&suite, &out, &["--concurrency", "3,5"]).output().unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let levels: Vec<u64> = chstorm_sweep::read_points(&out).unwrap().iter().map(|p| p.concurrency).collect();
+    assert_eq!(levels, vec![3, 5], "the command line wins over the suite and the scenario");
+}
+
+#[test]
 fn store_writes_every_point_into_clickhouse() {
     let s = chstorm_local::shared_server();
     let dir = tempfile::tempdir().unwrap();
