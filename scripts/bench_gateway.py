@@ -26,7 +26,8 @@ def bench(chstorm, url, extra, duration, tmp):
 
 
 def start_gateway(chstorm, config, log):
-    p = subprocess.Popen([chstorm, "gateway", "--config", config], stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+    """Starts `chstorm gateway --config config` and waits for its /ping; returns (process, URL)."""
+    p = subprocess.Popen([chstorm, "gateway", "--config", config], stdout=subprocess.DEVNULL, stderr=open(log, "a"))
     port = int(re.search(r"listen: 127\.0\.0\.1:(\d+)", open(config).read()).group(1))
     for _ in range(100):
         try:

@@ -16,40 +16,24 @@ Prints the table in the seed's layout (QPS and time for 1 client, for 20 clients
 and the verdict `best budget total / best static total = X`; writes OUT/threads.json.
 Everything (server, gateway, load) shares this machine's cores.
 """
-import argparse, json, os, re, shutil, signal, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gateway import free_port, sh, start_gateway as start_gateway_with  # noqa: E402
 
 QUERY = "SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100"
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start_gateway(chstorm, server_url, threads, tmp, log):
-    port = free_port()
+    """A gateway in front of one server, with a `threads:` section when `threads` is given."""
     cfg = os.path.join(tmp, "gw.yaml")
     with open(cfg, "w") as f:
-        f.write(f"listen: 127.0.0.1:{port}\nlimits:\n  max_concurrency: 256\nclusters:\n  one:\n"
+        f.write(f"listen: 127.0.0.1:{free_port()}\nlimits:\n  max_concurrency: 256\nclusters:\n  one:\n"
                 f"    shards:\n      - replicas: [{server_url}]\n")
         if threads:
             f.write("    threads:\n" + "".join(f"      {k}: {v}\n" for k, v in threads.items()))
         f.write("users:\n  - name: default\n    cluster: one\n    max_concurrency: 64\n")
-    p = subprocess.Popen([chstorm, "gateway", "--config", cfg], stdout=subprocess.DEVNULL, stderr=open(log, "a"))
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        if subprocess.run(["curl", "-sf", f"{url}/ping"], capture_output=True).returncode == 0:
-            return p, url
-        time.sleep(0.1)
-    p.kill()
-    raise SystemExit(f"bench_threads: the gateway did not start; see {log}")
+    return start_gateway_with(chstorm, cfg, log)
 
 
 def metric(url, name):
