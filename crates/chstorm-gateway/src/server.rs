@@ -109,7 +109,12 @@ impl Gateway {
                 });
             }
         });
-        log("info", "gateway listening", serde_json::json!({"addr": addr.to_string(), "config": config_path.display().to_string()}));
+        let idle = state.load().upstream.idle_timeout;
+        log(
+            "info",
+            "gateway listening",
+            serde_json::json!({"addr": addr.to_string(), "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
+        );
         Ok(Gateway { addr, state, config_path, metrics, task })
     }
 

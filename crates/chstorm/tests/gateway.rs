@@ -365,3 +365,67 @@ fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
     let (s, _, b) = curl(&["-u", "hasty:", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_execution_time'", &format!("{url}/?max_execution_time=100")]);
     assert_eq!((s, b.trim()), (200, "1"));
 }
+
+/// The real binary: SIGHUP reloads the file, the pool's idle timeout is learned from the
+/// servers' `Keep-Alive: timeout=3` (minus 500 ms), gzip request bodies pass through, and the
+/// JSON logs carry query_ids but never a password.
+#[test]
+fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs() {
+    let (env, _) = env();
+    let text = std::fs::read_to_string(&env.cluster.topology().gateway_config).unwrap();
+    let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let text = text.replace(&listen, &format!("listen: 127.0.0.1:{port}"));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    let log = dir.path().join("gw.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(["gateway", "--config", cfg.to_str().unwrap()])
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let t = Instant::now();
+    while curl(&[&format!("{url}/ping")]).0 != 200 {
+        assert!(t.elapsed() < Duration::from_secs(10), "gateway did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let logs = || std::fs::read_to_string(&log).unwrap();
+    assert!(logs().contains("\"pool_idle_timeout_ms\":2500"), "learned from Keep-Alive: timeout=3: {}", logs());
+    // gzip request body: passed through untouched (the gateway cannot read it, so it is not retried).
+    let gz = dir.path().join("q.gz");
+    let out = std::process::Command::new("sh").arg("-c").arg(format!("printf 'SELECT 42' | gzip > {}", gz.display())).status().unwrap();
+    assert!(out.success());
+    let (s, _, b) = curl(&["-H", "Content-Encoding: gzip", "--data-binary", &format!("@{}", gz.display()), &url]);
+    assert_eq!((s, b.as_str()), (200, "42\n"));
+    // A wrong password is rejected, and never logged; a failing query logs its query_id.
+    let (s, _, _) = curl(&["-u", "default:hunter2-secret", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 401);
+    let (s, _, _) = curl(&["--data-binary", "SELECT no_such_column", &format!("{url}/?query_id=gw-log-test")]);
+    assert_ne!(s, 200);
+    // SIGHUP: a new user appears; the old config served until then.
+    let (s, _, _) = curl(&["-u", "late:", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 401);
+    std::fs::write(&cfg, text.replace("users:\n", "users:\n  - name: late\n    cluster: storm\n")).unwrap();
+    unsafe { libc_kill(child.id() as i32, 1) };
+    let t = Instant::now();
+    while curl(&["-u", "late:", "--data-binary", "SELECT 1", &url]).0 != 200 {
+        assert!(t.elapsed() < Duration::from_secs(10), "SIGHUP did not reload: {}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(logs().contains("config reloaded"));
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let _ = child.wait();
+    let all = logs();
+    assert!(all.contains("gw-log-test"), "the failing query's log line has its query_id: {all}");
+    assert!(!all.contains("hunter2"), "a password reached the logs: {all}");
+    for line in all.lines().filter(|l| l.starts_with('{')) {
+        serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
