@@ -142,8 +142,14 @@ fn granted_max_threads_reaches_the_server_and_falls_with_concurrency() {
             assert_eq!(v, vec![1, 1, 1, 1, 1, 1, 1, 4], "system.processes shows the grants");
         }
         let headers = handle.join().unwrap();
-        server.query("SYSTEM FLUSH LOGS").unwrap();
-        let logged = server_max_threads(server, "system.query_log", &t);
+        // The server may queue a query's finish record just after the answer: flush until all
+        // are there (or 5 s pass).
+        let mut logged = BTreeMap::new();
+        wait_for("the queries in system.query_log", Duration::from_secs(5), || {
+            server.query("SYSTEM FLUSH LOGS").unwrap();
+            logged = server_max_threads(server, "system.query_log", &t);
+            logged.len() >= c
+        });
         assert_eq!(logged.len(), c, "{logged:?}");
         let mut grants: Vec<usize> = logged.values().copied().collect();
         grants.sort();

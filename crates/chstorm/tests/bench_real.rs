@@ -3,6 +3,7 @@
 mod common;
 use common::{bench, marker, query_log_counts};
 
+
 fn server() -> &'static chstorm_local::LocalServer {
     chstorm_local::shared_server()
 }
@@ -16,7 +17,7 @@ fn http_keepalive_queries_reach_the_server_over_few_connections() {
     assert_eq!((r.queries, r.errors), (300, 0));
     assert_eq!(r.stop_reason, "requests");
     assert_eq!(r.server_version.as_deref().map(|v| v.chars().next().unwrap().is_ascii_digit()), Some(true));
-    let (count, ports) = query_log_counts(s, &m);
+    let (count, ports) = query_log_counts(s, &m, 300);
     assert_eq!(count, 300, "query_log must hold every query");
     assert!(ports <= 4, "keep-alive: 4 connections, saw {ports} client ports");
 }
@@ -28,7 +29,7 @@ fn http_without_keepalive_uses_a_connection_per_query() {
     let (_, r) = bench(&["--url", s.http_url(), "-q", &format!("SELECT 1 AS {m}"), "-c", "2", "-n", "100", "--no-keepalive"]);
     assert_eq!((r.queries, r.errors), (100, 0));
     assert!(!r.keepalive);
-    let (count, ports) = query_log_counts(s, &m);
+    let (count, ports) = query_log_counts(s, &m, 100);
     assert_eq!(count, 100);
     assert!(ports >= 95, "one connection per query: saw only {ports} client ports for 100 queries");
 }
@@ -41,7 +42,7 @@ fn native_queries_reach_the_server() {
     assert_eq!((r.queries, r.errors), (200, 0));
     assert_eq!(r.protocol, "native");
     assert_eq!(r.rows, 2000, "10 rows per query");
-    let (count, ports) = query_log_counts(s, &m);
+    let (count, ports) = query_log_counts(s, &m, 200);
     assert_eq!(count, 200);
     assert!(ports <= 3);
 }
@@ -76,7 +77,11 @@ fn placeholders_reach_the_server_with_their_values() {
     let q = format!("SELECT {{k:uniform(1,5)}} AS {m}, {{z:zipf(10,1.5)}}, {{q:seq(100)}}");
     let (_, r) = bench(&["--url", s.http_url(), "-q", &q, "-n", "200", "-c", "2"]);
     assert_eq!(r.errors, 0);
-    s.query("SYSTEM FLUSH LOGS").unwrap();
+    common::flush_logs_until(
+        s,
+        &format!("SELECT count() FROM system.query_log WHERE type = 2 AND query LIKE '%AS {m}%' AND query NOT LIKE '%system.query_log%'"),
+        200,
+    );
     let out = s
         .query(&format!(
             "SELECT min(k), max(k), uniqExact(k), uniqExact(q) FROM (SELECT toUInt64(extract(query, 'SELECT ([0-9]+) AS')) AS k, extract(query, ', ([0-9]+)$') AS q FROM system.query_log WHERE type = 2 AND query LIKE '%AS {m}%' AND query NOT LIKE '%system.query_log%')"

@@ -35,15 +35,26 @@ pub fn marker(name: &str) -> String {
     format!("chstorm_{name}_{}_{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
+/// Flushes the server's logs until `count_sql` (a `SELECT count() ...`) reaches `expect`, for at
+/// most 5 s: a server may queue a query's finish record just after the client has its answer.
+pub fn flush_logs_until(server: &chstorm_local::LocalServer, count_sql: &str, expect: u64) {
+    let t = std::time::Instant::now();
+    loop {
+        server.query("SYSTEM FLUSH LOGS").unwrap();
+        let n: u64 = server.query(count_sql).unwrap().trim().parse().unwrap();
+        if n >= expect || t.elapsed() > std::time::Duration::from_secs(5) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
 /// Number of finished queries in system.query_log whose text contains `marker`, and the number
-/// of distinct client ports they came from.
-pub fn query_log_counts(server: &chstorm_local::LocalServer, marker: &str) -> (u64, u64) {
-    server.query("SYSTEM FLUSH LOGS").unwrap();
-    let out = server
-        .query(&format!(
-            "SELECT count(), uniqExact(port) FROM system.query_log WHERE type = 2 AND query LIKE '%{marker}%' AND query NOT LIKE '%system.query_log%'"
-        ))
-        .unwrap();
+/// of distinct client ports they came from; waits (up to 5 s) for `expect` of them to be logged.
+pub fn query_log_counts(server: &chstorm_local::LocalServer, marker: &str, expect: u64) -> (u64, u64) {
+    let filter = format!("type = 2 AND query LIKE '%{marker}%' AND query NOT LIKE '%system.query_log%'");
+    flush_logs_until(server, &format!("SELECT count() FROM system.query_log WHERE {filter}"), expect);
+    let out = server.query(&format!("SELECT count(), uniqExact(port) FROM system.query_log WHERE {filter}")).unwrap();
     let mut it = out.split_whitespace().map(|v| v.parse::<u64>().unwrap());
     (it.next().unwrap(), it.next().unwrap())
 }
