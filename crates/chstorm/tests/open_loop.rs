@@ -4,8 +4,16 @@
 mod common;
 use common::bench;
 
+/// The tests here measure rates: they take turns, so two open loops never share the 2 cores.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn open_loop_holds_its_rate_within_five_percent() {
+    let _turn = turn();
     let s = chstorm_local::shared_server();
     let rate = 400.0;
     let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "400", "-c", "16", "-d", "4s"]);
@@ -21,6 +29,7 @@ fn open_loop_holds_its_rate_within_five_percent() {
 
 #[test]
 fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
+    let _turn = turn();
     let s = chstorm_local::shared_server();
     let (_, r) = bench(&[
         "--url", s.native_url(), "-q", "SELECT 1", "--rate", "100", "--ramp-to", "500", "--ramp-over", "4s", "-c", "16", "-d", "4s",
@@ -35,6 +44,7 @@ fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
 
 #[test]
 fn a_partial_last_second_is_scaled_not_shown_as_a_drop() {
+    let _turn = turn();
     let s = chstorm_local::shared_server();
     let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "200", "-c", "4", "-d", "1500ms"]);
     assert_eq!(r.per_second.len(), 2, "{:?}", r.per_second);
