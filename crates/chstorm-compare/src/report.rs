@@ -12,7 +12,7 @@
 use crate::flame;
 use crate::result::{CompareResult, FlameSide, QueryResult};
 use crate::stats::Verdict;
-use crate::table::{pct, pct_signed, ratio, secs, sig, truncate};
+use crate::table::{figures, pct, pct_signed, sig, truncate};
 use crate::CompareError;
 use base64::Engine as _;
 use chstorm_report::html::{escape, CSS};
@@ -239,15 +239,7 @@ fn query_table(b: &mut String, qs: &[&QueryResult], with_verdict: bool) {
         if with_verdict {
             let _ = write!(b, "<td class=\"verdict\">{}</td>", q.verdict.as_str());
         }
-        for cell in [
-            q.index.to_string(),
-            secs(q.old_s),
-            secs(q.new_s),
-            ratio(q.ratio),
-            pct_signed(q.diff),
-            pct(q.threshold),
-            format!("{}/{}", q.runs.left, q.runs.right),
-        ] {
+        for cell in std::iter::once(q.index.to_string()).chain(figures(q)) {
             let _ = write!(b, "<td class=\"num\">{}</td>", escape(&cell));
         }
         b.push_str(&query_cell(q));

@@ -23,6 +23,19 @@ pub fn truncate(s: &str, max: usize) -> String {
 }
 
 /// Seconds with 4 significant digits (`0.1021`, `1.234`, `12.35`); `-` for none.
+/// A query's figures as the table and the report show them: old and new medians, ratio, diff,
+/// threshold, and runs (`left/right`).
+pub fn figures(q: &QueryResult) -> [String; 6] {
+    [
+        secs(q.old_s),
+        secs(q.new_s),
+        ratio(q.ratio),
+        pct_signed(q.diff),
+        pct(q.threshold),
+        format!("{}/{}", q.runs.left, q.runs.right),
+    ]
+}
+
 pub fn secs(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => sig(v, 4),
@@ -89,16 +102,8 @@ pub fn render(r: &CompareResult) -> String {
         .sorted()
         .into_iter()
         .map(|q| {
-            [
-                q.verdict.as_str().to_string(),
-                secs(q.old_s),
-                secs(q.new_s),
-                ratio(q.ratio),
-                pct_signed(q.diff),
-                pct(q.threshold),
-                format!("{}/{}", q.runs.left, q.runs.right),
-                truncate(&q.query, QUERY_WIDTH),
-            ]
+            let [old, new, ratio, diff, threshold, runs] = figures(q);
+            [q.verdict.as_str().to_string(), old, new, ratio, diff, threshold, runs, truncate(&q.query, QUERY_WIDTH)]
         })
         .collect();
     let mut width = header.map(|h| h.chars().count());
