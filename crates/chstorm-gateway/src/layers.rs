@@ -57,25 +57,38 @@ macro_rules! layer {
         pub struct $svc<S> {
             inner: S,
         }
+        impl<S> Service<Request<Incoming>> for $svc<S>
+        where
+            S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+        {
+            type Response = Response<GBody>;
+            type Error = Infallible;
+            type Future = Fut;
+            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+                Poll::Ready(Ok(()))
+            }
+            fn call(&mut self, req: Request<Incoming>) -> Fut {
+                $svc::serve(self.inner.clone(), req)
+            }
+        }
     };
+}
+
+/// The response with `guard` riding on its body (released when the body ends or is dropped).
+fn guarded(resp: Response<GBody>, guard: impl std::any::Any + Send) -> Response<GBody> {
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, Guarded::wrap(body, guard))
 }
 
 layer!(GlobalAdmissionLayer, GlobalAdmission);
 layer!(AuthLayer, Authenticate);
 layer!(UserAdmissionLayer, UserAdmission);
 
-impl<S> Service<Request<Incoming>> for GlobalAdmission<S>
+impl<S> GlobalAdmission<S>
 where
     S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
 {
-    type Response = Response<GBody>;
-    type Error = Infallible;
-    type Future = Fut;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: Request<Incoming>) -> Fut {
-        let mut inner = self.inner.clone();
+    fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             state.metrics.queued.set(state.global.queued() as i64);
@@ -86,9 +99,7 @@ where
                 }
             };
             state.metrics.in_flight.set(state.global.in_flight() as i64);
-            let resp = inner.call(req).await?;
-            let (parts, body) = resp.into_parts();
-            Ok(Response::from_parts(parts, Guarded::wrap(body, permit)))
+            Ok(guarded(inner.call(req).await?, permit))
         })
     }
 }
@@ -116,18 +127,11 @@ fn credentials<B>(req: &Request<B>) -> (String, String) {
     (user, password)
 }
 
-impl<S> Service<Request<Incoming>> for Authenticate<S>
+impl<S> Authenticate<S>
 where
     S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
 {
-    type Response = Response<GBody>;
-    type Error = Infallible;
-    type Future = Fut;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, mut req: Request<Incoming>) -> Fut {
-        let mut inner = self.inner.clone();
+    fn serve(mut inner: S, mut req: Request<Incoming>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let (name, password) = credentials(&req);
@@ -164,18 +168,11 @@ where
 #[derive(Clone)]
 pub struct UserName(pub String);
 
-impl<S> Service<Request<Incoming>> for UserAdmission<S>
+impl<S> UserAdmission<S>
 where
     S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
 {
-    type Response = Response<GBody>;
-    type Error = Infallible;
-    type Future = Fut;
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
-    }
-    fn call(&mut self, req: Request<Incoming>) -> Fut {
-        let mut inner = self.inner.clone();
+    fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
@@ -191,9 +188,7 @@ where
                 Ok(p) => p,
                 Err(why) => return Ok(rejected(&state, &name, StatusCode::TOO_MANY_REQUESTS, format!("chstorm gateway: user '{name}': {why}"))),
             };
-            let resp = inner.call(req).await?;
-            let (parts, body) = resp.into_parts();
-            Ok(Response::from_parts(parts, Guarded::wrap(body, permit)))
+            Ok(guarded(inner.call(req).await?, permit))
         })
     }
 }
