@@ -21,18 +21,7 @@ pub struct ConfigError {
     pub message: String,
 }
 
-/// A duration written as `500ms`, `2s`, `1m`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map(Dur)
-            .map_err(|e| de::Error::custom(format!("'{s}' is not a duration ({e}); write e.g. 500ms, 2s")))
-    }
-}
+pub use chstorm_yaml::Dur;
 
 /// `auto` or a duration.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -441,24 +430,9 @@ impl Config {
     /// Parses and validates config text.
     pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
         let file = source.display().to_string();
-        let de = serde_yaml::Deserializer::from_str(text);
-        let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            let msg = inner.to_string();
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            let msg = match msg.split_once(": ") {
-                Some((prefix, rest)) if path.starts_with(prefix) && !prefix.contains(' ') => rest.to_string(),
-                _ => msg,
-            };
-            ConfigError {
-                file: file.clone(),
-                line: inner.location().map(|l| l.line()),
-                message: if path == "." { msg } else { format!("{path}: {msg}") },
-            }
-        })?;
-        let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i + 1);
-        let err = |needle: &str, message: String| ConfigError { file: file.clone(), line: line_of(needle), message };
+        let raw: RawConfig = chstorm_yaml::parse(text)
+            .map_err(|e| ConfigError { file: file.clone(), line: e.line, message: e.message })?;
+        let err = |needle: &str, message: String| ConfigError { file: file.clone(), line: chstorm_yaml::line_of(text, needle), message };
 
         let listen: SocketAddr = raw
             .listen

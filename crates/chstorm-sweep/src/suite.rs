@@ -35,7 +35,6 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 /// A protocol variant of a scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, serde::Serialize)]
@@ -66,18 +65,7 @@ impl ProtocolVariant {
     }
 }
 
-/// A duration written as `10s`, `500ms`, `2m`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map(Dur)
-            .map_err(|e| de::Error::custom(format!("'{s}' is not a duration ({e}); write e.g. 500ms, 10s, 2m")))
-    }
-}
+pub use chstorm_yaml::Dur;
 
 /// A non-empty list of concurrency levels, each at least 1.
 #[derive(Debug, Clone, PartialEq)]
@@ -200,28 +188,10 @@ impl Suite {
     /// Parses and validates suite text.
     pub fn parse(text: &str, source: &Path) -> Result<Suite, SuiteError> {
         let file = source.display().to_string();
-        let de = serde_yaml::Deserializer::from_str(text);
-        let mut suite: Suite = serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
-            let msg = inner.to_string();
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-            // serde_yaml knows the line of syntax and type errors; for our own checks (made
-            // after a value was read) find the field's line from its path.
-            // serde_yaml places errors raised inside a value at the start of the enclosing
-            // mapping; the field's own line (from its path) is at or after it.
-            let line = inner.location().map(|l| l.line()).max(line_of_path(text, &path));
-            // serde_yaml prefixes part of the path itself; show the whole path once.
-            let msg = match msg.split_once(": ") {
-                Some((prefix, rest)) if path.starts_with(prefix) && !prefix.contains(' ') => rest.to_string(),
-                _ => msg,
-            };
-            let message = if path == "." { msg } else { format!("{path}: {msg}") };
-            SuiteError { file: file.clone(), line, message }
-        })?;
+        let mut suite: Suite = chstorm_yaml::parse(text)
+            .map_err(|e| SuiteError { file: file.clone(), line: e.line, message: e.message })?;
         suite.source = source.to_path_buf();
-        let line_of = |needle: &str| text.lines().position(|l| l.contains(needle)).map(|i| i + 1);
-        let err = |needle: &str, message: String| SuiteError { file: file.clone(), line: line_of(needle), message };
+        let err = |needle: &str, message: String| SuiteError { file: file.clone(), line: chstorm_yaml::line_of(text, needle), message };
         if suite.scenarios.is_empty() {
             return Err(err("scenarios", "scenarios: the suite has no scenarios".into()));
         }
@@ -256,36 +226,6 @@ impl Suite {
         }
         Ok(suite)
     }
-}
-
-/// The 1-based line of a field path like `scenarios[2].concurrency` in simple block YAML.
-fn line_of_path(text: &str, path: &str) -> Option<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let indent = |l: &str| l.len() - l.trim_start().len();
-    let mut at = 0usize;
-    let mut found = None;
-    for seg in path.split('.').filter(|s| !s.is_empty() && *s != ".") {
-        let (key, index) = match seg.split_once('[') {
-            Some((k, i)) => (k, i.trim_end_matches(']').parse::<usize>().ok()),
-            None => (seg, None),
-        };
-        let pos = (at..lines.len()).find(|&i| {
-            let t = lines[i].trim_start().trim_start_matches("- ");
-            t.starts_with(&format!("{key}:"))
-        })?;
-        found = Some(pos);
-        at = pos + 1;
-        if let Some(n) = index {
-            // The n-th list item after the key.
-            let items: Vec<usize> = (at..lines.len()).filter(|&i| lines[i].trim_start().starts_with("- ")).collect();
-            let first_indent = items.first().map(|&i| indent(lines[i]))?;
-            let same: Vec<usize> = items.into_iter().filter(|&i| indent(lines[i]) == first_indent).collect();
-            let item = *same.get(n)?;
-            found = Some(item);
-            at = item;
-        }
-    }
-    found.map(|i| i + 1)
 }
 
 #[cfg(test)]
