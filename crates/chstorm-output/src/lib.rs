@@ -8,6 +8,7 @@
 
 pub mod csv;
 pub mod merge;
+pub mod omission;
 pub mod report;
 pub mod text;
 
@@ -22,4 +23,6 @@ pub enum OutputError {
     BadReport { path: String, reason: String },
     #[error("{path}: existing CSV header differs from chstorm's; write to a new file")]
     CsvHeader { path: String },
+    #[error("--correct-omission: {0}")]
+    Correction(String),
 }

@@ -65,6 +65,10 @@ pub struct BenchReport {
     pub histogram: String,
     /// What the latencies include.
     pub latency_note: String,
+    /// Set when `chstorm merge --correct-omission` re-weighted the latencies: the expected
+    /// interval, in seconds. Absent in raw runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub co_correction_interval_s: Option<f64>,
 }
 
 /// What a closed loop's latencies leave out.
@@ -106,6 +110,7 @@ impl BenchReport {
             per_second: r.per_second.clone(),
             histogram: r.total.hist.to_base64(),
             latency_note: if meta.rate.is_some() { OPEN_LOOP_NOTE } else { CLOSED_LOOP_NOTE }.into(),
+            co_correction_interval_s: None,
         }
     }
 

@@ -22,7 +22,14 @@ pub enum HistogramError {
     Decode(String),
     #[error("histograms cannot be merged: {0}")]
     Merge(String),
+    #[error("{0}")]
+    Correction(String),
 }
+
+/// The most synthetic-sample records [`LatencyHistogram::corrected_for_omission`] will make
+/// (one per recorded bucket and interval step). A tiny interval against a long tail would
+/// otherwise loop for minutes.
+const MAX_CORRECTION_STEPS: u64 = 50_000_000;
 
 /// HDR histogram of latencies, stored in microseconds.
 #[derive(Clone, Debug)]
@@ -126,6 +133,42 @@ impl LatencyHistogram {
         }
     }
 
+    /// A copy re-weighted for coordinated omission, by the rule wrk 4 applies to its own
+    /// `--latency` figures (`stats_correct`): every sample of `L` with `L > 2 × interval` also
+    /// counts `L − interval`, `L − 2 × interval`, … while the value stays above `interval`.
+    /// (HdrHistogram's `recordValueWithExpectedInterval` is the same rule, except that it also
+    /// keeps a value equal to the interval.) `interval` is rounded down to whole microseconds.
+    ///
+    /// This estimates what a closed loop hid: the queries that would have been sent, one per
+    /// `interval`, while a connection waited on a slow answer. The raw samples are what was
+    /// measured; the corrected ones are a model.
+    pub fn corrected_for_omission(&self, interval: Duration) -> Result<LatencyHistogram, HistogramError> {
+        let e = interval.as_micros() as u64;
+        if e == 0 {
+            return Err(HistogramError::Correction("the expected interval must be at least 1us; give a longer one".into()));
+        }
+        // Each bucket stands for its lowest value, which is the recorded one below 2,048 us.
+        let low = |v: &hdrhistogram::iterators::IterationValue<u64>| self.h.lowest_equivalent(v.value_iterated_to());
+        let steps: u64 = self.h.iter_recorded().map(|v| low(&v) / e).sum();
+        if steps > MAX_CORRECTION_STEPS {
+            return Err(HistogramError::Correction(format!(
+                "an expected interval of {e}us is too small for latencies up to {}us; give a longer one",
+                self.h.max()
+            )));
+        }
+        let mut out = self.clone();
+        for v in self.h.iter_recorded() {
+            let (value, count) = (low(&v), v.count_at_value());
+            let mut missing = value.saturating_sub(e);
+            while missing > e {
+                // Values below the original's maximum are always representable.
+                let _ = out.h.record_n(missing, count);
+                missing -= e;
+            }
+        }
+        Ok(out)
+    }
+
     /// Serialises as HDR V2 (deflate) in standard base64, the format `chstorm merge` reads.
     pub fn to_base64(&self) -> String {
         let mut bytes = Vec::new();
@@ -189,6 +232,40 @@ mod tests {
         assert!((m.percentile_s(95.0) - 0.1).abs() < 1e-3);
         assert!(LatencyHistogram::from_base64("not base64!").is_err());
         assert!(LatencyHistogram::from_base64("AAAA").is_err());
+    }
+
+    #[test]
+    fn omission_correction_follows_wrk_rule() {
+        // 1 ms interval: 2 ms is at the boundary (wrk adds nothing), 5 ms adds 4, 3 and 2 ms.
+        let mut h = LatencyHistogram::new();
+        h.record_n(Duration::from_micros(900), 10);
+        h.record(ms(2));
+        h.record_n(ms(5), 2);
+        let c = h.corrected_for_omission(ms(1)).unwrap();
+        assert_eq!(c.len(), 10 + 1 + 2 + 2 * 3);
+        let mut want = LatencyHistogram::new();
+        want.record_n(Duration::from_micros(900), 10);
+        want.record(ms(2));
+        for v in [5, 4, 3, 2] {
+            want.record_n(ms(v), 2);
+        }
+        for p in [10.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0] {
+            assert_eq!(c.percentile_s(p), want.percentile_s(p), "p{p}");
+        }
+        // The original is left as it was.
+        assert_eq!(h.len(), 13);
+    }
+
+    #[test]
+    fn omission_correction_refuses_intervals_that_would_not_finish() {
+        let mut h = LatencyHistogram::new();
+        h.record(Duration::from_secs(3000));
+        assert!(h.corrected_for_omission(Duration::ZERO).is_err());
+        let err = h.corrected_for_omission(Duration::from_micros(1)).unwrap_err().to_string();
+        assert!(err.contains("too small"), "{err}");
+        // 3000 s lands in a bucket about 2 s wide, whose lowest value stands for it.
+        let n = h.corrected_for_omission(Duration::from_secs(1)).unwrap().len();
+        assert!((1 + 2995..=1 + 2998).contains(&n), "{n}");
     }
 
     #[test]

@@ -17,7 +17,8 @@ pub enum Command {
     /// Load a ClickHouse server over HTTP(S) or the native protocol and measure QPS and latency.
     #[command(after_long_help = BENCH_EXAMPLES)]
     Bench(BenchArgs),
-    /// Merge bench JSON files made at the same time on several machines into one result.
+    /// Merge bench JSON files made at the same time on several machines into one result
+    /// (or re-weight one closed-loop run for coordinated omission, as wrk does: --correct-omission).
     Merge(MergeArgs),
     /// Start, stop or inspect a local ClickHouse server for tests and demos.
     Local(LocalArgs),
@@ -197,6 +198,31 @@ pub struct MergeArgs {
     /// Where to write the merged JSON ('-' for stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Re-weight closed-loop latencies for coordinated omission: every latency L above twice
+    /// the interval I also counts L-I, L-2I, ... while above I. `auto` takes I = duration x
+    /// concurrency / queries (the mean time per query per connection), which is what wrk 4 does
+    /// to its --latency figures; use it to compare with wrk. Off by default: the raw samples are
+    /// what was measured. Open-loop runs (--rate) are refused; they need no model.
+    #[arg(long, value_name = "auto|DURATION", value_parser = parse_interval)]
+    pub correct_omission: Option<Interval>,
+}
+
+/// An expected interval: `auto` (from the run) or a fixed duration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Interval {
+    Auto,
+    Fixed(Duration),
+}
+
+fn parse_interval(s: &str) -> Result<Interval, String> {
+    if s == "auto" {
+        return Ok(Interval::Auto);
+    }
+    match parse_duration(s) {
+        Ok(d) if d >= Duration::from_micros(1) => Ok(Interval::Fixed(d)),
+        Ok(_) => Err(format!("'{s}' is shorter than 1us; write auto or e.g. 1ms")),
+        Err(_) => Err(format!("'{s}' is neither auto nor a duration; write auto or e.g. 1ms")),
+    }
 }
 
 #[derive(Args, Debug, Clone)]

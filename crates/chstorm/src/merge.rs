@@ -1,6 +1,7 @@
-//! `chstorm merge`: combine bench JSON files from several client machines.
+//! `chstorm merge`: combine bench JSON files from several client machines, and optionally
+//! re-weight a closed loop's latencies for coordinated omission (`--correct-omission`).
 
-use crate::cli::MergeArgs;
+use crate::cli::{Interval, MergeArgs};
 use anyhow::Context;
 use chstorm_output::merge::{merge, read_report};
 use std::path::Path;
@@ -11,7 +12,14 @@ pub fn run(args: MergeArgs) -> anyhow::Result<i32> {
         let path = p.display().to_string();
         reports.push((path.clone(), read_report(&path)?));
     }
-    let merged = merge(&reports)?;
+    let mut merged = merge(&reports)?;
+    if let Some(i) = args.correct_omission {
+        let fixed = match i {
+            Interval::Auto => None,
+            Interval::Fixed(d) => Some(d),
+        };
+        chstorm_output::omission::correct_omission(&mut merged, fixed)?;
+    }
     let summary = chstorm_output::text::summary(&merged);
     match args.json.as_deref() {
         Some(p) if p == Path::new("-") => {

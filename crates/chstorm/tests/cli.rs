@@ -38,6 +38,8 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_one_line_error(&["merge", "/nonexistent.json"], "/nonexistent.json");
     std::fs::write(dir.path().join("bad.json"), "{\"schema\": 1}").unwrap();
     assert_one_line_error(&["merge", dir.path().join("bad.json").to_str().unwrap()], "not a chstorm.bench.v1");
+    assert_one_line_error(&["merge", "x.json", "--correct-omission", "soon"], "neither auto nor a duration");
+    assert_one_line_error(&["merge", "x.json", "--correct-omission", "0s"], "shorter than 1us");
 }
 
 #[test]

@@ -79,6 +79,48 @@ fn merge_adds_counts_and_merges_histograms() {
     assert!(merged.latency_s.p50 <= reports.iter().map(|r| r.latency_s.p50).fold(0.0, f64::max));
 }
 
+fn merge_cli(args: &[&str]) -> anyhow::Result<i32> {
+    let cli = <chstorm::cli::Cli as clap::Parser>::try_parse_from(["chstorm", "merge"].iter().chain(args)).unwrap();
+    chstorm::run(cli)
+}
+
+#[test]
+fn correct_omission_reweights_a_real_closed_loop_and_refuses_an_open_one() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    // One query in ten sleeps 20 ms, far above the mean interval: a tail to re-weight.
+    let mut args = vec!["--url", s.http_url(), "-n", "400", "-c", "2"];
+    for _ in 0..9 {
+        args.extend(["-q", "SELECT 1"]);
+    }
+    args.extend(["-q", "SELECT sleep(0.02)"]);
+    let (_, raw) = bench(&args);
+    let input = dir.path().join("raw.json");
+    std::fs::write(&input, raw.to_json()).unwrap();
+    let out = dir.path().join("corrected.json");
+    assert_eq!(merge_cli(&[input.to_str().unwrap(), "--correct-omission", "auto", "--json", out.to_str().unwrap()]).unwrap(), 0);
+    let c = common::read_report(&out);
+    assert_valid(&serde_json::to_value(&c).unwrap());
+    let want_interval = raw.duration_s / (raw.queries / raw.concurrency) as f64;
+    let got_interval = c.co_correction_interval_s.expect("interval recorded");
+    assert!((got_interval - want_interval).abs() < 2e-6, "{got_interval} vs {want_interval}");
+    assert_eq!(c.queries, raw.queries, "counts stay as measured");
+    let counted = LatencyHistogram::from_base64(&c.histogram).unwrap().len();
+    assert!(counted > raw.queries, "the 20 ms answers add hidden samples: {counted}");
+    assert!(c.latency_s.p90 > raw.latency_s.p90, "{:?} vs {:?}", c.latency_s, raw.latency_s);
+    assert_eq!(c.latency_s.max, raw.latency_s.max);
+    assert!(c.latency_note.contains("coordinated omission") && c.latency_note.contains("wrk"));
+    // The raw file is untouched, and a corrected file is not corrected twice.
+    assert_eq!(common::read_report(&input).histogram, raw.histogram);
+    let again = merge_cli(&[out.to_str().unwrap(), "--correct-omission", "auto"]).unwrap_err().to_string();
+    assert!(again.contains("already corrected"), "{again}");
+    let (_, open) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "200", "-n", "50"]);
+    let open_path = dir.path().join("open.json");
+    std::fs::write(&open_path, open.to_json()).unwrap();
+    let e = merge_cli(&[open_path.to_str().unwrap(), "--correct-omission", "1ms"]).unwrap_err().to_string();
+    assert!(e.contains("open-loop"), "{e}");
+}
+
 #[test]
 fn csv_rows_carry_the_clickhouse_sts_columns_first() {
     let s = chstorm_local::shared_server();

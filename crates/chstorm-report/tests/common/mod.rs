@@ -86,6 +86,7 @@ pub fn bench(scenario: &str, variant: &str, c: u64, peak: f64, workload: &str) -
         per_second,
         histogram: String::new(),
         latency_note: CLOSED_LOOP_NOTE.into(),
+        co_correction_interval_s: None,
     }
 }
 
