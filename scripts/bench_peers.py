@@ -146,7 +146,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--duration", type=int, default=5, help="seconds per run (default 5)")
-    ap.add_argument("--reps", type=int, default=2, help="runs per tool and scenario (default 2)")
+    ap.add_argument("--reps", type=int, default=3, help="runs per tool and scenario (default 3; medians are reported)")
     ap.add_argument("--agreement-reps", type=int, default=4,
                     help="runs per tool for SELECT 1 over HTTP, whose percentiles are compared (default 4)")
     ap.add_argument("--chstorm", default="target/release/chstorm")
