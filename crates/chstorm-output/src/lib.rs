@@ -23,6 +23,8 @@ pub enum OutputError {
     BadReport { path: String, reason: String },
     #[error("{path}: existing CSV header differs from chstorm's; write to a new file")]
     CsvHeader { path: String },
+    #[error("{path}: its latencies are corrected for coordinated omission unlike the first input's; merge the raw runs, then correct")]
+    MixedCorrection { path: String },
     #[error("--correct-omission: {0}")]
     Correction(String),
 }

@@ -34,6 +34,9 @@ pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputErr
     let mut duration: f64 = 0.0;
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
     for (path, r) in reports {
+        if r.co_correction_interval_s != first.co_correction_interval_s {
+            return Err(OutputError::MixedCorrection { path: path.clone() });
+        }
         let h = LatencyHistogram::from_base64(&r.histogram)
             .map_err(|e| OutputError::BadReport { path: path.clone(), reason: e.to_string() })?;
         hist.merge(&h);

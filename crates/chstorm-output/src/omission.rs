@@ -151,6 +151,17 @@ mod tests {
     }
 
     #[test]
+    fn merge_refuses_to_mix_corrected_and_raw_runs() {
+        let raw = report(&[(500, 10), (10_000, 1)], 11, 1, 1.0, None);
+        let mut corrected = raw.clone();
+        correct_omission(&mut corrected, Some(Duration::from_millis(1))).unwrap();
+        let inputs = [("raw.json".to_string(), raw.clone()), ("c.json".to_string(), corrected)];
+        let e = crate::merge::merge(&inputs).unwrap_err().to_string();
+        assert!(e.starts_with("c.json:") && e.contains("merge the raw runs, then correct"), "{e}");
+        assert!(crate::merge::merge(&[("a".to_string(), raw.clone()), ("b".to_string(), raw)]).is_ok());
+    }
+
+    #[test]
     fn open_loops_and_empty_runs_are_refused_with_the_fix() {
         let mut open = report(&[(500, 10)], 10, 1, 1.0, Some(10.0));
         let e = correct_omission(&mut open, None).unwrap_err().to_string();
