@@ -4,15 +4,16 @@
 //! Stopping is SIGKILL to the whole process group, then reaping the child. It happens in
 //! [`OfflineLoad::stop`], on drop (any error path), and in an `atexit` hook (a second Ctrl-C
 //! that calls `exit()`). If chstorm itself is SIGKILLed, the kernel kills the child because of
-//! `PR_SET_PDEATHSIG=SIGKILL`, set in the child before `exec` (the signal follows the *thread*
-//! that spawned the child, so spawn from a thread that outlives the load). Grandchildren of a
+//! `PR_SET_PDEATHSIG=SIGKILL`, set in the child before `exec`, and the fork comes from a
+//! long-lived thread, because the signal follows the *thread* that forked (`chstorm_child`).
+//! Grandchildren of a
 //! custom command are only covered by the group kill, not by the death signal.
 
 use crate::burn::READY;
 use crate::error::IsolateError;
 use crate::apply::PreExec;
 use crate::{cpu, procfs};
-use std::io::{self, BufRead, BufReader};
+use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -93,26 +94,15 @@ impl OfflineLoad {
             }
         };
         cmd.stdin(Stdio::null()).process_group(0);
-        // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: the closure makes only async-signal-safe calls (prctl, getppid, and the
-        // system calls of PreExec::run).
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if libc::getppid() != parent {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                match &pre {
-                    Some(p) => p.run(),
-                    None => Ok(()),
-                }
-            });
+        chstorm_child::tie_to_parent(&mut cmd);
+        if let Some(pre) = pre {
+            // SAFETY: PreExec::run makes only async-signal-safe system calls.
+            unsafe {
+                cmd.pre_exec(move || pre.run());
+            }
         }
         let what = spec.describe();
-        let mut child = cmd.spawn().map_err(|e| IsolateError::Io { what: format!("start the offline load ({what})"), source: e })?;
+        let mut child = chstorm_child::spawn(cmd).map_err(|e| IsolateError::Io { what: format!("start the offline load ({what})"), source: e })?;
         let pid = child.id();
         track(pid, true);
         let mut load = OfflineLoad { child: None, pid };

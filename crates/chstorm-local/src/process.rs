@@ -10,8 +10,6 @@ use std::io;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -80,59 +78,14 @@ pub(crate) fn config_arg(dir: &Path) -> String {
     format!("--config-file={}", config::config_path(dir).display())
 }
 
-/// Spawns `cmd`. With `die_with_parent` the child gets
-/// `PR_SET_PDEATHSIG=SIGKILL` and is spawned from a helper thread that lives
-/// as long as the process, because the kernel sends the signal when the
-/// *thread* that forked the child exits.
+/// Spawns `cmd`. With `die_with_parent` the child is tied to this process's life and forked
+/// from a long-lived thread (see `chstorm_child`).
 pub(crate) fn spawn(mut cmd: Command, die_with_parent: bool) -> io::Result<Child> {
     if !die_with_parent {
         return cmd.spawn();
     }
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: the closure only calls async-signal-safe functions (prctl, getppid).
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    let (reply_tx, reply_rx) = mpsc::channel();
-    spawner()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .send((cmd, reply_tx))
-        .map_err(|_| io::Error::other("the chstorm-local spawner thread is gone"))?;
-    reply_rx.recv().map_err(|_| io::Error::other("the chstorm-local spawner thread did not answer"))?
-}
-
-type SpawnJob = (Command, mpsc::Sender<io::Result<Child>>);
-
-/// The long-lived spawner thread's queue. The sender lives in a static, so the
-/// thread's receive loop never ends; should it, the thread parks forever.
-fn spawner() -> &'static Mutex<mpsc::Sender<SpawnJob>> {
-    static TX: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
-    TX.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<SpawnJob>();
-        let spawned = thread::Builder::new().name("chstorm-local-spawner".into()).spawn(move || {
-            for (mut cmd, reply) in rx {
-                let _ = reply.send(cmd.spawn());
-            }
-            loop {
-                thread::park();
-            }
-        });
-        if let Err(e) = spawned {
-            // Without the thread every spawn request fails with a clear error.
-            eprintln!("chstorm-local: cannot start the spawner thread: {e}");
-        }
-        Mutex::new(tx)
-    })
+    chstorm_child::tie_to_parent(&mut cmd);
+    chstorm_child::spawn(cmd)
 }
 
 /// Stops our own child: SIGTERM, wait up to `grace`, SIGKILL, reap.
