@@ -218,38 +218,28 @@ fn after_operand(prev: Option<&Token<'_>>) -> bool {
 /// `ErrorWrongNumber`.
 fn lex_number(b: &[u8], mut i: usize) -> Option<usize> {
     let hex = b[i] == b'0' && matches!(b.get(i + 1), Some(b'x' | b'X'));
+    // Hex numbers take hex digits and a `p` exponent; decimal ones digits and `e`.
+    let (digit, exp): (fn(&u8) -> bool, &[u8]) =
+        if hex { (u8::is_ascii_hexdigit, b"pP") } else { (u8::is_ascii_digit, b"eE") };
     if hex {
         i += 2;
-        while i < b.len() && b[i].is_ascii_hexdigit() {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'.' {
-            i += 1;
-            while i < b.len() && b[i].is_ascii_hexdigit() {
-                i += 1;
-            }
-        }
-        if i < b.len() && (b[i] == b'p' || b[i] == b'P') {
-            i = exponent(b, i);
-        }
-    } else {
-        while i < b.len() && b[i].is_ascii_digit() {
-            i += 1;
-        }
-        if i < b.len() && b[i] == b'.' {
-            i += 1;
-            while i < b.len() && b[i].is_ascii_digit() {
-                i += 1;
-            }
-        }
-        if i < b.len() && (b[i] == b'e' || b[i] == b'E') {
-            i = exponent(b, i);
-        }
+    }
+    i = skip_while(b, i, digit);
+    if i < b.len() && b[i] == b'.' {
+        i = skip_while(b, i + 1, digit);
+    }
+    if i < b.len() && exp.contains(&b[i]) {
+        i = exponent(b, i);
     }
     if i < b.len() && is_word_byte(b[i]) {
         return None;
     }
     Some(i)
+}
+
+/// The first index at or after `i` whose byte fails `pred` (or `b.len()`).
+fn skip_while(b: &[u8], i: usize, pred: fn(&u8) -> bool) -> usize {
+    b[i.min(b.len())..].iter().position(|c| !pred(c)).map_or(b.len(), |n| i + n)
 }
 
 /// Skips `e`/`p`, an optional sign, and digits.
@@ -258,10 +248,7 @@ fn exponent(b: &[u8], mut i: usize) -> usize {
     if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
         i += 1;
     }
-    while i < b.len() && b[i].is_ascii_digit() {
-        i += 1;
-    }
-    i
+    skip_while(b, i, u8::is_ascii_digit)
 }
 
 /// The end (past the closing quote) of a quoted token starting at `i`.
