@@ -86,7 +86,17 @@ fn clean_frame(f: &str) -> String {
     if f.is_empty() {
         return "[unknown]".into();
     }
-    f.chars().map(|c| if c == ';' { ':' } else if c.is_control() { ' ' } else { c }).collect()
+    f.chars()
+        .map(|c| {
+            if c == ';' {
+                ':'
+            } else if c.is_control() {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// Folded stacks as text lines, sorted as inferno expects them.

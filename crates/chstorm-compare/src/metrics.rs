@@ -115,7 +115,8 @@ impl MetricsSource {
             ProfileEventsForm::Map => "ARRAY JOIN mapKeys(ProfileEvents) AS name, mapValues(ProfileEvents) AS value",
             ProfileEventsForm::None => return Ok(out),
         };
-        let sql = format!("SELECT query_id, name, value FROM system.query_log {join} WHERE {where_} FORMAT TabSeparated");
+        let sql =
+            format!("SELECT query_id, name, value FROM system.query_log {join} WHERE {where_} FORMAT TabSeparated");
         for line in self.client.query(&sql)?.lines() {
             let mut f = line.split('\t');
             let (Some(id), Some(name), Some(v)) = (f.next(), f.next(), f.next()) else { continue };
@@ -160,9 +161,8 @@ impl Caps {
         };
         let trace_log = tables.contains("trace_log");
         let trace_type_column = trace_log && columns(c, "trace_log")?.contains_key("trace_type");
-        let profiler_setting = c
-            .query_u64("SELECT count() FROM system.settings WHERE name = 'query_profiler_real_time_period_ns'")?
-            > 0;
+        let profiler_setting =
+            c.query_u64("SELECT count() FROM system.settings WHERE name = 'query_profiler_real_time_period_ns'")? > 0;
         Ok(Caps {
             version,
             query_log: tables.contains("query_log"),

@@ -48,7 +48,8 @@ pub fn from_suite(suite: &Suite, vars: &BTreeMap<String, String>) -> Result<(Vec
                 .collect::<Vec<_>>()
                 .join(" ");
             for q in &sc.queries {
-                let sql = chstorm_sweep::plan::substitute(q, &params, vars).map_err(|e| format!("scenario {}: {e}", sc.name))?;
+                let sql = chstorm_sweep::plan::substitute(q, &params, vars)
+                    .map_err(|e| format!("scenario {}: {e}", sc.name))?;
                 out.push(QuerySpec { name: Some(name.clone()), sql });
             }
         }

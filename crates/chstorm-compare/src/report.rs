@@ -140,8 +140,10 @@ pub fn render(r: &CompareResult) -> Rendered {
     if changed.is_empty() {
         b.push_str("<p>No query changed, so there is nothing to chart.</p>\n");
     } else {
-        b.push_str("<p class=\"note\">Client time of every measured run, in the order they ran (left and right alternate); \
-dashed lines are the medians.</p>\n<div class=\"charts\">\n");
+        b.push_str(
+            "<p class=\"note\">Client time of every measured run, in the order they ran (left and right alternate); \
+dashed lines are the medians.</p>\n<div class=\"charts\">\n",
+        );
         for q in &changed {
             b.push_str("<figure>");
             b.push_str(&run_chart(q));
@@ -222,7 +224,8 @@ fn badges(b: &mut String, r: &CompareResult) {
 }
 
 fn query_cell(q: &QueryResult) -> String {
-    let label = q.name.as_deref().map(|n| format!("<span class=\"muted\">{}</span><br>", escape(n))).unwrap_or_default();
+    let label =
+        q.name.as_deref().map(|n| format!("<span class=\"muted\">{}</span><br>", escape(n))).unwrap_or_default();
     format!("<td class=\"query\">{label}<code>{}</code></td>", escape(&truncate(&q.query, 400)))
 }
 
@@ -385,7 +388,10 @@ fn flamegraphs(b: &mut String, r: &CompareResult, changed: &[&QueryResult], file
             ),
         ];
         for (name, folded) in [("left", l), ("right", rt)] {
-            files.push((PathBuf::from(FLAME_DIR).join(format!("q{}-{name}.folded", q.index)), flame::folded_lines(folded).join("\n") + "\n"));
+            files.push((
+                PathBuf::from(FLAME_DIR).join(format!("q{}-{name}.folded", q.index)),
+                flame::folded_lines(folded).join("\n") + "\n",
+            ));
         }
         b.push_str("<div class=\"flames\">");
         for (name, svg) in graphs {
@@ -482,7 +488,10 @@ mod tests {
             query_log: true,
             profile_events: Some(crate::metrics::ProfileEventsForm::Arrays),
             trace_log: false,
-            notes: vec!["no system.trace_log on the left (old) server (version 18.16.1); flamegraphs need ClickHouse 20.x+".into()],
+            notes: vec![
+                "no system.trace_log on the left (old) server (version 18.16.1); flamegraphs need ClickHouse 20.x+"
+                    .into(),
+            ],
         };
         let q = |index: usize, verdict: Verdict, old: f64, new: f64, sql: &str| QueryResult {
             index,
@@ -504,7 +513,8 @@ mod tests {
             ids: Sides::default(),
             flames: Sides::default(),
         };
-        let mut slower = q(0, Verdict::Slower, 0.1, 0.2, "SELECT sum(cityHash64(number)) FROM numbers(10000000) -- <b>");
+        let mut slower =
+            q(0, Verdict::Slower, 0.1, 0.2, "SELECT sum(cityHash64(number)) FROM numbers(10000000) -- <b>");
         slower.metrics.push(MetricResult {
             name: "query_duration_ms".into(),
             old: 100.0,

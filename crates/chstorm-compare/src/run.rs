@@ -3,7 +3,9 @@
 
 use crate::flame::{self, PROFILER_PERIOD_NS};
 use crate::metrics::{self, MetricsSource, RunMetrics};
-use crate::result::{CompareResult, FlameSide, MetricResult, OptionsEcho, QueryResult, SideInfo, Sides, Summary, SCHEMA};
+use crate::result::{
+    CompareResult, FlameSide, MetricResult, OptionsEcho, QueryResult, SideInfo, Sides, Summary, SCHEMA,
+};
 use crate::runner::{QueryExec, Runner};
 use crate::schedule::{self, QueryRuns, Side, Stop};
 use crate::stats::{self, derive_seed, Verdict};
@@ -157,10 +159,8 @@ pub fn compare(
     compare_metrics(&mut queries, &rows, opts);
 
     // Flamegraph samples of the queries that changed.
-    let native_only = [
-        !left.protocol.is_http() && opts.left_http.is_none(),
-        !right.protocol.is_http() && opts.right_http.is_none(),
-    ];
+    let native_only =
+        [!left.protocol.is_http() && opts.left_http.is_none(), !right.protocol.is_http() && opts.right_http.is_none()];
     let reasons: [Option<String>; 2] = [Side::Left, Side::Right].map(|side| {
         let i = side as usize;
         match (&sources[i], native_only[i]) {
@@ -224,10 +224,16 @@ fn check_options(opts: &CompareOptions) -> Result<(), CompareError> {
     opts.plan.validate().map_err(CompareError::Invalid)?;
     let r = &opts.rules;
     if !(r.min_change.is_finite() && r.min_change >= 0.0) {
-        return Err(CompareError::Invalid(format!("--min-change {} must be a fraction >= 0, e.g. 0.05 or 5%", r.min_change)));
+        return Err(CompareError::Invalid(format!(
+            "--min-change {} must be a fraction >= 0, e.g. 0.05 or 5%",
+            r.min_change
+        )));
     }
     if !(r.unstable.is_finite() && r.unstable > 0.0) {
-        return Err(CompareError::Invalid(format!("--unstable {} must be a fraction > 0, e.g. 0.1 or 10%", r.unstable)));
+        return Err(CompareError::Invalid(format!(
+            "--unstable {} must be a fraction > 0, e.g. 0.1 or 10%",
+            r.unstable
+        )));
     }
     if opts.queries.is_empty() {
         return Err(CompareError::Invalid("no queries to compare".into()));
@@ -384,13 +390,21 @@ fn metrics_of_query(q: &mut QueryResult, rows: &[HashMap<String, RunMetrics>; 2]
             continue;
         }
         let c = stats::compare(&l, &r, derive_seed(opts.seed, &[&q.query, &name]));
-        let m = MetricResult { name, old: c.old, new: c.new, diff: c.diff, threshold: c.threshold, verdict: c.verdict(&opts.rules) };
+        let m = MetricResult {
+            name,
+            old: c.old,
+            new: c.new,
+            diff: c.diff,
+            threshold: c.threshold,
+            verdict: c.verdict(&opts.rules),
+        };
         if c.moved(&opts.rules) {
             q.metrics.push(m.clone());
         }
         q.all_metrics.push(m);
     }
-    q.metrics.sort_by(|a, b| b.diff.unwrap_or(0.0).abs().total_cmp(&a.diff.unwrap_or(0.0).abs()).then(a.name.cmp(&b.name)));
+    q.metrics
+        .sort_by(|a, b| b.diff.unwrap_or(0.0).abs().total_cmp(&a.diff.unwrap_or(0.0).abs()).then(a.name.cmp(&b.name)));
 }
 
 #[cfg(test)]

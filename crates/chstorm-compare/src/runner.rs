@@ -63,12 +63,19 @@ pub struct Runner {
 impl Runner {
     /// Connects to both sides and asks each for its version, which also checks that the URL's
     /// settings are accepted. Errors say which side failed.
-    pub fn open(left: &Target, right: &Target, tls: &TlsOptions, timeout: Duration, run_id: &str) -> Result<Runner, CompareError> {
+    pub fn open(
+        left: &Target,
+        right: &Target,
+        tls: &TlsOptions,
+        timeout: Duration,
+        run_id: &str,
+    ) -> Result<Runner, CompareError> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CompareError::Runtime)?;
         let open = |side: Side, target: &Target| -> Result<SideConn, CompareError> {
             let server = |source: ProtoError| CompareError::Server { side, target: target.to_string(), source };
             let connector = Connector::new(target, tls, timeout).map_err(server)?;
-            let mut s = SideConn { target: target.clone(), connector, conn: None, extra: Vec::new(), version: String::new() };
+            let mut s =
+                SideConn { target: target.clone(), connector, conn: None, extra: Vec::new(), version: String::new() };
             s.version = rt.block_on(s.version(timeout)).map_err(server)?;
             Ok(s)
         };

@@ -127,10 +127,7 @@ impl Plan {
             return Err(format!("--runs {} is more than the {} runs a side may make", self.runs, self.max_runs));
         }
         if self.min_time > self.max_time {
-            return Err(format!(
-                "--min-time {:?} is longer than --max-time {:?}",
-                self.min_time, self.max_time
-            ));
+            return Err(format!("--min-time {:?} is longer than --max-time {:?}", self.min_time, self.max_time));
         }
         Ok(())
     }
@@ -266,7 +263,12 @@ mod tests {
     }
 
     fn plan(runs: usize, min_s: f64, max_s: f64) -> Plan {
-        Plan { runs, min_time: Duration::from_secs_f64(min_s), max_time: Duration::from_secs_f64(max_s), max_runs: MAX_RUNS }
+        Plan {
+            runs,
+            min_time: Duration::from_secs_f64(min_s),
+            max_time: Duration::from_secs_f64(max_s),
+            max_runs: MAX_RUNS,
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ fn trace_log_rows_fold_into_root_first_stacks() {
         assert!(stack.starts_with("__clone;start_thread;"), "root first: {stack}");
         assert!(!stack.contains(";;"), "no empty frames: {stack}");
     }
-    let cityhash = left.keys().find(|s| s.ends_with("CityHash_v1_0_2::CityHash64(char const*, unsigned long)")).unwrap();
+    let cityhash =
+        left.keys().find(|s| s.ends_with("CityHash_v1_0_2::CityHash64(char const*, unsigned long)")).unwrap();
     assert_eq!(left[cityhash], 18, "the same stack of three runs is summed");
     assert!(left.keys().any(|s| s.contains(";[unknown];")), "an unresolved address is named");
     assert!(right.keys().any(|s| s.ends_with(";[unknown]")));

@@ -35,7 +35,15 @@ impl SqlClient {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ProtoError::Io)?;
         let connector = Connector::new(&target, tls, Duration::from_secs(10))?;
         let head = RequestHead::query(&target, &[], true);
-        Ok(SqlClient { rt, connector, head, conn: None, idle_since: Instant::now(), timeout: Duration::from_secs(600), target })
+        Ok(SqlClient {
+            rt,
+            connector,
+            head,
+            conn: None,
+            idle_since: Instant::now(),
+            timeout: Duration::from_secs(600),
+            target,
+        })
     }
 
     /// The target, for messages (no password).

@@ -21,7 +21,9 @@ mod defs;
 mod load;
 
 pub use client::SqlClient;
-pub use cluster::{load_cluster, ClusterLoadReport, ClusterNode, ClusterTarget, NodeRows, ITEMS_LOCAL, ITEMS_SHARDING_KEY};
+pub use cluster::{
+    load_cluster, ClusterLoadReport, ClusterNode, ClusterTarget, NodeRows, ITEMS_LOCAL, ITEMS_SHARDING_KEY,
+};
 pub use defs::{items_shop_expr as items_shop_sql, Dataset, DatasetName, TableDef};
 pub use load::{dataset_vars, load, LoadOptions, LoadReport, META_TABLE};
 

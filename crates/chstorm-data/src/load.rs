@@ -70,7 +70,10 @@ pub fn load(
     let mut done = Vec::new();
     for t in &ds.tables {
         let exists = client
-            .query_u64(&format!("SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = '{}'", t.name))
+            .query_u64(&format!(
+                "SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = '{}'",
+                t.name
+            ))
             .map_err(server("cannot list tables"))?
             > 0;
         if exists && opts.drop {

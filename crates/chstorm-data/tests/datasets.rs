@@ -47,7 +47,13 @@ fn kv_and_hits_load_and_verify() {
     assert_eq!(q(&mut c, "SELECT count() FROM kv_int_g64 WHERE id = cityHash64(123)"), 1);
     assert_eq!(q(&mut c, "SELECT count() FROM kv_fs_g64 WHERE id = murmurHash3_128(toString(123))"), 1);
     assert_eq!(q(&mut c, "SELECT uniqExact(id) FROM kv_int_g64"), 20_000);
-    let r = load(&mut c, DatasetName::Hits, &LoadOptions { rows: Some(30_000), index_granularity: 8192, drop: true }, &mut |_| {}).unwrap();
+    let r = load(
+        &mut c,
+        DatasetName::Hits,
+        &LoadOptions { rows: Some(30_000), index_granularity: 8192, drop: true },
+        &mut |_| {},
+    )
+    .unwrap();
     assert_eq!(r.tables[0].1, 30_000);
     let top = c
         .query("SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100")
@@ -60,8 +66,11 @@ fn kv_and_hits_load_and_verify() {
 #[test]
 fn bad_requests_are_clear() {
     let mut c = client();
-    let e = load(&mut c, DatasetName::Items, &LoadOptions { rows: Some(0), ..Default::default() }, &mut |_| {}).unwrap_err();
+    let e = load(&mut c, DatasetName::Items, &LoadOptions { rows: Some(0), ..Default::default() }, &mut |_| {})
+        .unwrap_err();
     assert!(e.to_string().contains("--rows"));
-    let Err(e) = SqlClient::new("clickhouse://127.0.0.1:9000", &TlsOptions::default()) else { panic!("native URL accepted") };
+    let Err(e) = SqlClient::new("clickhouse://127.0.0.1:9000", &TlsOptions::default()) else {
+        panic!("native URL accepted")
+    };
     assert!(e.to_string().contains("HTTP"), "{e}");
 }

@@ -60,7 +60,13 @@ impl Limiter {
     /// `max` slots (at least 1), at most `queue_size` waiters, each for at most `max_wait`.
     pub fn new(max: usize, queue_size: usize, max_wait: Duration) -> Limiter {
         let max = max.max(1);
-        Limiter { sem: Arc::new(Semaphore::new(max)), max, queue_size, max_wait, waiting: Arc::new(AtomicUsize::new(0)) }
+        Limiter {
+            sem: Arc::new(Semaphore::new(max)),
+            max,
+            queue_size,
+            max_wait,
+            waiting: Arc::new(AtomicUsize::new(0)),
+        }
     }
 
     pub fn in_flight(&self) -> usize {

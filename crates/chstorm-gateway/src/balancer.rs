@@ -50,7 +50,8 @@ impl Replica {
 
     fn add_penalty(&self, now: Instant) {
         let mut g = self.penalty.lock().unwrap_or_else(|e| e.into_inner());
-        let decayed = g.0 * 0.5f64.powf(now.saturating_duration_since(g.1).as_secs_f64() / PENALTY_HALF_LIFE.as_secs_f64());
+        let decayed =
+            g.0 * 0.5f64.powf(now.saturating_duration_since(g.1).as_secs_f64() / PENALTY_HALF_LIFE.as_secs_f64());
         *g = (decayed + 1.0, now);
     }
 
@@ -171,8 +172,13 @@ impl Balancer {
     /// (for `session_id`: a ClickHouse session lives on one server).
     pub fn pick_sticky(&self, hash: u64, exclude: &[(usize, usize)]) -> Option<InFlight> {
         let snap = self.snapshot.load();
-        let mut cands: Vec<(usize, usize)> =
-            snap.healthy.iter().enumerate().flat_map(|(s, v)| v.iter().map(move |&i| (s, i))).filter(|c| !exclude.contains(c)).collect();
+        let mut cands: Vec<(usize, usize)> = snap
+            .healthy
+            .iter()
+            .enumerate()
+            .flat_map(|(s, v)| v.iter().map(move |&i| (s, i)))
+            .filter(|c| !exclude.contains(c))
+            .collect();
         if cands.is_empty() {
             cands = (0..self.shards.len())
                 .flat_map(|s| (0..self.shards[s].len()).map(move |i| (s, i)))
@@ -242,7 +248,9 @@ mod tests {
             shards: (0..shards)
                 .map(|s| Shard {
                     weight: 1,
-                    replicas: (0..replicas).map(|r| ReplicaAddr { base: format!("http://h{s}{r}:1"), https: false }).collect(),
+                    replicas: (0..replicas)
+                        .map(|r| ReplicaAddr { base: format!("http://h{s}{r}:1"), https: false })
+                        .collect(),
                 })
                 .collect(),
             routing: None,

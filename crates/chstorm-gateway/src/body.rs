@@ -2,9 +2,9 @@
 //! dropped, and a KILL QUERY guard that fires when a client leaves (or a deadline passes) before
 //! the last byte.
 
-use crate::upstream::{BoxError, GBody, Upstream};
 use crate::config::ReplicaAddr;
 use crate::metrics::{KillLabel, Metrics};
+use crate::upstream::{BoxError, GBody, Upstream};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::any::Any;
@@ -61,13 +61,23 @@ impl Drop for KillGuard {
         if !self.armed {
             return;
         }
-        let (up, r, auth, qid, m, reason) =
-            (self.upstream.clone(), self.replica.clone(), self.auth.clone(), self.query_id.clone(), self.metrics.clone(), self.reason);
+        let (up, r, auth, qid, m, reason) = (
+            self.upstream.clone(),
+            self.replica.clone(),
+            self.auth.clone(),
+            self.query_id.clone(),
+            self.metrics.clone(),
+            self.reason,
+        );
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 let ok = up.kill(&r, &auth, &qid).await;
                 m.killed.get_or_create(&KillLabel { reason }).inc();
-                crate::log::log("info", "killed query", serde_json::json!({"query_id": qid, "replica": r.base, "reason": reason, "ok": ok}));
+                crate::log::log(
+                    "info",
+                    "killed query",
+                    serde_json::json!({"query_id": qid, "replica": r.base, "reason": reason, "ok": ok}),
+                );
             });
         }
     }

@@ -198,7 +198,12 @@ impl Drop for WaitGuard<'_> {
 }
 
 impl ReplicaBudget {
-    pub fn new(label: impl Into<String>, total: usize, cfg: &Threads, metrics: Option<BudgetMetrics>) -> Arc<ReplicaBudget> {
+    pub fn new(
+        label: impl Into<String>,
+        total: usize,
+        cfg: &Threads,
+        metrics: Option<BudgetMetrics>,
+    ) -> Arc<ReplicaBudget> {
         let b = ReplicaBudget {
             label: label.into(),
             total: AtomicUsize::new(total.max(1)),
@@ -235,7 +240,13 @@ impl ReplicaBudget {
 
     pub fn snapshot(&self) -> Snapshot {
         let g = self.lock();
-        Snapshot { total: self.total(), in_use: g.in_use, floors: g.floors, external: g.external, queued: g.queue.len() }
+        Snapshot {
+            total: self.total(),
+            in_use: g.in_use,
+            floors: g.floors,
+            external: g.external,
+            queued: g.queue.len(),
+        }
     }
 
     /// Threads free now (0 when spent).

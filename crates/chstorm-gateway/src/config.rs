@@ -182,7 +182,12 @@ pub enum ThreadTotal {
 impl<'de> Deserialize<'de> for ThreadTotal {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = serde_yaml::Value::deserialize(d)?;
-        let bad = || de::Error::custom(format!("expected a number of threads or auto, got {}", serde_yaml::to_string(&v).unwrap_or_default().trim()));
+        let bad = || {
+            de::Error::custom(format!(
+                "expected a number of threads or auto, got {}",
+                serde_yaml::to_string(&v).unwrap_or_default().trim()
+            ))
+        };
         match &v {
             serde_yaml::Value::String(s) if s == "auto" => Ok(ThreadTotal::Auto),
             serde_yaml::Value::String(s) => s.trim().parse().map(ThreadTotal::Fixed).map_err(|_| bad()),
@@ -430,9 +435,16 @@ impl Config {
     /// Parses and validates config text.
     pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
         let file = source.display().to_string();
-        let raw: RawConfig = chstorm_yaml::parse(text)
-            .map_err(|e| ConfigError { file: file.clone(), line: e.line, message: e.message })?;
-        let err = |needle: &str, message: String| ConfigError { file: file.clone(), line: chstorm_yaml::line_of(text, needle), message };
+        let raw: RawConfig = chstorm_yaml::parse(text).map_err(|e| ConfigError {
+            file: file.clone(),
+            line: e.line,
+            message: e.message,
+        })?;
+        let err = |needle: &str, message: String| ConfigError {
+            file: file.clone(),
+            line: chstorm_yaml::line_of(text, needle),
+            message,
+        };
 
         let listen: SocketAddr = raw
             .listen
@@ -459,12 +471,16 @@ impl Config {
             let mut shards = Vec::new();
             for (i, s) in c.shards.iter().enumerate() {
                 if s.replicas.is_empty() {
-                    return Err(err(&format!("{name}:"), format!("clusters.{name}.shards[{i}].replicas: at least one replica is needed")));
+                    return Err(err(
+                        &format!("{name}:"),
+                        format!("clusters.{name}.shards[{i}].replicas: at least one replica is needed"),
+                    ));
                 }
                 let mut replicas = Vec::new();
                 for r in &s.replicas {
-                    let u = url::Url::parse(r)
-                        .map_err(|e| err(r, format!("clusters.{name}.shards[{i}].replicas: '{r}' is not a URL ({e})")))?;
+                    let u = url::Url::parse(r).map_err(|e| {
+                        err(r, format!("clusters.{name}.shards[{i}].replicas: '{r}' is not a URL ({e})"))
+                    })?;
                     let https = match u.scheme() {
                         "http" => false,
                         "https" => true,
@@ -472,7 +488,9 @@ impl Config {
                             return Err(err(r, format!("clusters.{name}.shards[{i}].replicas: scheme '{other}' of '{r}': use http:// or https://")))
                         }
                     };
-                    let host = u.host_str().ok_or_else(|| err(r, format!("clusters.{name}.shards[{i}].replicas: '{r}' has no host")))?;
+                    let host = u
+                        .host_str()
+                        .ok_or_else(|| err(r, format!("clusters.{name}.shards[{i}].replicas: '{r}' has no host")))?;
                     let port = u.port_or_known_default().unwrap_or(8123);
                     replicas.push(ReplicaAddr { base: format!("{}://{host}:{port}", u.scheme()), https });
                 }
@@ -487,7 +505,10 @@ impl Config {
                     let at = |e: String| err("routing:", format!("clusters.{name}.routing: {e}"));
                     let col_type = ColumnType::parse(&r.key_type).map_err(|e| at(e.to_string()))?;
                     let weights = shards.iter().map(|s| s.weight).collect();
-                    Some(Router::new(&r.sharding_key, col_type, r.tables, r.where_column, weights).map_err(|e| at(e.to_string()))?)
+                    Some(
+                        Router::new(&r.sharding_key, col_type, r.tables, r.where_column, weights)
+                            .map_err(|e| at(e.to_string()))?,
+                    )
                 }
             };
             if let Some(t) = c.threads {
@@ -503,15 +524,29 @@ impl Config {
                 }
                 let mut per_replica = BTreeMap::new();
                 for (url, total) in t.per_replica {
-                    let base = url::Url::parse(&url)
-                        .ok()
-                        .and_then(|u| Some(format!("{}://{}:{}", u.scheme(), u.host_str()?, u.port_or_known_default().unwrap_or(8123))));
-                    let known = base.as_ref().filter(|b| shards.iter().any(|s| s.replicas.iter().any(|r| &r.base == *b)));
+                    let base = url::Url::parse(&url).ok().and_then(|u| {
+                        Some(format!(
+                            "{}://{}:{}",
+                            u.scheme(),
+                            u.host_str()?,
+                            u.port_or_known_default().unwrap_or(8123)
+                        ))
+                    });
+                    let known =
+                        base.as_ref().filter(|b| shards.iter().any(|s| s.replicas.iter().any(|r| &r.base == *b)));
                     let Some(base) = known else {
-                        return Err(err(&url, format!("clusters.{name}.threads.per_replica: '{url}' is not a replica of cluster '{name}'")));
+                        return Err(err(
+                            &url,
+                            format!(
+                                "clusters.{name}.threads.per_replica: '{url}' is not a replica of cluster '{name}'"
+                            ),
+                        ));
                     };
                     if total == ThreadTotal::Fixed(0) {
-                        return Err(err(&url, format!("clusters.{name}.threads.per_replica.{url}: must be at least 1, or auto")));
+                        return Err(err(
+                            &url,
+                            format!("clusters.{name}.threads.per_replica.{url}: must be at least 1, or auto"),
+                        ));
                     }
                     per_replica.insert(base.clone(), total);
                 }
@@ -545,15 +580,20 @@ impl Config {
                 let bytes = hex::decode(u.password_sha256.trim())
                     .ok()
                     .and_then(|b| <[u8; 32]>::try_from(b).ok())
-                    .ok_or_else(|| err(&at, format!("users[{i}].password_sha256: not 64 hex digits (echo -n PASSWORD | sha256sum)")))?;
+                    .ok_or_else(|| {
+                        err(
+                            &at,
+                            format!("users[{i}].password_sha256: not 64 hex digits (echo -n PASSWORD | sha256sum)"),
+                        )
+                    })?;
                 Some(bytes)
             };
             let mut networks = Vec::new();
             for n in &u.networks {
-                let net = n
-                    .parse::<IpNet>()
-                    .or_else(|_| n.parse::<std::net::IpAddr>().map(IpNet::from))
-                    .map_err(|_| err(&at, format!("users[{i}].networks: '{n}' is not an address or a network like 10.0.0.0/8")))?;
+                let net =
+                    n.parse::<IpNet>().or_else(|_| n.parse::<std::net::IpAddr>().map(IpNet::from)).map_err(|_| {
+                        err(&at, format!("users[{i}].networks: '{n}' is not an address or a network like 10.0.0.0/8"))
+                    })?;
                 networks.push(net);
             }
             if u.max_concurrency == 0 {
@@ -566,7 +606,8 @@ impl Config {
             };
             let mut settings = Vec::new();
             for (k, v) in &u.settings {
-                let v = scalar(v).ok_or_else(|| err(&at, format!("users[{i}].settings.{k}: expected a number or a string")))?;
+                let v = scalar(v)
+                    .ok_or_else(|| err(&at, format!("users[{i}].settings.{k}: expected a number or a string")))?;
                 settings.push((k.clone(), v));
             }
             users.insert(
@@ -656,16 +697,25 @@ mod tests {
         // The example's commented block, uncommented, is valid and means what it says.
         let uncommented = EXAMPLE.replace("    # threads:", "    threads:").replace("    #   ", "      ");
         let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
-        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false));
+        assert_eq!(
+            (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
+            (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false)
+        );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
         let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
         let c = Config::parse(&with("      total: 8\n      max_per_query: 4\n      mode: queue\n      max_wait: 50ms\n      observe: true\n      per_replica:\n        http://127.0.0.1:18126: auto\n"), Path::new("g.yaml")).unwrap();
         let t = &c.threads["storm"];
-        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Fixed(8), 4, ThreadMode::Queue, Duration::from_millis(50), true));
+        assert_eq!(
+            (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
+            (ThreadTotal::Fixed(8), 4, ThreadMode::Queue, Duration::from_millis(50), true)
+        );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Auto);
         assert_eq!(t.total_for("http://127.0.0.1:18123"), ThreadTotal::Fixed(8));
         let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
-        assert_eq!((t.total, t.max_per_query, t.mode, t.max_wait, t.observe), (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false));
+        assert_eq!(
+            (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
+            (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false)
+        );
         let e = bad(&with("      total: 0\n"));
         assert!(e.contains("clusters.storm.threads.total: must be at least 1, or auto") && e.contains("line "), "{e}");
         let e = bad(&with("      total: many\n"));

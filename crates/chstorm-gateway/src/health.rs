@@ -29,13 +29,21 @@ pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, 
                 r.probe_fail.store(0, Ordering::Relaxed);
                 let n = r.probe_ok.fetch_add(1, Ordering::Relaxed) + 1;
                 if !r.is_healthy() && n >= cfg.rise && balancer.set_health(&r, true) {
-                    log("info", "replica up", serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}));
+                    log(
+                        "info",
+                        "replica up",
+                        serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}),
+                    );
                 }
             } else {
                 r.probe_ok.store(0, Ordering::Relaxed);
                 let n = r.probe_fail.fetch_add(1, Ordering::Relaxed) + 1;
                 if r.is_healthy() && n >= cfg.fall && balancer.set_health(&r, false) {
-                    log("warn", "replica down (probes)", serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}));
+                    log(
+                        "warn",
+                        "replica down (probes)",
+                        serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}),
+                    );
                 }
             }
             metrics.replica_up.get_or_create(&labels).set(r.is_healthy() as i64);

@@ -39,7 +39,11 @@ fn state_of<B>(req: &Request<B>) -> Arc<State> {
 }
 
 fn rejected(state: &State, user: &str, status: StatusCode, msg: String) -> Response<GBody> {
-    state.metrics.requests.get_or_create(&RequestLabels { user: user.to_string(), status: status.as_u16(), route: "rejected" }).inc();
+    state
+        .metrics
+        .requests
+        .get_or_create(&RequestLabels { user: user.to_string(), status: status.as_u16(), route: "rejected" })
+        .inc();
     reply(status, msg)
 }
 
@@ -59,7 +63,10 @@ macro_rules! layer {
         }
         impl<S> Service<Request<Incoming>> for $svc<S>
         where
-            S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+            S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+                + Clone
+                + Send
+                + 'static,
         {
             type Response = Response<GBody>;
             type Error = Infallible;
@@ -86,7 +93,10 @@ layer!(UserAdmissionLayer, UserAdmission);
 
 impl<S> GlobalAdmission<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+        + Clone
+        + Send
+        + 'static,
 {
     fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
         Box::pin(async move {
@@ -95,7 +105,12 @@ where
             let permit = match state.global.acquire().await {
                 Ok(p) => p,
                 Err(why) => {
-                    return Ok(rejected(&state, "", StatusCode::SERVICE_UNAVAILABLE, format!("chstorm gateway: overloaded: {why}")))
+                    return Ok(rejected(
+                        &state,
+                        "",
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("chstorm gateway: overloaded: {why}"),
+                    ))
                 }
             };
             state.metrics.in_flight.set(state.global.in_flight() as i64);
@@ -129,21 +144,34 @@ fn credentials<B>(req: &Request<B>) -> (String, String) {
 
 impl<S> Authenticate<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+        + Clone
+        + Send
+        + 'static,
 {
     fn serve(mut inner: S, mut req: Request<Incoming>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let (name, password) = credentials(&req);
             let Some(user) = state.users.get(&name) else {
-                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user or wrong password".into()));
+                return Ok(rejected(
+                    &state,
+                    &name,
+                    StatusCode::UNAUTHORIZED,
+                    "chstorm gateway: unknown user or wrong password".into(),
+                ));
             };
             let ok = match &user.cfg.password_sha256 {
                 None => password.is_empty(),
                 Some(hash) => sha2::Sha256::digest(password.as_bytes()).as_slice() == hash,
             };
             if !ok {
-                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user or wrong password".into()));
+                return Ok(rejected(
+                    &state,
+                    &name,
+                    StatusCode::UNAUTHORIZED,
+                    "chstorm gateway: unknown user or wrong password".into(),
+                ));
             }
             let addr = req.extensions().get::<ClientAddr>().map(|a| a.0.ip());
             let allowed = addr.is_some_and(|ip| {
@@ -155,7 +183,12 @@ where
             });
             if !allowed {
                 let from = addr.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
-                return Ok(rejected(&state, &name, StatusCode::FORBIDDEN, format!("chstorm gateway: user '{name}' may not connect from {from}")));
+                return Ok(rejected(
+                    &state,
+                    &name,
+                    StatusCode::FORBIDDEN,
+                    format!("chstorm gateway: user '{name}' may not connect from {from}"),
+                ));
             }
             req.extensions_mut().insert(UserName(name));
             inner.call(req).await
@@ -170,7 +203,10 @@ pub struct UserName(pub String);
 
 impl<S> UserAdmission<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static,
+    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+        + Clone
+        + Send
+        + 'static,
 {
     fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
         Box::pin(async move {
@@ -181,12 +217,24 @@ where
             };
             if let Some(rate) = &user.rate {
                 if let Err(why) = rate.check() {
-                    return Ok(rejected(&state, &name, StatusCode::TOO_MANY_REQUESTS, format!("chstorm gateway: user '{name}': {why}")));
+                    return Ok(rejected(
+                        &state,
+                        &name,
+                        StatusCode::TOO_MANY_REQUESTS,
+                        format!("chstorm gateway: user '{name}': {why}"),
+                    ));
                 }
             }
             let permit = match user.limiter.acquire().await {
                 Ok(p) => p,
-                Err(why) => return Ok(rejected(&state, &name, StatusCode::TOO_MANY_REQUESTS, format!("chstorm gateway: user '{name}': {why}"))),
+                Err(why) => {
+                    return Ok(rejected(
+                        &state,
+                        &name,
+                        StatusCode::TOO_MANY_REQUESTS,
+                        format!("chstorm gateway: user '{name}': {why}"),
+                    ))
+                }
             };
             Ok(guarded(inner.call(req).await?, permit))
         })
@@ -217,10 +265,8 @@ impl Service<Request<Incoming>> for Proxy {
 }
 
 /// The stack, in the order documented above.
-pub fn stack() -> impl Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static {
-    tower::ServiceBuilder::new()
-        .layer(GlobalAdmissionLayer)
-        .layer(AuthLayer)
-        .layer(UserAdmissionLayer)
-        .service(Proxy)
+pub fn stack(
+) -> impl Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static
+{
+    tower::ServiceBuilder::new().layer(GlobalAdmissionLayer).layer(AuthLayer).layer(UserAdmissionLayer).service(Proxy)
 }

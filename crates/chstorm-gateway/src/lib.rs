@@ -16,8 +16,8 @@
 
 pub mod admission;
 pub mod balancer;
-pub mod budget;
 pub mod body;
+pub mod budget;
 pub mod config;
 pub mod health;
 pub mod layers;

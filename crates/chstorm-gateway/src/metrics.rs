@@ -89,7 +89,9 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
-        let duration = Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let duration = Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
+            latency_histogram as fn() -> Histogram,
+        );
         let in_flight = Gauge::default();
         let queued = Gauge::default();
         let replica_up = Family::<ReplicaLabels, Gauge>::default();
@@ -102,24 +104,56 @@ impl Default for Metrics {
         registry.register("chstorm_gateway_queued", "Queries waiting for a global slot", queued.clone());
         registry.register("chstorm_gateway_replica_up", "1 when the replica is healthy", replica_up.clone());
         registry.register("chstorm_gateway_retries", "Retries sent to another replica", retries.clone());
-        registry.register("chstorm_gateway_retry_budget_exhausted", "Retries refused by the budget", budget_exhausted.clone());
+        registry.register(
+            "chstorm_gateway_retry_budget_exhausted",
+            "Retries refused by the budget",
+            budget_exhausted.clone(),
+        );
         registry.register("chstorm_gateway_killed_queries", "KILL QUERY sent", killed.clone());
         let threads_total = Family::<ReplicaLabels, Gauge>::default();
         let threads_in_use = Family::<ReplicaLabels, Gauge>::default();
         let threads_external = Family::<ReplicaLabels, Gauge>::default();
         let threads_queued = Family::<ReplicaLabels, Gauge>::default();
-        let thread_grant = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(grant_histogram as fn() -> Histogram);
+        let thread_grant = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            grant_histogram as fn() -> Histogram,
+        );
         let thread_floor_grants = Family::<ReplicaLabels, Counter>::default();
-        let thread_queue_wait = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(wait_histogram as fn() -> Histogram);
+        let thread_queue_wait = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+            wait_histogram as fn() -> Histogram,
+        );
         let thread_queue_timeouts = Family::<ReplicaLabels, Counter>::default();
         registry.register("chstorm_gateway_threads_total", "The replica's thread budget", threads_total.clone());
-        registry.register("chstorm_gateway_threads_in_use", "Threads granted to queries in flight through this gateway", threads_in_use.clone());
-        registry.register("chstorm_gateway_threads_external", "Threads of other queries on the server (observe)", threads_external.clone());
-        registry.register("chstorm_gateway_threads_queued", "Queries waiting for a thread (queue mode)", threads_queued.clone());
+        registry.register(
+            "chstorm_gateway_threads_in_use",
+            "Threads granted to queries in flight through this gateway",
+            threads_in_use.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_threads_external",
+            "Threads of other queries on the server (observe)",
+            threads_external.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_threads_queued",
+            "Queries waiting for a thread (queue mode)",
+            threads_queued.clone(),
+        );
         registry.register("chstorm_gateway_thread_grant", "Threads granted per query", thread_grant.clone());
-        registry.register("chstorm_gateway_thread_floor_grants", "1-thread grants made with the budget spent", thread_floor_grants.clone());
-        registry.register("chstorm_gateway_thread_queue_wait_seconds", "Time queries waited for a thread (queue mode)", thread_queue_wait.clone());
-        registry.register("chstorm_gateway_thread_queue_timeouts", "Waits for a thread that reached max_wait", thread_queue_timeouts.clone());
+        registry.register(
+            "chstorm_gateway_thread_floor_grants",
+            "1-thread grants made with the budget spent",
+            thread_floor_grants.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_queue_wait_seconds",
+            "Time queries waited for a thread (queue mode)",
+            thread_queue_wait.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_queue_timeouts",
+            "Waits for a thread that reached max_wait",
+            thread_queue_timeouts.clone(),
+        );
         Metrics {
             registry,
             requests,

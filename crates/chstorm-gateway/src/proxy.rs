@@ -8,10 +8,10 @@
 
 use crate::balancer::Replica;
 use crate::body::{KillGuard, Streamed};
+use crate::config::User;
 use crate::log::log;
 use crate::metrics::{RequestLabels, RouteLabel};
 use crate::request::{classify, encode_params, is_setting, parse_params, Kind, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
-use crate::config::User;
 use crate::state::State;
 use crate::upstream::{full, GBody};
 use bytes::Bytes;
@@ -35,8 +35,19 @@ const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(600);
 pub const RETRY_CODES: &[i32] = &[202, 209, 210, 279];
 /// Headers not passed between client and backend.
 const HOP: &[&str] = &[
-    "connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "host",
-    "authorization", "x-clickhouse-user", "x-clickhouse-key", SHARD_KEY_HEADER, "content-length",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+    "x-clickhouse-user",
+    "x-clickhouse-key",
+    SHARD_KEY_HEADER,
+    "content-length",
 ];
 
 /// A one-line error answer.
@@ -67,7 +78,8 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     let (parts, body) = req.into_parts();
     let mut params = parse_params(parts.uri.query());
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
-    let compressed = parts.headers.contains_key("content-encoding") || params.iter().any(|(k, v)| k == "decompress" && v == "1");
+    let compressed =
+        parts.headers.contains_key("content-encoding") || params.iter().any(|(k, v)| k == "decompress" && v == "1");
 
     // Where is the query text? In the URL (the body, if any, is data), or the body itself.
     let (sql, body) = match (&url_query, compressed) {
@@ -93,7 +105,10 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         return reply(StatusCode::FORBIDDEN, format!("chstorm gateway: user '{}' is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed", u.name));
     }
     if let Some((k, _)) = params.iter().find(|(k, _)| is_setting(k) && !u.allowed_settings.allows(k)) {
-        return reply(StatusCode::FORBIDDEN, format!("chstorm gateway: setting '{k}' is not allowed for user '{}'", u.name));
+        return reply(
+            StatusCode::FORBIDDEN,
+            format!("chstorm gateway: setting '{k}' is not allowed for user '{}'", u.name),
+        );
     }
 
     // Backend parameters: the client's, minus credentials and the gateway's own, plus the user's
@@ -112,7 +127,8 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     }
     if let Some(max) = u.max_execution_time {
         let client = params.iter().find(|(k, _)| k == "max_execution_time").and_then(|(_, v)| v.parse::<f64>().ok());
-        let secs = client.map_or(max.as_secs_f64(), |c| if c > 0.0 { c.min(max.as_secs_f64()) } else { max.as_secs_f64() });
+        let secs =
+            client.map_or(max.as_secs_f64(), |c| if c > 0.0 { c.min(max.as_secs_f64()) } else { max.as_secs_f64() });
         params.retain(|(k, _)| k != "max_execution_time");
         params.push(("max_execution_time".into(), format!("{}", secs.ceil() as u64)));
     }
@@ -123,22 +139,28 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     params.push(("query_id".into(), query_id.clone()));
 
     let Some(cluster) = state.clusters.get(&u.cluster) else {
-        return reply(StatusCode::INTERNAL_SERVER_ERROR, format!("chstorm gateway: user '{}' names cluster '{}', which is gone", u.name, u.cluster));
+        return reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("chstorm gateway: user '{}' names cluster '{}', which is gone", u.name, u.cluster),
+        );
     };
 
     // Routing: one shard when the query carries a key and names a routed table.
     let header_key = parts.headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let (shard, route, sql) = match (&cluster.cfg.routing, &sql, kind) {
-        (Some(router), Some(text), Kind::Read) => match router.route(text, shard_key_param.as_deref(), header_key.as_deref()) {
-            Ok(r) => (Some(r.shard), "routed", Some(r.sql)),
-            Err(_) => (None, "fanout", sql),
-        },
+        (Some(router), Some(text), Kind::Read) => {
+            match router.route(text, shard_key_param.as_deref(), header_key.as_deref()) {
+                Ok(r) => (Some(r.shard), "routed", Some(r.sql)),
+                Err(_) => (None, "fanout", sql),
+            }
+        }
         _ => (None, "fanout", sql),
     };
     let (mut body, held_body) = match body {
         ReqBody::Held(b) => {
             // A routed query from the body carries the rewritten text.
-            let b = if url_query.is_none() && route == "routed" { Bytes::from(sql.clone().unwrap_or_default()) } else { b };
+            let b =
+                if url_query.is_none() && route == "routed" { Bytes::from(sql.clone().unwrap_or_default()) } else { b };
             (None, Some(b))
         }
         ReqBody::Stream(s) => (Some(s), None),
@@ -169,7 +191,11 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     let max_attempts = cluster.balancer.replicas().count() + 1;
     let mut retries = 0u32;
     let finish = |status: StatusCode, replica: Option<&Replica>, retries: u32| {
-        state.metrics.requests.get_or_create(&RequestLabels { user: u.name.clone(), status: status.as_u16(), route }).inc();
+        state
+            .metrics
+            .requests
+            .get_or_create(&RequestLabels { user: u.name.clone(), status: status.as_u16(), route })
+            .inc();
         state.metrics.duration.get_or_create(&RouteLabel { route }).observe(started.elapsed().as_secs_f64());
         if retries > 0 || !status.is_success() {
             log(
@@ -193,9 +219,14 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         };
         let Some(inflight) = picked else {
             finish(StatusCode::SERVICE_UNAVAILABLE, None, retries);
-            let r = reply(StatusCode::SERVICE_UNAVAILABLE, format!(
-                "Code: 279. chstorm gateway: no replica left to try{} after {} attempts",
-                shard.map(|s| format!(" for shard {}", s + 1)).unwrap_or_default(), attempts));
+            let r = reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "Code: 279. chstorm gateway: no replica left to try{} after {} attempts",
+                    shard.map(|s| format!(" for shard {}", s + 1)).unwrap_or_default(),
+                    attempts
+                ),
+            );
             return r;
         };
         let replica = inflight.replica().clone();
@@ -224,7 +255,9 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         };
         let breq = match b.body(req_body) {
             Ok(r) => r,
-            Err(e) => return reply(StatusCode::BAD_REQUEST, format!("chstorm gateway: cannot forward this request: {e}")),
+            Err(e) => {
+                return reply(StatusCode::BAD_REQUEST, format!("chstorm gateway: cannot forward this request: {e}"))
+            }
         };
         // The query may start running as soon as it is sent: guard it from here on.
         let mut guard = KillGuard {
@@ -242,9 +275,14 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
                 guard.reason = "timeout";
                 drop(guard);
                 finish(StatusCode::GATEWAY_TIMEOUT, Some(&replica), retries);
-                return reply(StatusCode::GATEWAY_TIMEOUT, format!(
-                    "Code: 159. chstorm gateway: no answer from replica {} within {} s; the query was killed",
-                    replica.label(), head_timeout.as_secs()));
+                return reply(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    format!(
+                        "Code: 159. chstorm gateway: no answer from replica {} within {} s; the query was killed",
+                        replica.label(),
+                        head_timeout.as_secs()
+                    ),
+                );
             }
             Ok(Err(e)) => {
                 // Nothing came back: the query did not run (connect) or its fate is unknown (reset).
@@ -256,7 +294,11 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
                     soft_failed.push(id);
                 }
                 if cluster.balancer.report_failure(&replica) {
-                    log("warn", "replica down (request failed)", serde_json::json!({"replica": replica.label(), "url": replica.addr.base, "error": e.to_string(), "query_id": query_id}));
+                    log(
+                        "warn",
+                        "replica down (request failed)",
+                        serde_json::json!({"replica": replica.label(), "url": replica.addr.base, "error": e.to_string(), "query_id": query_id}),
+                    );
                 }
                 if (retryable || (connect && held_body.is_some())) && attempts < max_attempts {
                     if state.retry_budget.withdraw() {
@@ -267,24 +309,40 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
                     state.metrics.budget_exhausted.inc();
                 }
                 finish(StatusCode::BAD_GATEWAY, Some(&replica), retries);
-                return reply(StatusCode::BAD_GATEWAY, format!(
-                    "Code: 210. chstorm gateway: replica {} ({}) failed: {}{}",
-                    replica.label(), replica.addr.base, e, std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default()));
+                return reply(
+                    StatusCode::BAD_GATEWAY,
+                    format!(
+                        "Code: 210. chstorm gateway: replica {} ({}) failed: {}{}",
+                        replica.label(),
+                        replica.addr.base,
+                        e,
+                        std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default()
+                    ),
+                );
             }
             Ok(Ok(resp)) => resp,
         };
         let (mut rparts, rbody) = resp.into_parts();
         strip_hop(&mut rparts.headers);
-        rparts.headers.insert("x-chstorm-replica", HeaderValue::from_str(&replica.label()).unwrap_or(HeaderValue::from_static("?")));
+        rparts.headers.insert(
+            "x-chstorm-replica",
+            HeaderValue::from_str(&replica.label()).unwrap_or(HeaderValue::from_static("?")),
+        );
         rparts.headers.insert("x-chstorm-route", HeaderValue::from_static(route));
-        rparts.headers.insert("x-clickhouse-query-id", HeaderValue::from_str(&query_id).unwrap_or(HeaderValue::from_static("")));
+        rparts
+            .headers
+            .insert("x-clickhouse-query-id", HeaderValue::from_str(&query_id).unwrap_or(HeaderValue::from_static("")));
         if let Some(g) = &grant {
             rparts.headers.insert("x-chstorm-threads", HeaderValue::from(g.threads() as u64));
         }
         if !rparts.status.is_success() {
             // An error answer: small; read it to find the code, then retry or pass it on.
             guard.disarm();
-            let text = http_body_util::Limited::new(rbody, MAX_ERROR_BODY).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let text = http_body_util::Limited::new(rbody, MAX_ERROR_BODY)
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
             let code = exception_code(&rparts.headers, &text);
             if code.is_some_and(|c| RETRY_CODES.contains(&c)) {
                 tried.push(id);
@@ -310,7 +368,16 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
 }
 
 fn strip_hop(h: &mut HeaderMap) {
-    for name in ["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade", "content-length"] {
+    for name in [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "content-length",
+    ] {
         h.remove(name);
     }
 }

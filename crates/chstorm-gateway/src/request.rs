@@ -47,7 +47,13 @@ pub fn encode_params(params: &[(String, String)]) -> String {
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
     params
         .iter()
-        .map(|(k, v)| format!("{}={}", percent_encoding::utf8_percent_encode(k, SET), percent_encoding::utf8_percent_encode(v, SET)))
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                percent_encoding::utf8_percent_encode(k, SET),
+                percent_encoding::utf8_percent_encode(v, SET)
+            )
+        })
         .collect::<Vec<_>>()
         .join("&")
 }
@@ -106,15 +112,33 @@ mod tests {
     #[test]
     fn settings_are_told_apart() {
         assert!(is_setting("max_threads") && is_setting("enable_http_compression"));
-        assert!(!is_setting("query") && !is_setting("param_id") && !is_setting("shard_key") && !is_setting("session_id"));
+        assert!(
+            !is_setting("query") && !is_setting("param_id") && !is_setting("shard_key") && !is_setting("session_id")
+        );
     }
 
     #[test]
     fn classification() {
-        for q in ["SELECT 1", "  select 1", "WITH 1 AS x SELECT x", "-- c\nSELECT 1", "/* c */ (SELECT 1)", "SHOW TABLES", "desc t", "EXISTS t"] {
+        for q in [
+            "SELECT 1",
+            "  select 1",
+            "WITH 1 AS x SELECT x",
+            "-- c\nSELECT 1",
+            "/* c */ (SELECT 1)",
+            "SHOW TABLES",
+            "desc t",
+            "EXISTS t",
+        ] {
             assert_eq!(classify(q), Kind::Read, "{q}");
         }
-        for q in ["INSERT INTO t VALUES (1)", "CREATE TABLE t (x UInt8) ENGINE = Memory", "KILL QUERY WHERE 1", "SET x = 1", "", "OPTIMIZE TABLE t"] {
+        for q in [
+            "INSERT INTO t VALUES (1)",
+            "CREATE TABLE t (x UInt8) ENGINE = Memory",
+            "KILL QUERY WHERE 1",
+            "SET x = 1",
+            "",
+            "OPTIMIZE TABLE t",
+        ] {
             assert_eq!(classify(q), Kind::Write, "{q}");
         }
     }

@@ -35,7 +35,9 @@ fn tls_acceptor(cfg: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, Gatew
     let bad = |what: &str, p: &PathBuf, e: String| GatewayError::Tls(format!("tls.{what} {}: {e}", p.display()));
     let cert_pem = std::fs::read(&t.cert).map_err(|e| bad("cert", &t.cert, e.to_string()))?;
     let key_pem = std::fs::read(&t.key).map_err(|e| bad("key", &t.key, e.to_string()))?;
-    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice()).collect::<Result<Vec<_>, _>>().map_err(|e| bad("cert", &t.cert, e.to_string()))?;
+    let certs = rustls_pemfile::certs(&mut cert_pem.as_slice())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| bad("cert", &t.cert, e.to_string()))?;
     let key = rustls_pemfile::private_key(&mut key_pem.as_slice())
         .map_err(|e| bad("key", &t.key, e.to_string()))?
         .ok_or_else(|| bad("key", &t.key, "no private key in the file".into()))?;
@@ -64,9 +66,12 @@ impl Gateway {
         let cfg = Config::load(&config_path)?;
         let metrics = Arc::new(Metrics::default());
         let acceptor = tls_acceptor(&cfg)?;
-        let listener = tokio::net::TcpListener::bind(cfg.listen).await.map_err(|e| GatewayError::Listen { addr: cfg.listen, source: e })?;
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| GatewayError::Listen { addr: cfg.listen, source: e })?;
         let addr = listener.local_addr().map_err(|e| GatewayError::Listen { addr: cfg.listen, source: e })?;
-        let state = Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
+        let state =
+            Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
         let st = state.clone();
         let m = metrics.clone();
         let task = tokio::spawn(async move {
@@ -80,17 +85,26 @@ impl Gateway {
                         let m = m.clone();
                         async move {
                             let path = req.uri().path();
-                            let no_query = req.uri().query().map_or(true, |q| !q.split('&').any(|p| p.starts_with("query=")));
+                            let no_query =
+                                req.uri().query().map_or(true, |q| !q.split('&').any(|p| p.starts_with("query=")));
                             if path == "/ping" || (path == "/" && req.method() == http::Method::GET && no_query) {
                                 return Ok::<_, std::convert::Infallible>(Response::new(full("Ok.\n")));
                             }
                             if path == "/metrics" {
                                 let mut r = Response::new(full(m.render()));
-                                r.headers_mut().insert("content-type", http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"));
+                                r.headers_mut().insert(
+                                    "content-type",
+                                    http::HeaderValue::from_static(
+                                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                                    ),
+                                );
                                 return Ok(r);
                             }
                             if path != "/" {
-                                return Ok(reply(StatusCode::NOT_FOUND, format!("chstorm gateway: no handler for {path}; queries go to /")));
+                                return Ok(reply(
+                                    StatusCode::NOT_FOUND,
+                                    format!("chstorm gateway: no handler for {path}; queries go to /"),
+                                ));
                             }
                             req.extensions_mut().insert(state);
                             req.extensions_mut().insert(ClientAddr(peer));

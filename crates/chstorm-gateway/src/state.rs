@@ -48,14 +48,20 @@ impl Drop for State {
 impl State {
     /// Builds the state and starts health checks. Must run inside a tokio runtime.
     pub async fn build(config: Config, metrics: Arc<Metrics>) -> Result<State, String> {
-        let replicas: Vec<_> = config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
+        let replicas: Vec<_> =
+            config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
         let upstream = Arc::new(Upstream::new(&config.pool, idle)?);
         let mut clusters = BTreeMap::new();
         let mut health_tasks = Vec::new();
         for (name, c) in &config.clusters {
             let balancer = Arc::new(Balancer::new(c));
-            let task = tokio::spawn(crate::health::run(balancer.clone(), upstream.clone(), config.health.clone(), metrics.clone()));
+            let task = tokio::spawn(crate::health::run(
+                balancer.clone(),
+                upstream.clone(),
+                config.health.clone(),
+                metrics.clone(),
+            ));
             health_tasks.push(task.abort_handle());
             let auth = format!(
                 "Basic {}",

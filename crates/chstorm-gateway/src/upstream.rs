@@ -108,7 +108,8 @@ impl Upstream {
         let req = hyper::Request::get(format!("{}/ping", r.base)).body(empty()).ok()?;
         let resp = tokio::time::timeout(Duration::from_secs(2), self.client.request(req)).await.ok()?.ok()?;
         let v = resp.headers().get("keep-alive")?.to_str().ok()?;
-        let secs: u64 = v.split(',').find_map(|p| p.trim().strip_prefix("timeout=")).and_then(|n| n.trim().parse().ok())?;
+        let secs: u64 =
+            v.split(',').find_map(|p| p.trim().strip_prefix("timeout=")).and_then(|n| n.trim().parse().ok())?;
         Some(Duration::from_secs(secs))
     }
 
@@ -126,13 +127,17 @@ impl Upstream {
         matches!(tokio::time::timeout(timeout, fut).await, Ok(Some(true)))
     }
 
-    pub async fn send(&self, req: hyper::Request<GBody>) -> Result<hyper::Response<Incoming>, hyper_util::client::legacy::Error> {
+    pub async fn send(
+        &self,
+        req: hyper::Request<GBody>,
+    ) -> Result<hyper::Response<Incoming>, hyper_util::client::legacy::Error> {
         self.client.request(req).await
     }
 
     /// `KILL QUERY WHERE query_id = '...'` on a replica, as `user`.
     pub async fn kill(&self, r: &ReplicaAddr, auth: &str, query_id: &str) -> bool {
-        let sql = format!("KILL QUERY WHERE query_id = '{}' ASYNC", query_id.replace('\\', "\\\\").replace('\'', "\\'"));
+        let sql =
+            format!("KILL QUERY WHERE query_id = '{}' ASYNC", query_id.replace('\\', "\\\\").replace('\'', "\\'"));
         let Ok(req) = hyper::Request::post(format!("{}/", r.base)).header("authorization", auth).body(full(sql)) else {
             return false;
         };

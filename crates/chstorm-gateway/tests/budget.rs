@@ -176,12 +176,8 @@ fn granted_max_threads_reaches_the_server_and_falls_with_concurrency() {
 fn observe_counts_direct_queries_and_other_gateways() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = shared_server();
-    let default: usize = server
-        .query("SELECT value FROM system.settings WHERE name = 'max_threads'")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
+    let default: usize =
+        server.query("SELECT value FROM system.settings WHERE name = 'max_threads'").unwrap().trim().parse().unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let threads = "      total: 8\n      max_per_query: 8\n      observe: true\n";
     let a = gateway(&rt, dir.path(), "a", server, threads);
@@ -208,14 +204,18 @@ fn observe_counts_direct_queries_and_other_gateways() {
     for d in direct {
         assert_eq!(d.join().unwrap().0, 200);
     }
-    wait_for("the direct queries to leave", Duration::from_secs(5), || metric(&a.url, "chstorm_gateway_threads_external") == 0.0);
+    wait_for("the direct queries to leave", Duration::from_secs(5), || {
+        metric(&a.url, "chstorm_gateway_threads_external") == 0.0
+    });
 
     // A long query through gateway a takes all 8; gateway b sees it and grants the floor.
     let long = {
         let url = a.url.clone();
         std::thread::spawn(move || curl(&url, "", "SELECT sleep(2)", "10"))
     };
-    wait_for("gateway b to see a's query", Duration::from_secs(5), || metric(&b.url, "chstorm_gateway_threads_external") == 8.0);
+    wait_for("gateway b to see a's query", Duration::from_secs(5), || {
+        metric(&b.url, "chstorm_gateway_threads_external") == 8.0
+    });
     assert_eq!(metric(&a.url, "chstorm_gateway_threads_external"), 0.0, "a knows its own query");
     assert_eq!(metric(&a.url, "chstorm_gateway_threads_in_use"), 8.0);
     let (_, head, _) = curl(&b.url, "", "SELECT 1", "10");
@@ -240,7 +240,11 @@ fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
     let g = gateway(&rt, dir.path(), "auto", server, "      total: auto\n      max_per_query: 64\n      mode: queue\n");
     assert_eq!(metric(&g.url, "chstorm_gateway_threads_total"), (2 * cores) as f64, "auto = 2 x {cores} cores");
     let (_, head, _) = curl(&g.url, "max_threads=3", "SELECT 1", "10");
-    assert_eq!(header(&head, "x-chstorm-threads").as_deref(), Some("3"), "the client's own max_threads, under the grant");
+    assert_eq!(
+        header(&head, "x-chstorm-threads").as_deref(),
+        Some("3"),
+        "the client's own max_threads, under the grant"
+    );
 
     // A client that gives up after 0.5 s on a 2 s query.
     let t = tag("gone");
@@ -249,11 +253,17 @@ fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         let qid = format!("query_id={t}-0");
         std::thread::spawn(move || curl(&url, &qid, "SELECT sleep(2)", "0.5"))
     };
-    wait_for("the grant to be held", Duration::from_secs(5), || metric(&g.url, "chstorm_gateway_threads_in_use") == (2 * cores) as f64);
+    wait_for("the grant to be held", Duration::from_secs(5), || {
+        metric(&g.url, "chstorm_gateway_threads_in_use") == (2 * cores) as f64
+    });
     let (status, _, _) = gone.join().unwrap();
     assert_eq!(status, 0, "curl gave up");
-    wait_for("the grant to come back", Duration::from_secs(3), || metric(&g.url, "chstorm_gateway_threads_in_use") == 0.0);
+    wait_for("the grant to come back", Duration::from_secs(3), || {
+        metric(&g.url, "chstorm_gateway_threads_in_use") == 0.0
+    });
     // And the query was killed.
-    wait_for("the query to leave the server", Duration::from_secs(5), || server_max_threads(server, "system.processes", &t).is_empty());
+    wait_for("the query to leave the server", Duration::from_secs(5), || {
+        server_max_threads(server, "system.processes", &t).is_empty()
+    });
     g.gw.stop();
 }

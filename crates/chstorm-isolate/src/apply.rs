@@ -54,7 +54,11 @@ pub fn prepare_command(mechanism: Mechanism, command: &[String]) -> Result<(Reco
 }
 
 /// [`prepare_command`] with the child cgroup named `cgroup`.
-pub fn prepare_command_in(mechanism: Mechanism, command: &[String], cgroup: &str) -> Result<(Record, PreExec), IsolateError> {
+pub fn prepare_command_in(
+    mechanism: Mechanism,
+    command: &[String],
+    cgroup: &str,
+) -> Result<(Record, PreExec), IsolateError> {
     let mut rec = Record::new(mechanism, Target::Command(command.to_vec()));
     let mut pre = PreExec { procs: None, sched_idle: false, nice: None };
     let r = (|| {
@@ -66,7 +70,10 @@ pub fn prepare_command_in(mechanism: Mechanism, command: &[String], cgroup: &str
         match cgroup_setup(&mut rec, mechanism, cgroup) {
             Ok(dir) => {
                 let procs = dir.join("cgroup.procs");
-                pre.procs = Some(CString::new(procs.to_string_lossy().as_bytes()).map_err(|e| IsolateError::Internal(e.to_string()))?);
+                pre.procs = Some(
+                    CString::new(procs.to_string_lossy().as_bytes())
+                        .map_err(|e| IsolateError::Internal(e.to_string()))?,
+                );
                 rec.applied.push(format!("the command starts inside {}", dir.display()));
             }
             Err(e) if mechanism == Mechanism::MinWeight => rec.applied.push(format!("no cgroup weight ({e})")),
@@ -192,7 +199,8 @@ fn enable_cpu(rec: &mut Record, parent: &Path) -> Result<(), IsolateError> {
     if now.split_whitespace().any(|c| c == "cpu") {
         return Ok(());
     }
-    cgroupfs::write_value(&path, "+cpu").map_err(|e| IsolateError::io(format!("write +cpu to {}", path.display()), &path, e))?;
+    cgroupfs::write_value(&path, "+cpu")
+        .map_err(|e| IsolateError::io(format!("write +cpu to {}", path.display()), &path, e))?;
     rec.changes.push(Change::File(FileChange { path: path.clone(), wrote: "+cpu".into(), restore: "-cpu".into() }));
     rec.applied.push(format!("wrote +cpu to {}", path.display()));
     Ok(())
@@ -206,21 +214,34 @@ fn set_file(rec: &mut Record, dir: &Path, file: &str, value: &str) -> Result<(),
             return Err(match file {
                 "cpu.qos_level" => IsolateError::Unavailable {
                     mechanism: "qos-level".into(),
-                    why: format!("kernel {} has no cpu.qos_level (openEuler's CONFIG_QOS_SCHED)", procfs::kernel_release()),
+                    why: format!(
+                        "kernel {} has no cpu.qos_level (openEuler's CONFIG_QOS_SCHED)",
+                        procfs::kernel_release()
+                    ),
                 },
-                _ => IsolateError::OldKernel { release: procfs::kernel_release(), what: format!("no {}", path.display()) },
+                _ => IsolateError::OldKernel {
+                    release: procfs::kernel_release(),
+                    what: format!("no {}", path.display()),
+                },
             })
         }
         Err(e) => return Err(IsolateError::io(format!("read {}", path.display()), &path, e)),
     };
-    cgroupfs::write_value(&path, value).map_err(|e| IsolateError::io(format!("write {value} to {}", path.display()), &path, e))?;
+    cgroupfs::write_value(&path, value)
+        .map_err(|e| IsolateError::io(format!("write {value} to {}", path.display()), &path, e))?;
     rec.changes.push(Change::File(FileChange { path: path.clone(), wrote: value.into(), restore: before.clone() }));
     rec.applied.push(format!("wrote {file} = {value} in {} (was {before})", dir.display()));
     Ok(())
 }
 
 fn move_pid(rec: &mut Record, mount: &CgroupMount, pid: u32, to: &Path) -> Result<(), IsolateError> {
-    let gone = |e: io::Error| if is_gone(&e) { IsolateError::NoSuchPid(pid) } else { IsolateError::Io { what: format!("read the cgroup of pid {pid}"), source: e } };
+    let gone = |e: io::Error| {
+        if is_gone(&e) {
+            IsolateError::NoSuchPid(pid)
+        } else {
+            IsolateError::Io { what: format!("read the cgroup of pid {pid}"), source: e }
+        }
+    };
     let from = mount.cgroup_of(pid, None).map_err(gone)?;
     let tids = procfs::tids(pid).map_err(gone)?;
     let mut threads = Vec::new();
@@ -270,7 +291,9 @@ fn sched_all(rec: &mut Record, pid: u32, idle: bool) -> Result<(), IsolateError>
             let before = match sched::get(tid) {
                 Ok(b) => b,
                 Err(e) if is_gone(&e) => continue,
-                Err(e) => return Err(IsolateError::Io { what: format!("read the scheduling of tid {tid}"), source: e }),
+                Err(e) => {
+                    return Err(IsolateError::Io { what: format!("read the scheduling of tid {tid}"), source: e })
+                }
             };
             let r = if idle { sched::set_idle(tid, &before) } else { sched::set_nice(tid, 19) };
             match r {
@@ -280,7 +303,9 @@ fn sched_all(rec: &mut Record, pid: u32, idle: bool) -> Result<(), IsolateError>
                     let what = format!("change the scheduling of pid {pid} (tid {tid})");
                     return Err(IsolateError::NoPermission { what, hint: crate::error::SCHED_HINT });
                 }
-                Err(e) => return Err(IsolateError::Io { what: format!("change the scheduling of tid {tid}"), source: e }),
+                Err(e) => {
+                    return Err(IsolateError::Io { what: format!("change the scheduling of tid {tid}"), source: e })
+                }
             }
             let after = sched::get(tid).unwrap_or(before);
             rec.changes.push(Change::Thread(ThreadChange { pid, tid, before, after }));
@@ -310,7 +335,8 @@ fn apply_cgroup(rec: &mut Record, path: &Path) -> Result<(), IsolateError> {
         set_file(rec, &dir, file, value)?;
     }
     if matches!(m, Mechanism::SchedIdle | Mechanism::MinWeight) {
-        let tids = cgroupfs::threads_in(&mount, &dir).map_err(|e| IsolateError::io(format!("list the threads of {}", dir.display()), &dir, e))?;
+        let tids = cgroupfs::threads_in(&mount, &dir)
+            .map_err(|e| IsolateError::io(format!("list the threads of {}", dir.display()), &dir, e))?;
         let pids: HashSet<u32> = tids.iter().filter_map(|&t| procfs::tgid_of(t)).collect();
         let mut pids: Vec<u32> = pids.into_iter().collect();
         pids.sort_unstable();
@@ -333,8 +359,11 @@ fn resolve(mounts: &[CgroupMount], path: &Path, m: Mechanism) -> Result<(CgroupM
         }
     }
     if path.is_dir() {
-        return Err(IsolateError::WrongHierarchy { path: path.into(), mount: first.mount.clone(), what: m.describe().into() });
+        return Err(IsolateError::WrongHierarchy {
+            path: path.into(),
+            mount: first.mount.clone(),
+            what: m.describe().into(),
+        });
     }
     Err(IsolateError::NoSuchCgroup(path.into()))
 }
-

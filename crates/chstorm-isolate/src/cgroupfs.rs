@@ -37,7 +37,13 @@ fn mountinfo_lines() -> Vec<(String, String, String, String, String)> {
             let (left, right) = l.split_once(" - ")?;
             let lf: Vec<&str> = left.split(' ').collect();
             let rf: Vec<&str> = right.split(' ').collect();
-            Some((unescape(lf.get(3)?), unescape(lf.get(4)?), lf.get(5)?.to_string(), rf.first()?.to_string(), rf.get(2).unwrap_or(&"").to_string()))
+            Some((
+                unescape(lf.get(3)?),
+                unescape(lf.get(4)?),
+                lf.get(5)?.to_string(),
+                rf.first()?.to_string(),
+                rf.get(2).unwrap_or(&"").to_string(),
+            ))
         })
         .collect()
 }
@@ -66,17 +72,19 @@ fn has_opt(opts: &str, name: &str) -> bool {
 /// The cgroup v1 hierarchy that carries the `cpu` controller, if one is mounted.
 pub fn v1_cpu_mount() -> Option<CgroupMount> {
     mountinfo_lines().into_iter().find(|(_, _, _, fstype, sopts)| fstype == "cgroup" && has_opt(sopts, "cpu")).map(
-        |(root, mount, mopts, _, _)| CgroupMount { hierarchy: Hierarchy::V1, mount: mount.into(), root, read_only: has_opt(&mopts, "ro") },
+        |(root, mount, mopts, _, _)| CgroupMount {
+            hierarchy: Hierarchy::V1,
+            mount: mount.into(),
+            root,
+            read_only: has_opt(&mopts, "ro"),
+        },
     )
 }
 
 /// The cgroup v2 unified hierarchy, if mounted (whatever its controllers).
 pub fn v2_mount() -> Option<CgroupMount> {
-    mountinfo_lines().into_iter().find(|(_, _, _, fstype, _)| fstype == "cgroup2").map(|(root, mount, mopts, _, _)| CgroupMount {
-        hierarchy: Hierarchy::V2,
-        mount: mount.into(),
-        root,
-        read_only: has_opt(&mopts, "ro"),
+    mountinfo_lines().into_iter().find(|(_, _, _, fstype, _)| fstype == "cgroup2").map(|(root, mount, mopts, _, _)| {
+        CgroupMount { hierarchy: Hierarchy::V2, mount: mount.into(), root, read_only: has_opt(&mopts, "ro") }
     })
 }
 
@@ -105,7 +113,11 @@ impl CgroupMount {
         let rel = dir.strip_prefix(&self.mount).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
         let root = self.root.trim_end_matches('/');
         if rel.is_empty() {
-            if root.is_empty() { "/".into() } else { root.into() }
+            if root.is_empty() {
+                "/".into()
+            } else {
+                root.into()
+            }
         } else {
             format!("{root}/{rel}")
         }
@@ -129,7 +141,10 @@ impl CgroupMount {
                 return Ok(self.dir_of(path));
             }
         }
-        Err(io::Error::new(io::ErrorKind::NotFound, format!("{file} has no line for the {:?} cpu hierarchy", self.hierarchy)))
+        Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("{file} has no line for the {:?} cpu hierarchy", self.hierarchy),
+        ))
     }
 
     /// The file listing one thread id per line: `tasks` (v1) or `cgroup.threads` (v2).
@@ -185,7 +200,12 @@ mod tests {
 
     #[test]
     fn maps_names_and_dirs() {
-        let m = CgroupMount { hierarchy: Hierarchy::V1, mount: "/sys/fs/cgroup/cpu".into(), root: "/".into(), read_only: false };
+        let m = CgroupMount {
+            hierarchy: Hierarchy::V1,
+            mount: "/sys/fs/cgroup/cpu".into(),
+            root: "/".into(),
+            read_only: false,
+        };
         assert_eq!(m.dir_of("/"), PathBuf::from("/sys/fs/cgroup/cpu"));
         assert_eq!(m.dir_of("/a/b"), PathBuf::from("/sys/fs/cgroup/cpu/a/b"));
         assert_eq!(m.name_of(Path::new("/sys/fs/cgroup/cpu")), "/");

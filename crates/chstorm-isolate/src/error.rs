@@ -89,7 +89,9 @@ impl IsolateError {
         let what = what.into();
         match e.raw_os_error() {
             Some(libc::EACCES) | Some(libc::EPERM) => IsolateError::NoPermission { what, hint: CGROUP_HINT },
-            Some(libc::EROFS) => IsolateError::NoWritableCgroup(format!("{} is on a read-only file system", path.display())),
+            Some(libc::EROFS) => {
+                IsolateError::NoWritableCgroup(format!("{} is on a read-only file system", path.display()))
+            }
             _ => IsolateError::Io { what, source: e },
         }
     }

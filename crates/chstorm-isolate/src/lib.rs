@@ -58,10 +58,10 @@ mod record;
 mod sched;
 pub mod state;
 
+pub use apply::{apply, apply_in, prepare_command, prepare_command_in, PreExec};
 pub use cgroupfs::Hierarchy;
 pub use error::{Fault, IsolateError};
 pub use mechanism::{choose, detect_all, Availability, Mechanism, Request};
-pub use apply::{apply, apply_in, prepare_command, prepare_command_in, PreExec};
 pub use record::{thread_summary, Change, FileChange, Move, Record, Target, ThreadChange, UndoReport};
 pub use sched::ThreadSched;
 

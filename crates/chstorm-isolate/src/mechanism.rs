@@ -27,8 +27,13 @@ const CPU_IDLE_SINCE: (u32, u32) = (5, 15);
 
 impl Mechanism {
     /// Best first: the order `auto` tries them in.
-    pub const ORDER: [Mechanism; 5] =
-        [Mechanism::QosLevel, Mechanism::CgroupV2Idle, Mechanism::CgroupV1Idle, Mechanism::SchedIdle, Mechanism::MinWeight];
+    pub const ORDER: [Mechanism; 5] = [
+        Mechanism::QosLevel,
+        Mechanism::CgroupV2Idle,
+        Mechanism::CgroupV1Idle,
+        Mechanism::SchedIdle,
+        Mechanism::MinWeight,
+    ];
 
     /// The name used on the command line and in JSON: `qos-level`, `cgroup-v2-idle`,
     /// `cgroup-v1-idle`, `sched-idle`, `min-weight`.
@@ -92,7 +97,10 @@ impl Mechanism {
             }
             Mechanism::SchedIdle => sched::probe_sched_idle()
                 .map(|_| "sched_setscheduler(SCHED_IDLE) on every thread".to_string())
-                .map_err(|e| IsolateError::Unavailable { mechanism: self.name().into(), why: format!("SCHED_IDLE refused: {e}") }),
+                .map_err(|e| IsolateError::Unavailable {
+                    mechanism: self.name().into(),
+                    why: format!("SCHED_IDLE refused: {e}"),
+                }),
             Mechanism::MinWeight => Ok(match self.mount() {
                 Ok(m) => {
                     let (file, value) = self.setting(m.hierarchy).unwrap_or(("cpu.shares", "2"));
@@ -105,7 +113,8 @@ impl Mechanism {
 }
 
 fn v1_mount() -> Result<CgroupMount, IsolateError> {
-    cgroupfs::v1_cpu_mount().ok_or_else(|| IsolateError::NoWritableCgroup("no cgroup v1 hierarchy has the cpu controller".into()))
+    cgroupfs::v1_cpu_mount()
+        .ok_or_else(|| IsolateError::NoWritableCgroup("no cgroup v1 hierarchy has the cpu controller".into()))
 }
 
 fn v2_cpu_mount() -> Result<CgroupMount, IsolateError> {
@@ -130,7 +139,10 @@ fn usable(m: CgroupMount) -> Result<CgroupMount, IsolateError> {
     if cgroupfs::writable(&m.mount) || (ours.is_dir() && cgroupfs::writable(&ours)) {
         Ok(m)
     } else {
-        Err(IsolateError::NoPermission { what: format!("create a cgroup in {}", m.mount.display()), hint: crate::error::CGROUP_HINT })
+        Err(IsolateError::NoPermission {
+            what: format!("create a cgroup in {}", m.mount.display()),
+            hint: crate::error::CGROUP_HINT,
+        })
     }
 }
 
@@ -151,10 +163,7 @@ fn detect_qos() -> Result<String, IsolateError> {
     if !found {
         return Err(IsolateError::Unavailable {
             mechanism: Mechanism::QosLevel.name().into(),
-            why: format!(
-                "kernel {} has no cpu.qos_level (openEuler's CONFIG_QOS_SCHED)",
-                procfs::kernel_release()
-            ),
+            why: format!("kernel {} has no cpu.qos_level (openEuler's CONFIG_QOS_SCHED)", procfs::kernel_release()),
         });
     }
     let m = usable(m)?;
@@ -213,7 +222,10 @@ pub fn choose(request: Request, found: &[Availability]) -> Result<Vec<Mechanism>
             .map(|e| e.reason())
             .unwrap_or_else(|| "not detected".into());
         let others: Vec<&str> = available.iter().map(|m| m.name()).collect();
-        IsolateError::Unavailable { mechanism: m.name().into(), why: format!("{reason}; available here: {}", others.join(", ")) }
+        IsolateError::Unavailable {
+            mechanism: m.name().into(),
+            why: format!("{reason}; available here: {}", others.join(", ")),
+        }
     };
     match request {
         Request::All => Ok(available.clone()),
@@ -249,7 +261,10 @@ mod tests {
         assert_eq!(choose(Request::CgroupIdle, &f).unwrap(), vec![Mechanism::CgroupV1Idle]);
         assert_eq!(choose(Request::All, &f).unwrap().len(), 3);
         let e = choose(Request::One(Mechanism::QosLevel), &f).unwrap_err().to_string();
-        assert!(e.contains("qos-level is not available here") && e.contains("absent") && e.contains("sched-idle"), "{e}");
+        assert!(
+            e.contains("qos-level is not available here") && e.contains("absent") && e.contains("sched-idle"),
+            "{e}"
+        );
         assert!(choose(Request::CgroupIdle, &found(&[Mechanism::SchedIdle])).is_err());
     }
 

@@ -9,9 +9,9 @@
 //! Grandchildren of a
 //! custom command are only covered by the group kill, not by the death signal.
 
+use crate::apply::PreExec;
 use crate::burn::READY;
 use crate::error::IsolateError;
-use crate::apply::PreExec;
 use crate::{cpu, procfs};
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
@@ -37,7 +37,9 @@ impl OfflineSpec {
     /// A line for people: `2 burner threads` or `sh -c '...'`.
     pub fn describe(&self) -> String {
         match self {
-            OfflineSpec::Burner { threads, .. } => format!("{threads} burner thread{}", if *threads == 1 { "" } else { "s" }),
+            OfflineSpec::Burner { threads, .. } => {
+                format!("{threads} burner thread{}", if *threads == 1 { "" } else { "s" })
+            }
             OfflineSpec::Command(c) => format!("sh -c '{c}'"),
         }
     }
@@ -102,7 +104,8 @@ impl OfflineLoad {
             }
         }
         let what = spec.describe();
-        let mut child = chstorm_child::spawn(cmd).map_err(|e| IsolateError::Io { what: format!("start the offline load ({what})"), source: e })?;
+        let mut child = chstorm_child::spawn(cmd)
+            .map_err(|e| IsolateError::Io { what: format!("start the offline load ({what})"), source: e })?;
         let pid = child.id();
         track(pid, true);
         let mut load = OfflineLoad { child: None, pid };
@@ -170,8 +173,12 @@ fn wait_ready(out: std::process::ChildStdout, exe: &std::path::Path) -> Result<(
             exe.display(),
             line.trim()
         ))),
-        Ok(Err(e)) => Err(IsolateError::Io { what: format!("read the burner's ready line ({})", exe.display()), source: e }),
-        Err(_) => Err(IsolateError::Internal(format!("the burner {} did not start within {READY_TIMEOUT:?}", exe.display()))),
+        Ok(Err(e)) => {
+            Err(IsolateError::Io { what: format!("read the burner's ready line ({})", exe.display()), source: e })
+        }
+        Err(_) => {
+            Err(IsolateError::Internal(format!("the burner {} did not start within {READY_TIMEOUT:?}", exe.display())))
+        }
     }
 }
 

@@ -114,7 +114,8 @@ pub fn clickhouse_servers() -> Vec<u32> {
             let Some(args) = cmdline(p) else { return false };
             let Some(argv0) = args.first() else { return false };
             let name = argv0.rsplit('/').next().unwrap_or(argv0);
-            (name.starts_with("clickhouse-server") || (name == "clickhouse" && args.get(1).map(String::as_str) == Some("server")))
+            (name.starts_with("clickhouse-server")
+                || (name == "clickhouse" && args.get(1).map(String::as_str) == Some("server")))
                 && pid_exists(p)
         })
         .collect()
@@ -142,7 +143,10 @@ pub fn listens_on(pid: u32, port: u16) -> bool {
     fds.flatten().any(|fd| {
         fs::read_link(fd.path()).is_ok_and(|t| {
             let t = t.to_string_lossy();
-            t.strip_prefix("socket:[").and_then(|s| s.strip_suffix(']')).and_then(|s| s.parse::<u64>().ok()).is_some_and(|i| inodes.contains(&i))
+            t.strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+                .and_then(|s| s.parse::<u64>().ok())
+                .is_some_and(|i| inodes.contains(&i))
         })
     })
 }

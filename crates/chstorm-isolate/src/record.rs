@@ -105,7 +105,9 @@ impl Record {
                 Change::File(f) => match cgroupfs::write_value(&f.path, &f.restore) {
                     Ok(()) => rep.restored.push(format!("wrote {} to {}", f.restore, f.path.display())),
                     Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-                    Err(e) => rep.problems.push(format!("cannot write {} back to {}: {e}", f.restore, f.path.display())),
+                    Err(e) => {
+                        rep.problems.push(format!("cannot write {} back to {}: {e}", f.restore, f.path.display()))
+                    }
                 },
                 Change::CreatedCgroup(dir) => remove_cgroup(dir, &mut rep),
             }
@@ -120,7 +122,8 @@ impl Record {
         for c in &self.changes {
             match c {
                 Change::Moved(m) => {
-                    let now = CgroupMount::find(m.hierarchy).and_then(|mt| mt.cgroup_of(m.pid, None).ok().map(|d| mt.name_of(&d)));
+                    let now = CgroupMount::find(m.hierarchy)
+                        .and_then(|mt| mt.cgroup_of(m.pid, None).ok().map(|d| mt.name_of(&d)));
                     out.push(format!("/proc/{}/cgroup: {}", m.pid, now.unwrap_or_else(|| "gone".into())));
                 }
                 Change::File(f) => {

@@ -44,7 +44,10 @@ pub fn load(path: &Path) -> Result<Vec<Record>, IsolateError> {
     let file: StateFile = serde_json::from_str(&text)
         .map_err(|e| IsolateError::State { path: path.into(), why: format!("not a {STATE_SCHEMA} file: {e}") })?;
     if file.schema != STATE_SCHEMA {
-        return Err(IsolateError::State { path: path.into(), why: format!("schema is {}, expected {STATE_SCHEMA}", file.schema) });
+        return Err(IsolateError::State {
+            path: path.into(),
+            why: format!("schema is {}, expected {STATE_SCHEMA}", file.schema),
+        });
     }
     Ok(file.records)
 }

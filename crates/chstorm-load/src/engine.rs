@@ -167,7 +167,12 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     });
     let server_version = match server_version {
         Ok(v) => Some(v),
-        Err(e @ (ProtoError::Connect { .. } | ProtoError::Timeout(..) | ProtoError::InvalidTarget(_) | ProtoError::TlsSetup(_))) => {
+        Err(
+            e @ (ProtoError::Connect { .. }
+            | ProtoError::Timeout(..)
+            | ProtoError::InvalidTarget(_)
+            | ProtoError::TlsSetup(_)),
+        ) => {
             return Err(LoadError::Server(e));
         }
         // The server answers but the probe query failed (e.g. a /ping-only endpoint): go on.
@@ -277,7 +282,8 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     let spec = &shared.spec;
     let dropped = if spec.schedule.is_open() {
         let window_end = (shared.measure_start.get().copied().unwrap_or(t0) + elapsed).saturating_duration_since(t0);
-        let due = spec.schedule.due_before(window_end) - spec.schedule.due_before(spec.warmup).min(spec.schedule.due_before(window_end));
+        let due = spec.schedule.due_before(window_end)
+            - spec.schedule.due_before(spec.warmup).min(spec.schedule.due_before(window_end));
         let due = spec.requests.map_or(due, |n| due.min(n));
         due.saturating_sub(shared.sent_measured.load(Ordering::Relaxed))
     } else {

@@ -86,7 +86,9 @@ impl Schedule {
         match *self {
             Schedule::Closed => Ok(()),
             Schedule::Fixed { rate } if ok(rate) => Ok(()),
-            Schedule::Fixed { rate } => Err(format!("--rate must be a positive number of queries per second, got {rate}")),
+            Schedule::Fixed { rate } => {
+                Err(format!("--rate must be a positive number of queries per second, got {rate}"))
+            }
             Schedule::Ramp { from, to, over } if ok(from) && ok(to) && !over.is_zero() => Ok(()),
             Schedule::Ramp { .. } => Err("a ramp needs positive rates and a non-zero length".into()),
         }

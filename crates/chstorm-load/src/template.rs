@@ -90,7 +90,10 @@ impl Template {
             match parse_placeholder(inner, &gens, base_dir)? {
                 Some(Placeholder::New(name, gen)) => {
                     if gens.iter().any(|(n, _)| *n == name) {
-                        return Err(err(inner, "this name is already defined in the query; write {name} to reuse its value"));
+                        return Err(err(
+                            inner,
+                            "this name is already defined in the query; write {name} to reuse its value",
+                        ));
                     }
                     flush(&mut lit, &mut segments);
                     gens.push((name, gen));
@@ -185,11 +188,16 @@ fn flush(lit: &mut String, segments: &mut Vec<Segment>) {
 
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
-    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_') && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+    matches!(c.next(), Some(ch) if ch.is_ascii_alphabetic() || ch == '_')
+        && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
 /// Returns None when `inner` is not one of our placeholders (left verbatim in the query).
-fn parse_placeholder(inner: &str, gens: &[(String, Gen)], base_dir: &Path) -> Result<Option<Placeholder>, TemplateError> {
+fn parse_placeholder(
+    inner: &str,
+    gens: &[(String, Gen)],
+    base_dir: &Path,
+) -> Result<Option<Placeholder>, TemplateError> {
     let inner_t = inner.trim();
     if is_ident(inner_t) {
         return Ok(gens.iter().position(|(n, _)| n == inner_t).map(Placeholder::Ref));
@@ -236,9 +244,9 @@ fn parse_placeholder(inner: &str, gens: &[(String, Gen)], base_dir: &Path) -> Re
             let n = args[0].parse::<u64>().ok().filter(|n| *n >= 1);
             let s = args[1].parse::<f64>().ok().filter(|s| *s > 0.0 && s.is_finite());
             match (n, s) {
-                (Some(n), Some(s)) => Gen::Zipf(
-                    rand_distr::Zipf::new(n, s).map_err(|e| err(inner, format!("bad zipf parameters: {e}")))?,
-                ),
+                (Some(n), Some(s)) => {
+                    Gen::Zipf(rand_distr::Zipf::new(n, s).map_err(|e| err(inner, format!("bad zipf parameters: {e}")))?)
+                }
                 _ => return Err(err(inner, "expected zipf(n,s) with n >= 1 items and exponent s > 0")),
             }
         }

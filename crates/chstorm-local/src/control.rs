@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use crate::error::LocalError;
 use crate::http::ping;
-use crate::procfs::is_server_of;
 use crate::process::{stop_pid, STOP_GRACE};
+use crate::procfs::is_server_of;
 use crate::state;
 use crate::ServerInfo;
 

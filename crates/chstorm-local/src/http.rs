@@ -77,9 +77,8 @@ pub(crate) fn request(
 
 /// Splits `http://host:port/base` into (`host:port`, `/base`).
 fn split_url(url: &str) -> Result<(&str, &str), String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("unsupported URL {url:?} (expected http://HOST:PORT)"))?;
+    let rest =
+        url.strip_prefix("http://").ok_or_else(|| format!("unsupported URL {url:?} (expected http://HOST:PORT)"))?;
     Ok(match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
@@ -163,8 +162,9 @@ mod tests {
     fn parses_plain_and_chunked() {
         let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nOk.\n").unwrap();
         assert_eq!((r.status, r.body.as_slice()), (200, &b"Ok.\n"[..]));
-        let r = parse_response(b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n")
-            .unwrap();
+        let r =
+            parse_response(b"HTTP/1.1 500 X\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n")
+                .unwrap();
         assert_eq!((r.status, r.body.as_slice()), (500, &b"abcde"[..]));
         assert!(parse_response(b"garbage").is_err());
     }

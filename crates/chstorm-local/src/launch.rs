@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use crate::config::{self, Ports};
 use crate::error::LocalError;
 use crate::http::ping;
-use crate::procfs::listens_on;
 use crate::process::{kill_child, server_command, spawn};
+use crate::procfs::listens_on;
 
 /// Interval between two `/ping` probes during startup.
 const PROBE_INTERVAL: Duration = Duration::from_millis(100);

@@ -31,8 +31,8 @@ pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, LocalError> {
                 std::io::Error::other("100 tries gave only ports used before"),
             ));
         }
-        let l = TcpListener::bind("127.0.0.1:0")
-            .map_err(|e| LocalError::io("bind 127.0.0.1:0 to find a free port", e))?;
+        let l =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| LocalError::io("bind 127.0.0.1:0 to find a free port", e))?;
         let port = l.local_addr().map_err(|e| LocalError::io("read a bound port", e))?.port();
         held.push(l);
         if seen.insert(port) {

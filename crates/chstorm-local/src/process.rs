@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::config;
-use crate::procfs::{is_alive, is_server_of};
 use crate::error::LocalError;
+use crate::procfs::{is_alive, is_server_of};
 
 /// How long a server gets to exit after SIGTERM before it is sent SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -64,12 +64,7 @@ pub(crate) fn server_command(binary: &Path, dir: &Path) -> Result<Command, Local
     if binary.file_name() == Some(OsStr::new("clickhouse")) {
         cmd.arg("server");
     }
-    cmd.arg(config_arg(dir))
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log2)
-        .process_group(0);
+    cmd.arg(config_arg(dir)).current_dir(dir).stdin(Stdio::null()).stdout(log).stderr(log2).process_group(0);
     Ok(cmd)
 }
 

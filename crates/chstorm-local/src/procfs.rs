@@ -31,8 +31,8 @@ pub(crate) fn is_server_of(pid: u32, dir: &Path) -> bool {
     let is_clickhouse = Path::new(argv0).file_name().is_some_and(|n| n.to_string_lossy().starts_with("clickhouse"));
     let config = config::config_path(dir).display().to_string();
     let wanted = config_arg(dir);
-    let mentions_dir = args.contains(&wanted)
-        || args.windows(2).any(|w| (w[0] == "--config-file" || w[0] == "-C") && w[1] == config);
+    let mentions_dir =
+        args.contains(&wanted) || args.windows(2).any(|w| (w[0] == "--config-file" || w[0] == "-C") && w[1] == config);
     is_clickhouse && mentions_dir
 }
 

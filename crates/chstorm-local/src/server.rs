@@ -13,8 +13,8 @@ use crate::config::{self, ConfigParams, Ports};
 use crate::error::LocalError;
 use crate::launch::launch;
 use crate::ports::free_ports;
-use crate::procfs::is_server_of;
 use crate::process::{kill_child, resolve_binary, stop_child, STOP_GRACE};
+use crate::procfs::is_server_of;
 use crate::tls::{self, TlsFiles};
 use crate::{http, state};
 

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 /// Reads a report written with `--json`.
 pub fn read_report(path: &str) -> Result<BenchReport, OutputError> {
     let text = std::fs::read_to_string(path).map_err(|e| OutputError::Io { path: path.into(), source: e })?;
-    let r: BenchReport = serde_json::from_str(&text)
-        .map_err(|e| OutputError::BadReport { path: path.into(), reason: e.to_string() })?;
+    let r: BenchReport =
+        serde_json::from_str(&text).map_err(|e| OutputError::BadReport { path: path.into(), reason: e.to_string() })?;
     if r.schema != crate::report::SCHEMA_ID {
         return Err(OutputError::BadReport { path: path.into(), reason: format!("schema is '{}'", r.schema) });
     }
@@ -29,7 +29,8 @@ pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputErr
     let mut out = first.clone();
     let mut hist = LatencyHistogram::new();
     let mut per_second: BTreeMap<u64, chstorm_stats::SecondStats> = BTreeMap::new();
-    let (mut qps, mut queries, mut errors, mut bytes, mut rows, mut late, mut dropped, mut conc) = (0.0, 0, 0, 0, 0, 0, 0, 0);
+    let (mut qps, mut queries, mut errors, mut bytes, mut rows, mut late, mut dropped, mut conc) =
+        (0.0, 0, 0, 0, 0, 0, 0, 0);
     let mut rate: Option<f64> = None;
     let mut duration: f64 = 0.0;
     let mut kinds: BTreeMap<String, u64> = BTreeMap::new();
@@ -56,7 +57,14 @@ pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputErr
             *kinds.entry(k.clone()).or_default() += v;
         }
         for p in &r.per_second {
-            let e = per_second.entry(p.t).or_insert(chstorm_stats::SecondStats { t: p.t, queries: 0, errors: 0, p50: 0.0, p99: 0.0, span_s: p.span_s });
+            let e = per_second.entry(p.t).or_insert(chstorm_stats::SecondStats {
+                t: p.t,
+                queries: 0,
+                errors: 0,
+                p50: 0.0,
+                p99: 0.0,
+                span_s: p.span_s,
+            });
             e.queries += p.queries;
             e.errors += p.errors;
             e.p50 = e.p50.max(p.p50);

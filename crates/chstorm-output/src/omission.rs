@@ -18,41 +18,32 @@ use std::time::Duration;
 pub fn auto_interval(r: &BenchReport) -> Result<Duration, OutputError> {
     if r.queries == 0 || r.duration_s <= 0.0 || r.concurrency == 0 {
         return Err(OutputError::Correction(
-            "the run has no successful queries, so it has no mean interval; give one, e.g. --correct-omission 1ms".into(),
+            "the run has no successful queries, so it has no mean interval; give one, e.g. --correct-omission 1ms"
+                .into(),
         ));
     }
     let per_connection = (r.queries / r.concurrency).max(1);
-    Ok(Duration::from_secs_f64(
-        r.duration_s / per_connection as f64,
-    ))
+    Ok(Duration::from_secs_f64(r.duration_s / per_connection as f64))
 }
 
 /// Re-weights `r`'s latencies for coordinated omission with `interval` (None: [`auto_interval`]).
 /// Updates `latency_s`, `histogram`, `latency_note` and `co_correction_interval_s`; counts,
 /// QPS and the per-second points stay as measured.
-pub fn correct_omission(
-    r: &mut BenchReport,
-    interval: Option<Duration>,
-) -> Result<(), OutputError> {
+pub fn correct_omission(r: &mut BenchReport, interval: Option<Duration>) -> Result<(), OutputError> {
     if r.mode == "open" {
         return Err(OutputError::Correction(
             "this is an open-loop run (--rate), whose latencies already include queueing; drop the flag".into(),
         ));
     }
     if r.co_correction_interval_s.is_some() {
-        return Err(OutputError::Correction(
-            "the input is already corrected; give the raw run".into(),
-        ));
+        return Err(OutputError::Correction("the input is already corrected; give the raw run".into()));
     }
     let interval = match interval {
         Some(i) => i,
         None => auto_interval(r)?,
     };
-    let raw = LatencyHistogram::from_base64(&r.histogram)
-        .map_err(|e| OutputError::Correction(e.to_string()))?;
-    let corrected = raw
-        .corrected_for_omission(interval)
-        .map_err(|e| OutputError::Correction(e.to_string()))?;
+    let raw = LatencyHistogram::from_base64(&r.histogram).map_err(|e| OutputError::Correction(e.to_string()))?;
+    let corrected = raw.corrected_for_omission(interval).map_err(|e| OutputError::Correction(e.to_string()))?;
     r.latency_s = corrected.summary();
     r.histogram = corrected.to_base64();
     r.co_correction_interval_s = Some(interval.as_micros() as f64 / 1e6);
@@ -125,29 +116,13 @@ mod tests {
         let raw_p99 = r.latency_s.p99;
         correct_omission(&mut r, Some(Duration::from_millis(1))).unwrap();
         assert_eq!(r.queries, 1000);
-        assert_eq!(
-            LatencyHistogram::from_base64(&r.histogram).unwrap().len(),
-            1000 + 80
-        );
-        assert!(
-            r.latency_s.p99 > raw_p99 * 10.0,
-            "{} vs {}",
-            r.latency_s.p99,
-            raw_p99
-        );
+        assert_eq!(LatencyHistogram::from_base64(&r.histogram).unwrap().len(), 1000 + 80);
+        assert!(r.latency_s.p99 > raw_p99 * 10.0, "{} vs {}", r.latency_s.p99, raw_p99);
         assert_eq!(r.co_correction_interval_s, Some(0.001));
-        assert!(
-            r.latency_note
-                .contains("1000 measured latencies, 1080 counted"),
-            "{}",
-            r.latency_note
-        );
+        assert!(r.latency_note.contains("1000 measured latencies, 1080 counted"), "{}", r.latency_note);
         assert_ne!(r.latency_note, CLOSED_LOOP_NOTE);
         // Twice is refused: the input must be raw.
-        assert!(correct_omission(&mut r, None)
-            .unwrap_err()
-            .to_string()
-            .contains("already corrected"));
+        assert!(correct_omission(&mut r, None).unwrap_err().to_string().contains("already corrected"));
     }
 
     #[test]
@@ -165,10 +140,7 @@ mod tests {
     fn open_loops_and_empty_runs_are_refused_with_the_fix() {
         let mut open = report(&[(500, 10)], 10, 1, 1.0, Some(10.0));
         let e = correct_omission(&mut open, None).unwrap_err().to_string();
-        assert!(
-            e.contains("open-loop") && e.contains("drop the flag"),
-            "{e}"
-        );
+        assert!(e.contains("open-loop") && e.contains("drop the flag"), "{e}");
         let mut empty = report(&[], 0, 4, 1.0, None);
         let e = correct_omission(&mut empty, None).unwrap_err().to_string();
         assert!(e.contains("--correct-omission 1ms"), "{e}");

@@ -193,11 +193,8 @@ impl HttpConn {
         }
         let ok = (200..300).contains(&status);
         let mut err_body = Vec::new();
-        let sink: Option<(&mut Vec<u8>, usize)> = if ok {
-            keep.as_mut().map(|(v, l)| (&mut **v, *l))
-        } else {
-            Some((&mut err_body, ERROR_BODY_LIMIT))
-        };
+        let sink: Option<(&mut Vec<u8>, usize)> =
+            if ok { keep.as_mut().map(|(v, l)| (&mut **v, *l)) } else { Some((&mut err_body, ERROR_BODY_LIMIT)) };
         let bytes = self.read_body(head_len, framing, sink).await?;
         if ok {
             Ok(QueryStats { bytes, rows: 0 })

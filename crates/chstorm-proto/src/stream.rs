@@ -105,17 +105,13 @@ fn client_config(opts: &TlsOptions) -> Result<rustls::ClientConfig, ProtoError> 
         .with_safe_default_protocol_versions()
         .map_err(|e| ProtoError::TlsSetup(e.to_string()))?;
     let config = if opts.insecure {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
-            .with_no_client_auth()
+        builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerify(provider))).with_no_client_auth()
     } else {
         let mut roots = rustls::RootCertStore::empty();
         match &opts.ca_file {
             Some(path) => {
-                let pem = std::fs::read(path).map_err(|e| {
-                    ProtoError::TlsSetup(format!("cannot read CA file {}: {e}", path.display()))
-                })?;
+                let pem = std::fs::read(path)
+                    .map_err(|e| ProtoError::TlsSetup(format!("cannot read CA file {}: {e}", path.display())))?;
                 for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
                     let cert = cert.map_err(|e| ProtoError::TlsSetup(format!("bad PEM in {}: {e}", path.display())))?;
                     roots

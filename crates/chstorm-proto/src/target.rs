@@ -80,7 +80,9 @@ impl Target {
             "https" => Protocol::Https,
             "clickhouse" | "tcp" => Protocol::Native,
             "clickhouses" => Protocol::NativeTls,
-            other => return Err(bad(&format!("unknown scheme '{other}' (use http, https, clickhouse or clickhouses)"))),
+            other => {
+                return Err(bad(&format!("unknown scheme '{other}' (use http, https, clickhouse or clickhouses)")))
+            }
         };
         let host = url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| bad("missing host"))?;
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
@@ -141,8 +143,7 @@ impl Target {
 
     /// True when the host is a loopback address or `localhost`.
     pub fn is_loopback(&self) -> bool {
-        self.host == "localhost"
-            || self.host.parse::<std::net::IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(false)
+        self.host == "localhost" || self.host.parse::<std::net::IpAddr>().map(|ip| ip.is_loopback()).unwrap_or(false)
     }
 }
 

@@ -145,7 +145,9 @@ impl LatencyHistogram {
     pub fn corrected_for_omission(&self, interval: Duration) -> Result<LatencyHistogram, HistogramError> {
         let e = interval.as_micros() as u64;
         if e == 0 {
-            return Err(HistogramError::Correction("the expected interval must be at least 1us; give a longer one".into()));
+            return Err(HistogramError::Correction(
+                "the expected interval must be at least 1us; give a longer one".into(),
+            ));
         }
         // Each bucket stands for its lowest value, which is the recorded one below 2,048 us.
         let low = |v: &hdrhistogram::iterators::IterationValue<u64>| self.h.lowest_equivalent(v.value_iterated_to());

@@ -84,11 +84,10 @@ impl SuiteMeta {
             .filter_map(|u| chstorm_proto::Target::parse(u).ok().map(|t| t.to_string()))
             .collect();
         let loopback = urls.iter().all(|u| chstorm_proto::Target::parse(u).map(|t| t.is_loopback()).unwrap_or(false));
-        let mut notes = vec![format!("cores and memory are this client machine's{}", if loopback {
-            "; the server runs on it too (loopback)"
-        } else {
-            ""
-        })];
+        let mut notes = vec![format!(
+            "cores and memory are this client machine's{}",
+            if loopback { "; the server runs on it too (loopback)" } else { "" }
+        )];
         if quick {
             notes.push("quick mode: short points, few concurrency levels".into());
         }
@@ -99,7 +98,11 @@ impl SuiteMeta {
             sections: suite
                 .scenarios
                 .iter()
-                .map(|s| SectionMeta { scenario: s.name.clone(), description: s.description.clone(), table: s.table.clone() })
+                .map(|s| SectionMeta {
+                    scenario: s.name.clone(),
+                    description: s.description.clone(),
+                    table: s.table.clone(),
+                })
                 .collect(),
             environment: chstorm_report::Environment {
                 server_version: None,

@@ -34,7 +34,9 @@ impl Targets {
                 chstorm_proto::Protocol::NativeTls => &mut t.native_tls,
             };
             if slot.is_some() {
-                return Err(SweepError::Invalid(format!("two --url with the scheme of '{target}'; give one per protocol")));
+                return Err(SweepError::Invalid(format!(
+                    "two --url with the scheme of '{target}'; give one per protocol"
+                )));
             }
             *slot = Some(u.clone());
         }
@@ -113,7 +115,9 @@ pub fn substitute(text: &str, params: &[(String, String)], vars: &BTreeMap<Strin
             .map(|(_, v)| v.clone())
             .or_else(|| vars.get(name).cloned())
             .ok_or_else(|| match name.split_once('.') {
-                Some((ds, _)) => format!("${{{name}}} is unknown: load the dataset first (chstorm dataset load {ds} --url URL)"),
+                Some((ds, _)) => {
+                    format!("${{{name}}} is unknown: load the dataset first (chstorm dataset load {ds} --url URL)")
+                }
                 None => format!("${{{name}}} is not a param of the scenario"),
             })?;
         out.push_str(&value);
@@ -156,10 +160,15 @@ fn plan_scenario(
 ) -> Result<(), SweepError> {
     let q = &suite.quick;
     let pick = |quick_v: Option<Duration>, sc_v: Option<Duration>, suite_v: Option<Duration>| {
-        if quick { quick_v.or(sc_v).or(suite_v) } else { sc_v.or(suite_v) }
+        if quick {
+            quick_v.or(sc_v).or(suite_v)
+        } else {
+            sc_v.or(suite_v)
+        }
     };
     let duration = pick(q.duration.map(|d| d.0), sc.duration.map(|d| d.0), suite.duration.map(|d| d.0));
-    let warmup = pick(q.warmup.map(|d| d.0), sc.warmup.map(|d| d.0), suite.warmup.map(|d| d.0)).unwrap_or(DEFAULT_WARMUP);
+    let warmup =
+        pick(q.warmup.map(|d| d.0), sc.warmup.map(|d| d.0), suite.warmup.map(|d| d.0)).unwrap_or(DEFAULT_WARMUP);
     let requests = if quick { q.requests.or(sc.requests) } else { sc.requests };
     let duration = if requests.is_some() { duration } else { Some(duration.unwrap_or(DEFAULT_DURATION)) };
     let levels = if quick { q.concurrency.as_ref().or(sc.concurrency.as_ref()) } else { None }
@@ -217,7 +226,8 @@ mod tests {
     use std::path::Path;
 
     fn targets() -> Targets {
-        Targets::from_urls(&["http://127.0.0.1:1".into(), "clickhouse://127.0.0.1:2".into()], TlsOptions::default()).unwrap()
+        Targets::from_urls(&["http://127.0.0.1:1".into(), "clickhouse://127.0.0.1:2".into()], TlsOptions::default())
+            .unwrap()
     }
 
     #[test]

@@ -42,7 +42,12 @@ pub fn build_input(meta: &SuiteMeta, points: &[SweepPoint]) -> ReportInput {
         environment: env,
         points: points
             .iter()
-            .map(|p| Point { scenario: p.scenario.clone(), variant: p.variant.clone(), concurrency: p.concurrency, result: p.result.clone() })
+            .map(|p| Point {
+                scenario: p.scenario.clone(),
+                variant: p.variant.clone(),
+                concurrency: p.concurrency,
+                result: p.result.clone(),
+            })
             .collect(),
         sections,
     }
@@ -71,7 +76,14 @@ pub fn threads_table(scenario: &str, points: &[SweepPoint]) -> Table {
             (Some(a), Some(b)) => format!("{:.2}", a.result.duration_s + b.result.duration_s),
             _ => "-".into(),
         };
-        rows.push(vec![if label.is_empty() { v.to_string() } else { label }, cell_qps(a), cell_t(a), cell_qps(b), cell_t(b), total]);
+        rows.push(vec![
+            if label.is_empty() { v.to_string() } else { label },
+            cell_qps(a),
+            cell_t(a),
+            cell_qps(b),
+            cell_t(b),
+            total,
+        ]);
     }
     Table {
         title: "Threads: the total_max_threads benchmark table".into(),

@@ -115,7 +115,11 @@ fn append_line(path: &Path, line: &str) -> Result<(), SweepError> {
 
 /// Runs every point of the suite that `out` does not already hold. `progress` gets one line per
 /// point.
-pub fn sweep(opts: &SweepOptions, stop: &StopHandle, progress: &mut dyn FnMut(&str)) -> Result<SweepOutcome, SweepError> {
+pub fn sweep(
+    opts: &SweepOptions,
+    stop: &StopHandle,
+    progress: &mut dyn FnMut(&str),
+) -> Result<SweepOutcome, SweepError> {
     std::fs::create_dir_all(&opts.out)
         .map_err(|e| SweepError::Io { path: opts.out.display().to_string(), source: e })?;
     let vars = dataset_vars(&opts.targets);

@@ -20,7 +20,8 @@ pub struct Store {
 }
 
 /// The table definition (18.16-compatible).
-pub const CREATE: &str = "CREATE TABLE IF NOT EXISTS chstorm.results (stored DateTime, started_at String, suite String, \
+pub const CREATE: &str =
+    "CREATE TABLE IF NOT EXISTS chstorm.results (stored DateTime, started_at String, suite String, \
 scenario String, variant String, protocol String, concurrency UInt32, qps Float64, queries UInt64, errors UInt64, \
 p50 Float64, p90 Float64, p99 Float64, p999 Float64, max Float64, duration_s Float64, server_version String, \
 chstorm_version String, target String, settings String, report String) \

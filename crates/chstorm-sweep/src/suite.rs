@@ -188,10 +188,17 @@ impl Suite {
     /// Parses and validates suite text.
     pub fn parse(text: &str, source: &Path) -> Result<Suite, SuiteError> {
         let file = source.display().to_string();
-        let mut suite: Suite = chstorm_yaml::parse(text)
-            .map_err(|e| SuiteError { file: file.clone(), line: e.line, message: e.message })?;
+        let mut suite: Suite = chstorm_yaml::parse(text).map_err(|e| SuiteError {
+            file: file.clone(),
+            line: e.line,
+            message: e.message,
+        })?;
         suite.source = source.to_path_buf();
-        let err = |needle: &str, message: String| SuiteError { file: file.clone(), line: chstorm_yaml::line_of(text, needle), message };
+        let err = |needle: &str, message: String| SuiteError {
+            file: file.clone(),
+            line: chstorm_yaml::line_of(text, needle),
+            message,
+        };
         if suite.scenarios.is_empty() {
             return Err(err("scenarios", "scenarios: the suite has no scenarios".into()));
         }
@@ -217,7 +224,10 @@ impl Suite {
             }
             if let Some(d) = &s.dataset {
                 if chstorm_data::DatasetName::parse(d).is_none() {
-                    return Err(err(&at, format!("scenarios[{i}].dataset: unknown dataset '{d}' (known: items, kv, hits)")));
+                    return Err(err(
+                        &at,
+                        format!("scenarios[{i}].dataset: unknown dataset '{d}' (known: items, kv, hits)"),
+                    ));
                 }
             }
             if s.requests == Some(0) {
@@ -246,7 +256,9 @@ mod tests {
 
     #[test]
     fn unknown_key_names_file_line_and_field() {
-        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    queries: [SELECT 1]\n    concurency: [2]\n").unwrap_err();
+        let e =
+            parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    queries: [SELECT 1]\n    concurency: [2]\n")
+                .unwrap_err();
         let s = e.to_string();
         assert!(s.starts_with("suites/test.yaml: line 6: "), "{s}");
         assert!(s.contains("unknown field `concurency`"), "{s}");
@@ -260,13 +272,20 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("'ten' is not a duration"), "{e}");
         let e = parse("name: x\nconcurrency: [1]\nprotocols: [gopher]\nscenarios: []\n").unwrap_err().to_string();
         assert!(e.contains("line 3") && e.contains("gopher"), "{e}");
-        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n    queries: [SELECT 1]\n").unwrap_err().to_string();
+        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n    queries: [SELECT 1]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("line 4") && e.contains("either queries or ping"), "{e}");
         let e = parse("name: x\nscenarios:\n  - name: a\n    ping: true\n").unwrap_err().to_string();
         assert!(e.contains("concurrency: missing"), "{e}");
-        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n  - name: a\n    ping: true\n").unwrap_err().to_string();
+        let e =
+            parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n  - name: a\n    ping: true\n")
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("line 4") && e.contains("twice"), "{e}");
-        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n    dataset: nope\n").unwrap_err().to_string();
+        let e = parse("name: x\nconcurrency: [1]\nscenarios:\n  - name: a\n    ping: true\n    dataset: nope\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("unknown dataset 'nope'"), "{e}");
         let e = Suite::load("no-such-suite").unwrap_err().to_string();
         assert!(e.contains("built-in suites are: storm"), "{e}");

@@ -4,7 +4,7 @@
 //! (`scenarios[1].concurrency`) and the best line known for it, and the reason in one line.
 //! [`Dur`] reads durations written as `500ms`, `10s`, `2m`.
 
-use serde::de::{self, Deserializer, DeserializeOwned};
+use serde::de::{self, DeserializeOwned, Deserializer};
 use serde::Deserialize;
 use std::time::Duration;
 

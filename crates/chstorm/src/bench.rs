@@ -25,12 +25,8 @@ pub fn read_queries_file(path: &Path) -> anyhow::Result<Vec<String>> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("cannot read query file {}", path.display()))?
     };
-    let queries: Vec<String> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("--"))
-        .map(str::to_string)
-        .collect();
+    let queries: Vec<String> =
+        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with("--")).map(str::to_string).collect();
     if queries.is_empty() {
         bail!("query file {} has no queries: write one query per line", path.display());
     }
@@ -54,10 +50,7 @@ pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
         if texts.is_empty() {
             bail!("nothing to send: give --query SQL, --queries FILE or --ping");
         }
-        let templates = texts
-            .iter()
-            .map(|q| Template::parse(q, &base))
-            .collect::<Result<Vec<_>, _>>()?;
+        let templates = texts.iter().map(|q| Template::parse(q, &base)).collect::<Result<Vec<_>, _>>()?;
         (Work::Queries { templates, randomize: args.randomize }, texts)
     };
     let schedule = match (args.rate, args.ramp_to, args.ramp_over) {
@@ -113,7 +106,8 @@ pub fn run(args: BenchArgs, stop: &StopHandle) -> anyhow::Result<i32> {
     }
     let planned = spec.duration;
     let mut sink = ProgressSink::new(args.quiet, planned);
-    let result = chstorm_load::run(spec, stop, |p| sink.update(p)).with_context(|| format!("cannot run against {}", meta.target))?;
+    let result = chstorm_load::run(spec, stop, |p| sink.update(p))
+        .with_context(|| format!("cannot run against {}", meta.target))?;
     sink.finish();
     let report = BenchReport::new(&meta, &result);
     write_outputs(&args, &report)?;

@@ -292,7 +292,11 @@ pub fn report_parse_error(e: clap::Error) -> i32 {
             let rendered = e.render().to_string();
             let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad arguments");
             let first = first.trim_start_matches("error: ");
-            let tip = rendered.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(|t| format!(" ({t})")).unwrap_or_default();
+            let tip = rendered
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("tip: "))
+                .map(|t| format!(" ({t})"))
+                .unwrap_or_default();
             eprintln!("chstorm: error: {first}{tip}; see 'chstorm --help'");
             2
         }

@@ -235,7 +235,15 @@ pub fn run_with(mut args: ColocateArgs, stop: &StopHandle, burner_exe: &Path) ->
     }
     let server = server::Server::resolve(&mut args.bench)?;
     let (spec, meta) = crate::bench::build_spec(&args.bench)?;
-    let ctx = phase::Context { spec, meta, offline, offline_warmup: args.opts.offline_warmup, server: &server, cores, quiet: args.bench.quiet };
+    let ctx = phase::Context {
+        spec,
+        meta,
+        offline,
+        offline_warmup: args.opts.offline_warmup,
+        server: &server,
+        cores,
+        quiet: args.bench.quiet,
+    };
     let plans = phase::plans(&mechanisms);
     let rounds = args.opts.rounds as usize;
     let mut runs: Vec<Vec<phase::Outcome>> = plans.iter().map(|_| Vec::new()).collect();

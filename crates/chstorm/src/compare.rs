@@ -217,7 +217,11 @@ pub fn run(args: CompareArgs, stop: &StopHandle) -> anyhow::Result<i32> {
 fn load_queries(args: &CompareArgs, tls: &TlsOptions) -> anyhow::Result<(Vec<QuerySpec>, PathBuf, Vec<String>)> {
     if let Some(file) = &args.queries_file {
         let specs = crate::bench::read_queries_file(file)?.into_iter().map(QuerySpec::plain).collect();
-        let base = file.parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        let base = file
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
         return Ok((specs, base, Vec::new()));
     }
     let name = args.suite.as_deref().unwrap_or_default();

@@ -98,7 +98,11 @@ to reach every node: ClickHouse 18.16 runs ON CLUSTER DDL only with ZooKeeper"
     }
     let topo = chstorm_local::Topology::read(path)?;
     if topo.cluster != cluster {
-        anyhow::bail!("--cluster {cluster} does not match the topology in {}, whose cluster is '{}'", path.display(), topo.cluster);
+        anyhow::bail!(
+            "--cluster {cluster} does not match the topology in {}, whose cluster is '{}'",
+            path.display(),
+            topo.cluster
+        );
     }
     let target = ClusterTarget {
         name: topo.cluster.clone(),
@@ -117,7 +121,14 @@ to reach every node: ClickHouse 18.16 runs ON CLUSTER DDL only with ZooKeeper"
         println!("{table}\t{rows} rows\t{}", if *built { "loaded" } else { "already there" });
     }
     for n in &r.nodes {
-        println!("s{}r{}\t{}\t{} rows with FINAL\t{} without", n.shard, n.replica, chstorm_data::ITEMS_LOCAL, n.rows, n.raw_rows);
+        println!(
+            "s{}r{}\t{}\t{} rows with FINAL\t{} without",
+            n.shard,
+            n.replica,
+            chstorm_data::ITEMS_LOCAL,
+            n.rows,
+            n.raw_rows
+        );
     }
     Ok(0)
 }

@@ -75,9 +75,12 @@ pub fn run(args: DemoArgs, stop: &StopHandle) -> anyhow::Result<i32> {
 fn run_suites(args: &DemoArgs, info: &chstorm_local::ServerInfo, stop: &StopHandle) -> anyhow::Result<i32> {
     let mut client = SqlClient::new(&info.http_url, &TlsOptions::default())?;
     let rows = if args.quick { SMOKE_ITEMS_ROWS } else { DEMO_ITEMS_ROWS };
-    load(&mut client, DatasetName::Items, &LoadOptions { rows: Some(rows), index_granularity: 256, drop: false }, &mut |l| {
-        eprintln!("demo: {l}")
-    })?;
+    load(
+        &mut client,
+        DatasetName::Items,
+        &LoadOptions { rows: Some(rows), index_granularity: 256, drop: false },
+        &mut |l| eprintln!("demo: {l}"),
+    )?;
     let tls = TlsOptions { insecure: false, ca_file: info.ca_cert.clone() };
     let mut urls = vec![info.http_url.clone(), info.native_url.clone()];
     urls.extend(info.https_url.clone());
@@ -104,7 +107,8 @@ fn run_suites(args: &DemoArgs, info: &chstorm_local::ServerInfo, stop: &StopHand
         eprintln!("demo: sweeping {name} (quick) into {}", out.display());
         let outcome = chstorm_sweep::sweep(&opts, stop, &mut |l| eprintln!("  {l}"))?;
         let points = chstorm_sweep::read_points(&out)?;
-        let meta: chstorm_sweep::SuiteMeta = serde_json::from_str(&std::fs::read_to_string(out.join(chstorm_sweep::SUITE_JSON))?)?;
+        let meta: chstorm_sweep::SuiteMeta =
+            serde_json::from_str(&std::fs::read_to_string(out.join(chstorm_sweep::SUITE_JSON))?)?;
         inputs.push(chstorm_sweep::report::build_input(&meta, &points));
         all_points.extend(points);
         if outcome.interrupted {
@@ -120,7 +124,8 @@ fn run_suites(args: &DemoArgs, info: &chstorm_local::ServerInfo, stop: &StopHand
 
 /// One report for both suites: sections of each, in order.
 fn write_combined(dir: &Path, inputs: Vec<chstorm_report::ReportInput>) -> anyhow::Result<PathBuf> {
-    let mut combined = chstorm_report::ReportInput { title: "chstorm demo: storm and shopee".into(), ..Default::default() };
+    let mut combined =
+        chstorm_report::ReportInput { title: "chstorm demo: storm and shopee".into(), ..Default::default() };
     for (i, input) in inputs.into_iter().enumerate() {
         if i == 0 {
             combined.environment = input.environment.clone();
@@ -136,7 +141,10 @@ fn write_combined(dir: &Path, inputs: Vec<chstorm_report::ReportInput>) -> anyho
 
 /// The best point of each scenario and variant: a table that pastes well into a ticket.
 fn print_summary(points: &[SweepPoint]) {
-    println!("\n{:<14} {:<48} {:>5} {:>10} {:>10} {:>10} {:>7}", "scenario", "variant", "c", "QPS", "p50 ms", "p99 ms", "errors");
+    println!(
+        "\n{:<14} {:<48} {:>5} {:>10} {:>10} {:>10} {:>7}",
+        "scenario", "variant", "c", "QPS", "p50 ms", "p99 ms", "errors"
+    );
     let mut seen: Vec<(&str, &str)> = Vec::new();
     for p in points {
         if seen.contains(&(p.scenario.as_str(), p.variant.as_str())) {

@@ -210,7 +210,12 @@ fn describe_target(t: &Target) -> String {
 }
 
 fn print_applied(record: &Record, found: &[Availability]) {
-    println!("applied {} ({}) to {}", record.mechanism.name(), record.mechanism.describe(), describe_target(&record.target));
+    println!(
+        "applied {} ({}) to {}",
+        record.mechanism.name(),
+        record.mechanism.describe(),
+        describe_target(&record.target)
+    );
     for line in &record.applied {
         println!("  {line}");
     }
@@ -238,7 +243,11 @@ fn print_applied(record: &Record, found: &[Availability]) {
 }
 
 fn print_detection(found: &[Availability]) {
-    println!("kernel {}, {} CPUs; mechanisms in detection order:", chstorm_isolate::procfs::kernel_release(), chstorm_isolate::procfs::cores());
+    println!(
+        "kernel {}, {} CPUs; mechanisms in detection order:",
+        chstorm_isolate::procfs::kernel_release(),
+        chstorm_isolate::procfs::cores()
+    );
     for (i, a) in found.iter().enumerate() {
         match &a.result {
             Ok(detail) => println!("  {}. {:<15} available: {detail}", i + 1, a.mechanism.name()),

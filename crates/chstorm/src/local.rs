@@ -38,7 +38,8 @@ fn print_topology(t: &Topology, json: bool) -> anyhow::Result<()> {
             Some(false) => "DOWN",
             None => "",
         };
-        let line = format!("{:<6} {:<8} {:<8} {:<26} {:<32} {state}", n.shard, n.replica, n.pid, n.http_url, n.native_url);
+        let line =
+            format!("{:<6} {:<8} {:<8} {:<26} {:<32} {state}", n.shard, n.replica, n.pid, n.http_url, n.native_url);
         println!("{}", line.trim_end());
     }
     println!("gateway config  {}", t.gateway_config.display());
@@ -55,7 +56,9 @@ fn cluster_up(up: &LocalUpArgs) -> anyhow::Result<i32> {
     let dir = &up.dir.dir;
     let (shards, replicas) = (up.shards.unwrap_or(1), up.replicas.unwrap_or(1));
     if up.tls || up.http_port.is_some() || up.tcp_port.is_some() {
-        anyhow::bail!("--tls, --http-port and --tcp-port are for a single server; a cluster's nodes get free loopback ports");
+        anyhow::bail!(
+            "--tls, --http-port and --tcp-port are for a single server; a cluster's nodes get free loopback ports"
+        );
     }
     if let Some(t) = chstorm_local::cluster_status(dir)? {
         if t.nodes.iter().any(|n| n.up == Some(true)) {
@@ -96,7 +99,9 @@ pub fn run(args: LocalArgs) -> anyhow::Result<i32> {
         LocalAction::Up(up) if wants_cluster(&up) => cluster_up(&up),
         LocalAction::Up(up) => {
             if up.gateway_port.is_some() {
-                anyhow::bail!("--gateway-port is for a cluster; add --shards S and/or --replicas R (more than 1 server in all)");
+                anyhow::bail!(
+                    "--gateway-port is for a cluster; add --shards S and/or --replicas R (more than 1 server in all)"
+                );
             }
             if let Some(t) = chstorm_local::cluster_status(&up.dir.dir)? {
                 if t.nodes.iter().any(|n| n.up == Some(true)) {

@@ -8,14 +8,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
-#[command(after_long_help = "Built-in suites: storm, kv, shopee, threads (see suites/*.yaml; copy one to make your own).
+#[command(
+    after_long_help = "Built-in suites: storm, kv, shopee, threads (see suites/*.yaml; copy one to make your own).
 
 Examples:
   chstorm sweep --suite storm --url http://127.0.0.1:8123 --url clickhouse://127.0.0.1:9000 --out storm-run
   chstorm dataset load items --url http://127.0.0.1:8123 && chstorm sweep --suite shopee --url http://127.0.0.1:8123 --out shopee-run --quick
   chstorm report storm-run      # rebuild storm-run/report.html
 
-A re-run with the same --out skips the points already there, so an interrupted sweep resumes.")]
+A re-run with the same --out skips the points already there, so an interrupted sweep resumes."
+)]
 pub struct SweepArgs {
     /// A built-in suite name or a suite YAML file.
     #[arg(long)]

@@ -3,7 +3,6 @@
 mod common;
 use common::{bench, marker, query_log_counts};
 
-
 fn server() -> &'static chstorm_local::LocalServer {
     chstorm_local::shared_server()
 }
@@ -26,7 +25,8 @@ fn http_keepalive_queries_reach_the_server_over_few_connections() {
 fn http_without_keepalive_uses_a_connection_per_query() {
     let s = server();
     let m = marker("close");
-    let (_, r) = bench(&["--url", s.http_url(), "-q", &format!("SELECT 1 AS {m}"), "-c", "2", "-n", "100", "--no-keepalive"]);
+    let (_, r) =
+        bench(&["--url", s.http_url(), "-q", &format!("SELECT 1 AS {m}"), "-c", "2", "-n", "100", "--no-keepalive"]);
     assert_eq!((r.queries, r.errors), (100, 0));
     assert!(!r.keepalive);
     let (count, ports) = query_log_counts(s, &m, 100);
@@ -38,7 +38,16 @@ fn http_without_keepalive_uses_a_connection_per_query() {
 fn native_queries_reach_the_server() {
     let s = server();
     let m = marker("native");
-    let (_, r) = bench(&["--url", s.native_url(), "-q", &format!("SELECT number AS {m} FROM numbers(10)"), "-c", "3", "-n", "200"]);
+    let (_, r) = bench(&[
+        "--url",
+        s.native_url(),
+        "-q",
+        &format!("SELECT number AS {m} FROM numbers(10)"),
+        "-c",
+        "3",
+        "-n",
+        "200",
+    ]);
     assert_eq!((r.queries, r.errors), (200, 0));
     assert_eq!(r.protocol, "native");
     assert_eq!(r.rows, 2000, "10 rows per query");

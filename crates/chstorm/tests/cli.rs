@@ -5,7 +5,11 @@ use std::time::{Duration, Instant};
 
 fn chstorm(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_chstorm")).args(args).env_remove("CHSTORM_URL").output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 fn assert_one_line_error(args: &[&str], needle: &str) {
@@ -55,7 +59,10 @@ fn help_teaches() {
     let (code, out, _) = chstorm(&["bench", "--help"]);
     assert_eq!(code, 0);
     for needle in ["--rate", "zipf(n,s)", "coordinated omission", "Exit status", "clickhouses://"] {
-        assert!(out.contains(needle) || out.contains(&needle.replace("coordinated omission", "queueing")), "help lacks {needle}");
+        assert!(
+            out.contains(needle) || out.contains(&needle.replace("coordinated omission", "queueing")),
+            "help lacks {needle}"
+        );
     }
 }
 
@@ -65,7 +72,19 @@ fn sigint_writes_the_results() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("int.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_chstorm"))
-        .args(["bench", "--url", s.http_url(), "-q", "SELECT 1", "-c", "2", "-d", "60s", "--json", json.to_str().unwrap()])
+        .args([
+            "bench",
+            "--url",
+            s.http_url(),
+            "-q",
+            "SELECT 1",
+            "-c",
+            "2",
+            "-d",
+            "60s",
+            "--json",
+            json.to_str().unwrap(),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -81,7 +81,11 @@ fn assert_reaped(pid: u32) {
     assert!(!alive(pid), "burner {pid} survived");
     let stray: Vec<u32> = chstorm_isolate::procfs::all_pids()
         .into_iter()
-        .filter(|&p| alive(p) && chstorm_isolate::procfs::cmdline(p).is_some_and(|a| a.get(1).map(String::as_str) == Some("burn") && a[0].ends_with("chstorm")))
+        .filter(|&p| {
+            alive(p)
+                && chstorm_isolate::procfs::cmdline(p)
+                    .is_some_and(|a| a.get(1).map(String::as_str) == Some("burn") && a[0].ends_with("chstorm"))
+        })
         .collect();
     assert!(stray.is_empty(), "orphan burners: {stray:?}");
 }
@@ -99,11 +103,13 @@ fn bench_validator() -> jsonschema::Validator {
 }
 
 fn assert_valid(v: &serde_json::Value) {
-    let errors: Vec<String> = schema_validator().iter_errors(v).map(|e| format!("{e} at {}", e.instance_path)).collect();
+    let errors: Vec<String> =
+        schema_validator().iter_errors(v).map(|e| format!("{e} at {}", e.instance_path)).collect();
     assert!(errors.is_empty(), "schema violations: {errors:#?}");
     let bench = bench_validator();
     for p in v["phases"].as_array().unwrap() {
-        let errors: Vec<String> = bench.iter_errors(&p["bench"]).map(|e| format!("{e} at {}", e.instance_path)).collect();
+        let errors: Vec<String> =
+            bench.iter_errors(&p["bench"]).map(|e| format!("{e} at {}", e.instance_path)).collect();
         assert!(errors.is_empty(), "bench schema violations: {errors:#?}");
     }
 }
@@ -118,14 +124,26 @@ fn a_short_run_with_defaults_gives_three_phases_the_table_json_and_html() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("co.json");
     // No --url: a local server; no query: the seed's; no -c: 10.
-    let out = run(&["colocate", "-d", "2s", "--offline-cpus", "2", "--offline-warmup", "300ms", "--quiet", "--json", json.to_str().unwrap()]);
+    let out = run(&[
+        "colocate",
+        "-d",
+        "2s",
+        "--offline-cpus",
+        "2",
+        "--offline-warmup",
+        "300ms",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
     let header = stdout.lines().find(|l| l.starts_with("phase ")).unwrap_or_else(|| panic!("no table: {stdout}"));
     for col in ["mechanism", "QPS", "Δ QPS", "P50", "P90", "P99", "Δ P99", "server CPU", "offline CPU"] {
         assert!(header.contains(col), "{header}");
     }
-    let rows: Vec<&str> = stdout.lines().skip_while(|l| !l.starts_with("phase ")).skip(1).take_while(|l| !l.is_empty()).collect();
+    let rows: Vec<&str> =
+        stdout.lines().skip_while(|l| !l.starts_with("phase ")).skip(1).take_while(|l| !l.is_empty()).collect();
     assert_eq!(rows.len(), 3, "{stdout}");
     let first: Vec<&str> = rows.iter().map(|r| r.split_whitespace().next().unwrap()).collect();
     assert_eq!(first, ["baseline", "offline", "isolated"], "{stdout}");
@@ -141,7 +159,10 @@ fn a_short_run_with_defaults_gives_three_phases_the_table_json_and_html() {
     let phases = v["phases"].as_array().unwrap();
     let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["baseline", "offline", "isolated"]);
-    assert_eq!(phases[2]["mechanism"], v["mechanisms"].as_array().unwrap().iter().find(|m| m["available"] == true).unwrap()["name"]);
+    assert_eq!(
+        phases[2]["mechanism"],
+        v["mechanisms"].as_array().unwrap().iter().find(|m| m["available"] == true).unwrap()["name"]
+    );
     for p in phases {
         assert!(p["queries"].as_u64().unwrap() > 0, "{p}");
         assert!(p["server_cpu_pct"].as_f64().unwrap() > 0.0, "server CPU is measured");
@@ -153,7 +174,12 @@ fn a_short_run_with_defaults_gives_three_phases_the_table_json_and_html() {
         assert_reaped(p["offline_pids"][0].as_u64().unwrap() as u32);
     }
     assert!(!alive(v["server_pid"].as_u64().unwrap() as u32), "the local server is stopped");
-    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup/cpu").into_iter().flatten().flatten().filter(|e| e.file_name().to_string_lossy().starts_with("chstorm-colocate-")).collect();
+    let left: Vec<_> = std::fs::read_dir("/sys/fs/cgroup/cpu")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("chstorm-colocate-"))
+        .collect();
     assert!(left.is_empty(), "the cgroup is removed: {left:?}");
 
     let html = std::fs::read_to_string(json.with_extension("html")).unwrap();
@@ -168,18 +194,47 @@ fn all_gives_one_isolated_row_per_available_mechanism_and_rounds_merge() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("all.json");
     let out = run(&[
-        "colocate", "--url", s.native_url(), "-q", "SELECT 1", "-c", "2", "-d", "500ms", "--offline-cpus", "1",
-        "--offline-warmup", "200ms", "--isolation", "all", "--rounds", "2", "--quiet", "--no-html", "--json", json.to_str().unwrap(),
+        "colocate",
+        "--url",
+        s.native_url(),
+        "-q",
+        "SELECT 1",
+        "-c",
+        "2",
+        "-d",
+        "500ms",
+        "--offline-cpus",
+        "1",
+        "--offline-warmup",
+        "200ms",
+        "--isolation",
+        "all",
+        "--rounds",
+        "2",
+        "--quiet",
+        "--no-html",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let v = read_json(&json);
     assert_valid(&v);
     assert_eq!(v["bench"]["concurrency"], 2, "-c given is kept");
     assert_eq!(v["server_pid"], s.pid(), "found through its listening port: {}", v["server_cpu_source"]);
-    let available: Vec<&str> =
-        v["mechanisms"].as_array().unwrap().iter().filter(|m| m["available"] == true).map(|m| m["name"].as_str().unwrap()).collect();
-    let isolated: Vec<&str> =
-        v["phases"].as_array().unwrap().iter().filter(|p| p["name"] == "isolated").map(|p| p["mechanism"].as_str().unwrap()).collect();
+    let available: Vec<&str> = v["mechanisms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["available"] == true)
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    let isolated: Vec<&str> = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "isolated")
+        .map(|p| p["mechanism"].as_str().unwrap())
+        .collect();
     assert_eq!(isolated, available);
     assert!(!dir.path().join("all.html").exists(), "--no-html");
     assert_eq!(v["rounds"], 2);
@@ -216,7 +271,21 @@ fn an_error_after_the_burner_started_still_reaps_it() {
         }
     });
     let mut child = chstorm()
-        .args(["colocate", "--url", &url, "-q", "SELECT 1", "-c", "1", "-d", "500ms", "--offline-cpus", "1", "--offline-warmup", "1s"])
+        .args([
+            "colocate",
+            "--url",
+            &url,
+            "-q",
+            "SELECT 1",
+            "-c",
+            "1",
+            "-d",
+            "500ms",
+            "--offline-cpus",
+            "1",
+            "--offline-warmup",
+            "1s",
+        ])
         .args(["--isolation", "none", "--quiet", "--no-html"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -243,7 +312,10 @@ fn serve_ones(mut conn: std::net::TcpStream) {
     loop {
         while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0))).unwrap_or(0);
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                .unwrap_or(0);
             if buf.len() < end + 4 + len {
                 break;
             }
@@ -329,7 +401,10 @@ fn bad_input_is_one_line_and_exit_2() {
     one_line(&["colocate", "--url", "http://127.0.0.1:1", "--json", "/nonexistent/x.json"], "does not exist");
     one_line(&["colocate", "--url", "http://127.0.0.1:1", "--offline-cmd", " "], "--offline-cmd is empty");
     if !Path::new("/sys/fs/cgroup/cpu/cpu.qos_level").exists() {
-        one_line(&["colocate", "--url", "http://127.0.0.1:1", "--isolation", "qos-level"], "qos-level is not available here");
+        one_line(
+            &["colocate", "--url", "http://127.0.0.1:1", "--isolation", "qos-level"],
+            "qos-level is not available here",
+        );
     }
     let out = run(&["colocate", "--url", "http://127.0.0.1:1", "-d", "1s", "--isolation", "none", "--no-html"]);
     assert_eq!(out.status.code(), Some(2));
@@ -344,9 +419,25 @@ fn an_offline_command_runs_in_its_own_group_and_is_killed_whole() {
     let json = dir.path().join("cmd.json");
     // A shell that forks a spinning child: both must be isolated and killed.
     let out = run(&[
-        "colocate", "--url", s.native_url(), "-q", "SELECT 1", "-c", "1", "-d", "500ms", "--offline-warmup", "300ms",
-        "--offline-cmd", "while :; do :; done & while :; do :; done", "--isolation", "cgroup-idle", "--quiet", "--no-html",
-        "--json", json.to_str().unwrap(),
+        "colocate",
+        "--url",
+        s.native_url(),
+        "-q",
+        "SELECT 1",
+        "-c",
+        "1",
+        "-d",
+        "500ms",
+        "--offline-warmup",
+        "300ms",
+        "--offline-cmd",
+        "while :; do :; done & while :; do :; done",
+        "--isolation",
+        "cgroup-idle",
+        "--quiet",
+        "--no-html",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let err = text(&out.stderr);
     if err.contains("not available here") {
@@ -363,7 +454,11 @@ fn an_offline_command_runs_in_its_own_group_and_is_killed_whole() {
         let pgid = p["offline_pids"][0].as_u64().unwrap() as u32;
         assert!(chstorm_isolate::procfs::process_group_members(pgid).is_empty(), "group {pgid} left processes");
     }
-    assert!(phases[2]["isolation"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("starts inside")), "{}", phases[2]);
+    assert!(
+        phases[2]["isolation"].as_array().unwrap().iter().any(|l| l.as_str().unwrap().contains("starts inside")),
+        "{}",
+        phases[2]
+    );
 }
 
 extern "C" {

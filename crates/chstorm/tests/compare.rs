@@ -83,8 +83,20 @@ fn a_a_the_same_server_on_both_sides_changes_nothing() {
     let json = dir.path().join("aa.json");
     let t = Instant::now();
     let out = compare(&[
-        "--left", s.http_url(), "--right", s.http_url(), "--queries", queries.to_str().unwrap(),
-        "--runs", "7", "--min-time", "0.2s", "--max-time", "2s", "--json", json.to_str().unwrap(),
+        "--left",
+        s.http_url(),
+        "--right",
+        s.http_url(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--runs",
+        "7",
+        "--min-time",
+        "0.2s",
+        "--max-time",
+        "2s",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     eprintln!("A/A took {:?}\n{}", t.elapsed(), text(&out));
     let v = read_json(&json);
@@ -95,11 +107,26 @@ fn a_a_the_same_server_on_both_sides_changes_nothing() {
         // The threshold is the 99% quantile: about 1 query in 100 crosses it by chance, so with 10
         // queries a false alarm is expected in ~1 run of 10. A real difference reproduces; confirm
         // any flagged query on a second, independent run (as a human would before filing a bug).
-        let again = write(dir.path(), "again.sql", &changed.iter().map(|(_, q)| q.as_str()).collect::<Vec<_>>().join("\n"));
+        let again =
+            write(dir.path(), "again.sql", &changed.iter().map(|(_, q)| q.as_str()).collect::<Vec<_>>().join("\n"));
         let json2 = dir.path().join("aa2.json");
         let out2 = compare(&[
-            "--left", s.http_url(), "--right", s.http_url(), "--queries", again.to_str().unwrap(),
-            "--runs", "7", "--min-time", "0.2s", "--max-time", "2s", "--seed", "2", "--json", json2.to_str().unwrap(),
+            "--left",
+            s.http_url(),
+            "--right",
+            s.http_url(),
+            "--queries",
+            again.to_str().unwrap(),
+            "--runs",
+            "7",
+            "--min-time",
+            "0.2s",
+            "--max-time",
+            "2s",
+            "--seed",
+            "2",
+            "--json",
+            json2.to_str().unwrap(),
         ]);
         let again_vs = verdicts(&read_json(&json2));
         let still: Vec<_> = again_vs.iter().filter(|(v, _)| v == "slower" || v == "faster").collect();
@@ -154,8 +181,18 @@ fn a_b_small_blocks_are_slower_and_the_report_renders() {
     let right = format!("{}/?max_block_size=256", s.http_url());
     let t = Instant::now();
     let out = compare(&[
-        "--left", s.http_url(), "--right", &right, "--queries", queries.to_str().unwrap(),
-        "--json", json.to_str().unwrap(), "--out", out_dir.to_str().unwrap(), "--store", s.http_url(),
+        "--left",
+        s.http_url(),
+        "--right",
+        &right,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--store",
+        s.http_url(),
     ]);
     let took = t.elapsed();
     eprintln!("A/B took {took:?}\n{}", text(&out));
@@ -193,7 +230,14 @@ fn a_b_small_blocks_are_slower_and_the_report_renders() {
     assert_eq!(n[1], 1);
     // The report: sections, the trace_log explanation, the run chart.
     let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
-    for section in ["Changes in performance", "Unstable queries", "Errors", "Metrics that moved", "Not significant", "What the columns mean"] {
+    for section in [
+        "Changes in performance",
+        "Unstable queries",
+        "Errors",
+        "Metrics that moved",
+        "Not significant",
+        "What the columns mean",
+    ] {
         assert!(html.contains(section), "{section}");
     }
     assert!(html.contains("<tr class=\"slower\">"));
@@ -227,8 +271,20 @@ fn queries_that_fail_on_one_side_are_reported_as_such() {
     let left = format!("{}/?database=cmp_a", s.http_url());
     let right = format!("{}/cmp_b", s.native_url());
     let out = compare(&[
-        "--left", &left, "--right", &right, "--queries", queries.to_str().unwrap(), "--runs", "5",
-        "--min-time", "0.05s", "--max-time", "1s", "--json", json.to_str().unwrap(),
+        "--left",
+        &left,
+        "--right",
+        &right,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--runs",
+        "5",
+        "--min-time",
+        "0.05s",
+        "--max-time",
+        "1s",
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let v = read_json(&json);
     let vs = verdicts(&v);
@@ -237,9 +293,17 @@ fn queries_that_fail_on_one_side_are_reported_as_such() {
     assert_eq!(verdict("SELECT count() FROM only_b"), "error_left", "{vs:?}");
     assert_eq!(verdict("SELECT no_such_function(1)"), "error_both", "{vs:?}");
     assert!(!verdict("SELECT 1").starts_with("error"), "{vs:?}");
-    let err = |q: &str| v["queries"].as_array().unwrap().iter().find(|x| x["query"] == q).unwrap()["error"].as_str().unwrap().to_string();
+    let err = |q: &str| {
+        v["queries"].as_array().unwrap().iter().find(|x| x["query"] == q).unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
     let e = err("SELECT count() FROM only_a");
-    assert!(e.starts_with("right (new): ") && e.contains("only_a") && e.contains("60"), "the server's message, naming the side: {e}");
+    assert!(
+        e.starts_with("right (new): ") && e.contains("only_a") && e.contains("60"),
+        "the server's message, naming the side: {e}"
+    );
     let e = err("SELECT count() FROM only_b");
     assert!(e.starts_with("left (old): ") && e.contains("only_b"), "{e}");
     // error_right is a regression; the table lists every error with its message.
@@ -260,8 +324,24 @@ fn a_suite_compares_the_queries_of_its_scenarios() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("s.json");
     let out = compare(&[
-        "--left", s.http_url(), "--right", s.native_url(), "--right-http", s.http_url(), "--suite", "storm", "--runs", "5",
-        "--min-time", "0.05s", "--max-time", "0.5s", "--json", json.to_str().unwrap(), "--fail-on", "2",
+        "--left",
+        s.http_url(),
+        "--right",
+        s.native_url(),
+        "--right-http",
+        s.http_url(),
+        "--suite",
+        "storm",
+        "--runs",
+        "5",
+        "--min-time",
+        "0.05s",
+        "--max-time",
+        "0.5s",
+        "--json",
+        json.to_str().unwrap(),
+        "--fail-on",
+        "2",
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let v = read_json(&json);
@@ -283,20 +363,42 @@ fn a_comparison_that_cannot_be_made_exits_2_with_one_line() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
-    let out = compare(&["--left", s.http_url(), "--right", &format!("http://127.0.0.1:{closed}"), "--queries", queries.to_str().unwrap()]);
+    let out = compare(&[
+        "--left",
+        s.http_url(),
+        "--right",
+        &format!("http://127.0.0.1:{closed}"),
+        "--queries",
+        queries.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("right (new) server http://127.0.0.1:"), "{err}");
     // A setting the server does not know, in the URL.
-    let out = compare(&["--left", &format!("{}/?no_such_setting=1", s.http_url()), "--right", s.http_url(), "--queries", queries.to_str().unwrap()]);
+    let out = compare(&[
+        "--left",
+        &format!("{}/?no_such_setting=1", s.http_url()),
+        "--right",
+        s.http_url(),
+        "--queries",
+        queries.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("left (old) server"), "{}", text(&out));
     // Neither --queries nor --suite; too few runs.
     let out = compare(&["--left", s.http_url(), "--right", s.http_url()]);
     assert_eq!(out.status.code(), Some(2));
-    let out = compare(&["--left", s.http_url(), "--right", s.http_url(), "--queries", queries.to_str().unwrap(), "--runs", "3"]);
+    let out = compare(&[
+        "--left",
+        s.http_url(),
+        "--right",
+        s.http_url(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--runs",
+        "3",
+    ]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--runs must be at least 5"), "{}", text(&out));
 }
-

@@ -92,7 +92,17 @@ fn a_listener_that_never_answers_is_a_clear_error_in_bounded_time() {
         }
     });
     let cli = <chstorm::cli::Cli as clap::Parser>::try_parse_from([
-        "chstorm", "bench", "--quiet", "--url", &url, "-q", "SELECT 1", "-d", "1s", "--timeout", "300ms",
+        "chstorm",
+        "bench",
+        "--quiet",
+        "--url",
+        &url,
+        "-q",
+        "SELECT 1",
+        "-d",
+        "1s",
+        "--timeout",
+        "300ms",
     ])
     .unwrap();
     let t = Instant::now();
@@ -115,7 +125,15 @@ fn a_server_that_stops_answering_mid_run_gives_timeouts_not_a_hang() {
 fn a_refused_connection_is_a_clear_error_before_the_run() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let cli = <chstorm::cli::Cli as clap::Parser>::try_parse_from([
-        "chstorm", "bench", "--quiet", "--url", &format!("http://127.0.0.1:{port}"), "-q", "SELECT 1", "-d", "1s",
+        "chstorm",
+        "bench",
+        "--quiet",
+        "--url",
+        &format!("http://127.0.0.1:{port}"),
+        "-q",
+        "SELECT 1",
+        "-d",
+        "1s",
     ])
     .unwrap();
     let t = Instant::now();

@@ -36,12 +36,17 @@ fn results_through_the_gateway_equal_direct_results_in_every_format() {
     assert_eq!(body.trim(), format!("{{\"count()\":\"{ROWS}\"}}"));
     assert!(h.contains("x-clickhouse-query-id: gw-test-1"), "{h}");
     // X-ClickHouse-User/Key headers and basic auth both authenticate.
-    let (s, _, _) = curl(&["-H", "X-ClickHouse-User: default", "-H", "X-ClickHouse-Key: ", "--data-binary", "SELECT 1", gw]);
+    let (s, _, _) =
+        curl(&["-H", "X-ClickHouse-User: default", "-H", "X-ClickHouse-Key: ", "--data-binary", "SELECT 1", gw]);
     assert_eq!(s, 200);
     let (s, _, _) = curl(&["-u", "default:", "--data-binary", "SELECT 1", gw]);
     assert_eq!(s, 200);
     // Compressed responses pass through.
-    let (s, h, _) = curl(&["-H", "Accept-Encoding: gzip", &format!("{gw}/?enable_http_compression=1&query=SELECT%20number%20FROM%20numbers(100000)")]);
+    let (s, h, _) = curl(&[
+        "-H",
+        "Accept-Encoding: gzip",
+        &format!("{gw}/?enable_http_compression=1&query=SELECT%20number%20FROM%20numbers(100000)"),
+    ]);
     assert_eq!(s, 200);
     assert!(h.contains("content-encoding: gzip"), "{h}");
     // The gateway answers /ping itself.
@@ -74,13 +79,18 @@ fn routed_queries_equal_distributed_results_on_thousands_of_keys() {
     }
     assert_eq!(checked, 2000);
     // Every one of them was routed to a single shard, and the rewritten query names items_local.
-    let (_, h, body) = curl(&["--data-binary", &format!("SELECT count() FROM items FINAL WHERE shop_id = {}", shops[0]), gw]);
+    let (_, h, body) =
+        curl(&["--data-binary", &format!("SELECT count() FROM items FINAL WHERE shop_id = {}", shops[0]), gw]);
     assert!(h.contains("x-chstorm-route: routed"), "{h}");
     assert!(body.trim().parse::<u64>().unwrap() > 0);
     let metrics = curl(&[&format!("{gw}/metrics")]).2;
     let routed: u64 = metrics
         .lines()
-        .filter(|l| l.starts_with("chstorm_gateway_requests_total{") && l.contains("route=\"routed\"") && l.contains("status=\"200\""))
+        .filter(|l| {
+            l.starts_with("chstorm_gateway_requests_total{")
+                && l.contains("route=\"routed\"")
+                && l.contains("status=\"200\"")
+        })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     assert!(routed >= 2000, "routed {routed}\n{metrics}");
@@ -90,7 +100,14 @@ fn routed_queries_equal_distributed_results_on_thousands_of_keys() {
     assert!(h.contains("x-chstorm-route: routed"));
     let (_, _, b2) = curl(&["-H", &format!("X-Chstorm-Shard-Key: {}", shops[1]), "--data-binary", q, gw]);
     assert_eq!(b1, b2);
-    let expect = post(&direct, &format!("SELECT count() FROM items FINAL WHERE cityHash64(shop_id) % 2 = cityHash64(toUInt64({})) % 2", shops[1])).1;
+    let expect = post(
+        &direct,
+        &format!(
+            "SELECT count() FROM items FINAL WHERE cityHash64(shop_id) % 2 = cityHash64(toUInt64({})) % 2",
+            shops[1]
+        ),
+    )
+    .1;
     assert_eq!(b1, expect, "a routed query sees exactly its shard's rows");
 }
 
@@ -118,10 +135,17 @@ fn auth_networks_settings_and_readonly_are_enforced() {
     let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "CREATE TABLE t_ro (x UInt8) ENGINE = Memory", &url]);
     assert_eq!(s, 403, "{b}");
     assert!(b.contains("read-only"), "{b}");
-    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_threads'", &format!("{url}/?max_threads=1")]);
+    let (s, _, b) = curl(&[
+        "-u",
+        "ro:secret",
+        "--data-binary",
+        "SELECT value FROM system.settings WHERE name = 'max_threads'",
+        &format!("{url}/?max_threads=1"),
+    ]);
     assert_eq!((s, b.trim()), (200, "1"), "an allowed setting passes");
     // The backend enforces read-only too (readonly=2), for anything the classifier let through.
-    let (s, _, b) = curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'readonly'", &url]);
+    let (s, _, b) =
+        curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'readonly'", &url]);
     assert_eq!((s, b.trim()), (200, "2"));
 }
 
@@ -176,16 +200,27 @@ fn a_client_that_disconnects_has_its_query_killed() {
     let (env, gw) = env();
     let qid = format!("gw-kill-{}", std::process::id());
     let mut child = std::process::Command::new("curl")
-        .args(["-sS", "--max-time", "1", "--data-binary", "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))"])
+        .args([
+            "-sS",
+            "--max-time",
+            "1",
+            "--data-binary",
+            "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))",
+        ])
         .arg(format!("{gw}/?query_id={qid}&max_threads=1"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let running = |env: &Env| -> bool {
-        (1..=2).any(|s| (1..=2).any(|r| {
-            post(&env.node_url(s, r), &format!("SELECT count() FROM system.processes WHERE query_id = '{qid}'")).1.trim() != "0"
-        }))
+        (1..=2).any(|s| {
+            (1..=2).any(|r| {
+                post(&env.node_url(s, r), &format!("SELECT count() FROM system.processes WHERE query_id = '{qid}'"))
+                    .1
+                    .trim()
+                    != "0"
+            })
+        })
     };
     let t = Instant::now();
     while !running(env) {
@@ -214,7 +249,11 @@ fn a_bad_config_is_rejected_and_a_reload_swaps_the_config() {
     std::fs::write(&path, base.replace("fall: 2", "fall: two")).unwrap();
     let e = chstorm_gateway::Config::load(&path).unwrap_err().to_string();
     assert!(e.contains("health.fall") && e.contains("line "), "{e}");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm")).args(["gateway", "--check", "--config"]).arg(&path).output().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(["gateway", "--check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
     // Reload: `gw` was started from another file; point a reload at ours by rewriting its source.
@@ -250,7 +289,8 @@ fn real_clients_work_unchanged_through_the_gateway() {
     let sess = format!("{gw}/?session_id=gw-sess-{}", std::process::id());
     let (s, _, b) = curl(&["--data-binary", "CREATE TABLE IF NOT EXISTS gw_ins (x UInt32) ENGINE = Memory", &sess]);
     assert_eq!(s, 200, "{b}");
-    let (s, _, b) = curl(&["--data-binary", "1\n2\n3\n", &format!("{sess}&query=INSERT%20INTO%20gw_ins%20FORMAT%20TSV")]);
+    let (s, _, b) =
+        curl(&["--data-binary", "1\n2\n3\n", &format!("{sess}&query=INSERT%20INTO%20gw_ins%20FORMAT%20TSV")]);
     assert_eq!(s, 200, "{b}");
     let (s, _, b) = curl(&["--data-binary", "SELECT sum(x) FROM gw_ins", &sess]);
     assert_eq!((s, b.as_str()), (200, "6\n"));
@@ -271,7 +311,10 @@ fn real_clients_work_unchanged_through_the_gateway() {
         let out = std::process::Command::new("node").arg(&f).current_dir(&node_dir).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(text.lines().collect::<Vec<_>>(), vec![r#"[{"n":"0","s":"0"},{"n":"1","s":"1"},{"n":"2","s":"2"}]"#, "true"]);
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            vec![r#"[{"n":"0","s":"0"},{"n":"1","s":"1"},{"n":"2","s":"2"}]"#, "true"]
+        );
     } else {
         eprintln!("SKIP @clickhouse/client: run scripts/install-deps to install it into target/test-clients/node");
     }
@@ -357,12 +400,24 @@ fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
     assert!(b.contains("over the limit of 5 requests per second") || b.trim() == "1", "{b}");
     // max_execution_time: the user's cap reaches the server, which stops the query.
     let t = Instant::now();
-    let (s, _, b) = curl(&["-u", "hasty:", "--data-binary", "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))", &url]);
+    let (s, _, b) = curl(&[
+        "-u",
+        "hasty:",
+        "--data-binary",
+        "SELECT count() FROM numbers(100000000000) WHERE NOT ignore(cityHash64(number))",
+        &url,
+    ]);
     assert_ne!(s, 200, "{b}");
     assert!(b.contains("Code: 159") || b.contains("imeout") || b.contains("killed"), "{b}");
     assert!(t.elapsed() < Duration::from_secs(6), "took {:?}", t.elapsed());
     // A client's own larger max_execution_time is capped by the user's.
-    let (s, _, b) = curl(&["-u", "hasty:", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_execution_time'", &format!("{url}/?max_execution_time=100")]);
+    let (s, _, b) = curl(&[
+        "-u",
+        "hasty:",
+        "--data-binary",
+        "SELECT value FROM system.settings WHERE name = 'max_execution_time'",
+        &format!("{url}/?max_execution_time=100"),
+    ]);
     assert_eq!((s, b.trim()), (200, "1"));
 }
 
@@ -395,7 +450,11 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     assert!(logs().contains("\"pool_idle_timeout_ms\":2500"), "learned from Keep-Alive: timeout=3: {}", logs());
     // gzip request body: passed through untouched (the gateway cannot read it, so it is not retried).
     let gz = dir.path().join("q.gz");
-    let out = std::process::Command::new("sh").arg("-c").arg(format!("printf 'SELECT 42' | gzip > {}", gz.display())).status().unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf 'SELECT 42' | gzip > {}", gz.display()))
+        .status()
+        .unwrap();
     assert!(out.success());
     let (s, _, b) = curl(&["-H", "Content-Encoding: gzip", "--data-binary", &format!("@{}", gz.display()), &url]);
     assert_eq!((s, b.as_str()), (200, "42\n"));

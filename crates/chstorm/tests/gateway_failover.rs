@@ -41,7 +41,9 @@ fn replica_failures_under_load_fail_no_query() {
 
     // 1. kill -9 of replica 1.1 while 500 lookups a second go through the gateway.
     let (url, q2) = (gw.clone(), q.clone());
-    let load = std::thread::spawn(move || common::bench(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "6s", "--timeout", "5s"]).1);
+    let load = std::thread::spawn(move || {
+        common::bench(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "6s", "--timeout", "5s"]).1
+    });
     std::thread::sleep(Duration::from_secs(2));
     env.cluster.kill9(1, 1);
     // Marked down on the first failure, not after probes: within well under the probe interval x fall.
@@ -59,7 +61,11 @@ fn replica_failures_under_load_fail_no_query() {
     let stop_load = chstorm_load::StopHandle::new();
     let stop2 = stop_load.clone();
     let load = std::thread::spawn(move || {
-        common::bench_with_stop(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "40s", "--timeout", "5s"], &stop2).1
+        common::bench_with_stop(
+            &["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "40s", "--timeout", "5s"],
+            &stop2,
+        )
+        .1
     });
     std::thread::sleep(Duration::from_secs(1));
     for (s, r) in [(1, 1), (1, 2), (2, 1), (2, 2)] {
@@ -68,11 +74,16 @@ fn replica_failures_under_load_fail_no_query() {
         let node = env.cluster.node_mut(s, r);
         let pid = node.pid() as i32;
         unsafe { libc_kill(pid, 15) };
-        wait_for(&format!("replica {label} marked down"), Duration::from_secs(5), || replica_up(&gw, &label) == Some(false));
+        wait_for(&format!("replica {label} marked down"), Duration::from_secs(5), || {
+            replica_up(&gw, &label) == Some(false)
+        });
         // As systemd does: SIGTERM, a stop timeout (3 s here), then SIGKILL. 18.16 may keep
         // waiting on other nodes' idle Distributed connections after SIGTERM.
         let t = Instant::now();
-        let gone = || std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |st| st.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')));
+        let gone = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |st| st.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+        };
         while !gone() && t.elapsed() < Duration::from_secs(3) {
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -85,7 +96,10 @@ fn replica_failures_under_load_fail_no_query() {
     assert_eq!(r.errors, 0, "failed queries across a rolling restart: {:?}", r.errors_by_kind);
     assert!(r.queries > 1000, "the load really ran: {} queries", r.queries);
     let m = curl(&[&format!("{gw}/metrics")]).2;
-    assert!(m.lines().any(|l| l.starts_with("chstorm_gateway_retries_total") && !l.ends_with(" 0")), "retries were needed and made:\n{m}");
+    assert!(
+        m.lines().any(|l| l.starts_with("chstorm_gateway_retries_total") && !l.ends_with(" 0")),
+        "retries were needed and made:\n{m}"
+    );
 }
 
 extern "C" {

@@ -17,7 +17,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn chstorm(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_chstorm")).args(args).output().unwrap();
-    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 /// A child process killed and reaped on drop.
@@ -90,7 +94,10 @@ fn cpu_cgroup(pid: u32, tid: u32) -> String {
 }
 
 fn tids(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap()).collect()
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_str().unwrap().parse().unwrap())
+        .collect()
 }
 
 /// The `policy` line of /proc/PID/task/TID/sched.
@@ -121,7 +128,8 @@ fn cgroup_idle_covers_every_thread_and_later_children_and_undo_restores() {
     let my_cgroup = cpu_cgroup(me, me);
     let before = cpu_cgroup(b.pid(), b.pid());
 
-    let (code, out, err) = chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "cgroup-idle", "--state", st]);
+    let (code, out, err) =
+        chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "cgroup-idle", "--state", st]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("applied cgroup-v1-idle"), "{out}");
     assert!(out.contains("cgroup-v2-idle:") && out.contains("qos-level:"), "says what was unavailable and why: {out}");
@@ -136,12 +144,15 @@ fn cgroup_idle_covers_every_thread_and_later_children_and_undo_restores() {
 
     // A process started later by an isolated one is born in the cgroup.
     let mut sh = Command::new("sh").args(["-c", "read x; sleep 30"]).stdin(Stdio::piped()).spawn().unwrap();
-    let (code, out, _) = chstorm(&["isolate", "--pid", &sh.id().to_string(), "--mechanism", "cgroup-idle", "--state", st]);
+    let (code, out, _) =
+        chstorm(&["isolate", "--pid", &sh.id().to_string(), "--mechanism", "cgroup-idle", "--state", st]);
     assert_eq!(code, 0, "{out}");
     writeln!(sh.stdin.as_mut().unwrap(), "go").unwrap();
     let t = Instant::now();
     let child = loop {
-        let found = chstorm_isolate::procfs::all_pids().into_iter().find(|&p| chstorm_isolate::procfs::parent_of(p) == Some(sh.id()));
+        let found = chstorm_isolate::procfs::all_pids()
+            .into_iter()
+            .find(|&p| chstorm_isolate::procfs::parent_of(p) == Some(sh.id()));
         if let Some(c) = found {
             break c;
         }
@@ -171,7 +182,8 @@ fn sched_idle_on_every_thread_and_undo() {
     let st = st.to_str().unwrap();
     let b = burner(2);
     let cg = cpu_cgroup(b.pid(), b.pid());
-    let (code, out, err) = chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "sched-idle", "--state", st]);
+    let (code, out, err) =
+        chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "sched-idle", "--state", st]);
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("3 threads: 3 SCHED_IDLE"), "{out}");
     for t in tids(b.pid()) {
@@ -193,7 +205,8 @@ fn min_weight_sets_shares_and_nice_19_and_undo() {
     let st = dir.path().join("s.json");
     let st = st.to_str().unwrap();
     let b = burner(1);
-    let (code, out, err) = chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "min-weight", "--state", st]);
+    let (code, out, err) =
+        chstorm(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "min-weight", "--state", st]);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(read(&mount.join("chstorm-offline/cpu.shares")), "2");
     for t in tids(b.pid()) {
@@ -263,12 +276,21 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_one_line_error(&["isolate", "--mechanism", "fast", "--pid", "12"], "fast");
     let dir = tempfile::tempdir().unwrap();
     let st = dir.path().join("s.json");
-    assert_one_line_error(&["isolate", "--undo", "--pid", "4242", "--state", st.to_str().unwrap()], "records no isolation");
+    assert_one_line_error(
+        &["isolate", "--undo", "--pid", "4242", "--state", st.to_str().unwrap()],
+        "records no isolation",
+    );
     std::fs::write(&st, "not json").unwrap();
-    assert_one_line_error(&["isolate", "--undo", "--state", st.to_str().unwrap()], "not a chstorm.isolate-state.v1 file");
+    assert_one_line_error(
+        &["isolate", "--undo", "--state", st.to_str().unwrap()],
+        "not a chstorm.isolate-state.v1 file",
+    );
     if !Path::new(&v1_cpu_mount().unwrap_or_default()).join("cpu.qos_level").exists() {
         let b = burner(1);
-        assert_one_line_error(&["isolate", "--pid", &b.pid().to_string(), "--mechanism", "qos-level"], "qos-level is not available here");
+        assert_one_line_error(
+            &["isolate", "--pid", &b.pid().to_string(), "--mechanism", "qos-level"],
+            "qos-level is not available here",
+        );
         assert_eq!(policy(b.pid(), b.pid()), 0, "nothing was changed");
     }
 }
@@ -303,7 +325,9 @@ fn an_unprivileged_user_gets_sched_idle_and_says_what_is_missing() {
     let st = st.to_str().unwrap();
     // Root's process: the environment's fault, said in one line.
     let root_sleep = Proc(Command::new("sleep").arg("30").spawn().unwrap());
-    let (code, _, err) = text_of(as_nobody(&[bin, "isolate", "--pid", &root_sleep.pid().to_string(), "--state", st]).unwrap().output().unwrap());
+    let (code, _, err) = text_of(
+        as_nobody(&[bin, "isolate", "--pid", &root_sleep.pid().to_string(), "--state", st]).unwrap().output().unwrap(),
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no permission to change the scheduling") && err.contains("owner of the process"), "{err}");
     assert_eq!(policy(root_sleep.pid(), root_sleep.pid()), 0);
@@ -312,11 +336,14 @@ fn an_unprivileged_user_gets_sched_idle_and_says_what_is_missing() {
     let own = Proc(as_nobody(&["sleep", "30"]).unwrap().spawn().unwrap());
     let t = Instant::now();
     // Wait until setpriv has exec'd sleep (as nobody).
-    let is_sleep = |p: u32| chstorm_isolate::procfs::cmdline(p).and_then(|a| a.first().cloned()).as_deref() == Some("sleep");
+    let is_sleep =
+        |p: u32| chstorm_isolate::procfs::cmdline(p).and_then(|a| a.first().cloned()).as_deref() == Some("sleep");
     while !is_sleep(own.pid()) && t.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (code, out, err) = text_of(as_nobody(&[bin, "isolate", "--pid", &own.pid().to_string(), "--state", st]).unwrap().output().unwrap());
+    let (code, out, err) = text_of(
+        as_nobody(&[bin, "isolate", "--pid", &own.pid().to_string(), "--state", st]).unwrap().output().unwrap(),
+    );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("applied sched-idle"), "{out}");
     assert_eq!(policy(own.pid(), own.pid()), 5);
@@ -333,7 +360,11 @@ fn an_unprivileged_user_gets_sched_idle_and_says_what_is_missing() {
 }
 
 fn text_of(o: std::process::Output) -> (i32, String, String) {
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into(),
+        String::from_utf8_lossy(&o.stderr).into(),
+    )
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The JSON output against its committed schema, and `chstorm merge`.
 
 mod common;
-use common::bench;
 use chstorm_stats::LatencyHistogram;
+use common::bench;
 
 fn schema() -> serde_json::Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas/chstorm.bench.v1.json");
@@ -19,7 +19,20 @@ fn assert_valid(v: &serde_json::Value) {
 fn real_runs_match_the_schema() {
     let s = chstorm_local::shared_server();
     let url_with_password = s.http_url().replace("http://", "http://default:@");
-    let (_, closed) = bench(&["--url", &url_with_password, "-q", "SELECT 1", "-q", "SELECT bad", "-d", "2s", "-c", "2", "--label", "t/a"]);
+    let (_, closed) = bench(&[
+        "--url",
+        &url_with_password,
+        "-q",
+        "SELECT 1",
+        "-q",
+        "SELECT bad",
+        "-d",
+        "2s",
+        "-c",
+        "2",
+        "--label",
+        "t/a",
+    ]);
     let (_, open) = bench(&["--url", s.native_url(), "--ping", "--rate", "100", "-n", "150"]);
     for r in [&closed, &open] {
         assert_valid(&serde_json::to_value(r).unwrap());
@@ -51,7 +64,10 @@ fn merge_adds_counts_and_merges_histograms() {
     }
     let out = dir.path().join("merged.json");
     let cli = <chstorm::cli::Cli as clap::Parser>::try_parse_from(
-        ["chstorm", "merge"].into_iter().chain(paths.iter().map(String::as_str)).chain(["--json", out.to_str().unwrap()]),
+        ["chstorm", "merge"]
+            .into_iter()
+            .chain(paths.iter().map(String::as_str))
+            .chain(["--json", out.to_str().unwrap()]),
     )
     .unwrap();
     assert_eq!(chstorm::run(cli).unwrap(), 0);
@@ -98,7 +114,10 @@ fn correct_omission_reweights_a_real_closed_loop_and_refuses_an_open_one() {
     let input = dir.path().join("raw.json");
     std::fs::write(&input, raw.to_json()).unwrap();
     let out = dir.path().join("corrected.json");
-    assert_eq!(merge_cli(&[input.to_str().unwrap(), "--correct-omission", "auto", "--json", out.to_str().unwrap()]).unwrap(), 0);
+    assert_eq!(
+        merge_cli(&[input.to_str().unwrap(), "--correct-omission", "auto", "--json", out.to_str().unwrap()]).unwrap(),
+        0
+    );
     let c = common::read_report(&out);
     assert_valid(&serde_json::to_value(&c).unwrap());
     let want_interval = raw.duration_s / (raw.queries / raw.concurrency) as f64;

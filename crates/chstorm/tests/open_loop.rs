@@ -32,7 +32,20 @@ fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
     let _turn = turn();
     let s = chstorm_local::shared_server();
     let (_, r) = bench(&[
-        "--url", s.native_url(), "-q", "SELECT 1", "--rate", "100", "--ramp-to", "500", "--ramp-over", "4s", "-c", "16", "-d", "4s",
+        "--url",
+        s.native_url(),
+        "-q",
+        "SELECT 1",
+        "--rate",
+        "100",
+        "--ramp-to",
+        "500",
+        "--ramp-over",
+        "4s",
+        "-c",
+        "16",
+        "-d",
+        "4s",
     ]);
     assert_eq!(r.errors, 0);
     // Average rate over the ramp is 300/s.

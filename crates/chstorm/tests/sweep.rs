@@ -28,10 +28,20 @@ fn write_suite(dir: &std::path::Path) -> std::path::PathBuf {
 fn sweep_cmd(suite: &std::path::Path, out: &std::path::Path, extra: &[&str]) -> Command {
     let s = chstorm_local::shared_server();
     let mut c = Command::new(env!("CARGO_BIN_EXE_chstorm"));
-    c.args(["sweep", "--suite", suite.to_str().unwrap(), "--url", s.http_url(), "--url", s.native_url(), "--out", out.to_str().unwrap()])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    c.args([
+        "sweep",
+        "--suite",
+        suite.to_str().unwrap(),
+        "--url",
+        s.http_url(),
+        "--url",
+        s.native_url(),
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .args(extra)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
     c
 }
 
@@ -114,7 +124,12 @@ fn assert_charts_have_data(html: &str) {
     let charts: Vec<&str> = html.split("<svg").skip(1).filter(|s| s.contains("class=\"chart")).collect();
     assert!(!charts.is_empty(), "no charts");
     for c in &charts {
-        let n: u64 = c.split("data-points=\"").nth(1).and_then(|r| r.split('"').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+        let n: u64 = c
+            .split("data-points=\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
         assert!(n > 0, "a chart without data: {}", &c[..c.len().min(200)]);
     }
     assert!(!html.contains("<script src") && !html.contains("@import"), "self-contained");

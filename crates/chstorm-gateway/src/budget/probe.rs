@@ -68,7 +68,9 @@ pub struct MaxThreadsSetting {
 /// (set by a profile: not the cores).
 pub fn parse_max_threads(value: &str, changed: &str) -> MaxThreadsSetting {
     let v = value.trim().trim_matches('\'').trim();
-    if let Some(n) = v.strip_prefix("auto(").and_then(|r| r.strip_suffix(')')).and_then(|n| n.trim().parse::<usize>().ok()) {
+    if let Some(n) =
+        v.strip_prefix("auto(").and_then(|r| r.strip_suffix(')')).and_then(|n| n.trim().parse::<usize>().ok())
+    {
         let n = (n > 0).then_some(n);
         return MaxThreadsSetting { cores: n, default_max_threads: n };
     }
@@ -135,7 +137,11 @@ pub async fn query(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, sql: &st
     let fut = async {
         let resp = upstream.send(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
-        let body = http_body_util::Limited::new(resp.into_body(), 1 << 20).collect().await.map_err(|e| e.to_string())?.to_bytes();
+        let body = http_body_util::Limited::new(resp.into_body(), 1 << 20)
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
         let text = String::from_utf8_lossy(&body).into_owned();
         if status.is_success() {
             Ok(text)
@@ -143,7 +149,9 @@ pub async fn query(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, sql: &st
             Err(format!("HTTP {status}: {}", text.trim()))
         }
     };
-    tokio::time::timeout(PROBE_TIMEOUT, fut).await.map_err(|_| format!("no answer within {} ms", PROBE_TIMEOUT.as_millis()))?
+    tokio::time::timeout(PROBE_TIMEOUT, fut)
+        .await
+        .map_err(|_| format!("no answer within {} ms", PROBE_TIMEOUT.as_millis()))?
 }
 
 /// What a replica told.
@@ -163,7 +171,13 @@ impl ServerFacts {
 
 /// Asks a replica for its max_threads setting and, if `schema`, the form of system.processes.
 pub async fn learn(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, schema: bool) -> Result<ServerFacts, String> {
-    let row = query(upstream, auth, addr, "SELECT value, changed FROM system.settings WHERE name = 'max_threads' FORMAT TabSeparated").await?;
+    let row = query(
+        upstream,
+        auth,
+        addr,
+        "SELECT value, changed FROM system.settings WHERE name = 'max_threads' FORMAT TabSeparated",
+    )
+    .await?;
     let mut cols = row.lines().next().unwrap_or("").split('\t');
     let max_threads = parse_max_threads(cols.next().unwrap_or(""), cols.next().unwrap_or(""));
     let schema = if schema {
@@ -182,7 +196,14 @@ pub async fn learn(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, schema: 
 }
 
 /// Applies what was learned to an `auto` budget; logs the outcome.
-fn apply(cluster: &str, b: &ReplicaBudget, addr: &ReplicaAddr, facts: Option<&ServerFacts>, error: Option<&str>, first: bool) {
+fn apply(
+    cluster: &str,
+    b: &ReplicaBudget,
+    addr: &ReplicaAddr,
+    facts: Option<&ServerFacts>,
+    error: Option<&str>,
+    first: bool,
+) {
     if !b.auto_pending.load(Ordering::Acquire) {
         return;
     }
@@ -190,13 +211,21 @@ fn apply(cluster: &str, b: &ReplicaBudget, addr: &ReplicaAddr, facts: Option<&Se
         Some(cores) => {
             b.set_total(auto_total(cores));
             b.auto_pending.store(false, Ordering::Release);
-            log("info", "thread budget: auto total learned", serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base,
-                "server_cores": cores, "total": b.total()}));
+            log(
+                "info",
+                "thread budget: auto total learned",
+                serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base,
+                "server_cores": cores, "total": b.total()}),
+            );
         }
         None if first => {
-            log("warn", "thread budget: auto total unknown, using 2 x this machine's cores until the server tells", serde_json::json!({
+            log(
+                "warn",
+                "thread budget: auto total unknown, using 2 x this machine's cores until the server tells",
+                serde_json::json!({
                 "cluster": cluster, "replica": b.label, "url": addr.base, "total": b.total(),
-                "why": error.map(str::to_string).unwrap_or_else(|| "max_threads is set by the user's profile, so it is not the server's cores; write threads.total as a number".into())}));
+                "why": error.map(str::to_string).unwrap_or_else(|| "max_threads is set by the user's profile, so it is not the server's cores; write threads.total as a number".into())}),
+            );
         }
         None => {}
     }
@@ -279,7 +308,11 @@ pub async fn run(
                 b.observe(&running);
                 if failing {
                     failing = false;
-                    log("info", "thread budget: observe poll works again", serde_json::json!({"cluster": cluster, "replica": b.label}));
+                    log(
+                        "info",
+                        "thread budget: observe poll works again",
+                        serde_json::json!({"cluster": cluster, "replica": b.label}),
+                    );
                 }
             }
             Err(e) => {
@@ -287,7 +320,11 @@ pub async fn run(
                 b.set_external(0);
                 if !failing {
                     failing = true;
-                    log("warn", "thread budget: observe poll failed", serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base, "error": e}));
+                    log(
+                        "warn",
+                        "thread budget: observe poll failed",
+                        serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base, "error": e}),
+                    );
                 }
             }
         }
@@ -295,7 +332,12 @@ pub async fn run(
 }
 
 /// Starts [`run`] for every replica that needs it; the handles abort them.
-pub fn spawn(cb: &ClusterBudget, upstream: &Arc<Upstream>, auth: &str, facts: Vec<Vec<Option<ServerFacts>>>) -> Vec<tokio::task::AbortHandle> {
+pub fn spawn(
+    cb: &ClusterBudget,
+    upstream: &Arc<Upstream>,
+    auth: &str,
+    facts: Vec<Vec<Option<ServerFacts>>>,
+) -> Vec<tokio::task::AbortHandle> {
     let mut handles = Vec::new();
     for (si, row) in cb.replicas.iter().enumerate() {
         for (ri, b) in row.iter().enumerate() {

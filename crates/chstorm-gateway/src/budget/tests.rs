@@ -287,7 +287,10 @@ fn auto_reads_the_servers_cores() {
     // 18.16: the default, a plain number, changed = 0.
     assert_eq!(parse_max_threads("2", "0"), MaxThreadsSetting { cores: Some(2), default_max_threads: Some(2) });
     // Newer servers: 'auto(N)' (quoted in the value column).
-    assert_eq!(parse_max_threads("'auto(16)'", "0"), MaxThreadsSetting { cores: Some(16), default_max_threads: Some(16) });
+    assert_eq!(
+        parse_max_threads("'auto(16)'", "0"),
+        MaxThreadsSetting { cores: Some(16), default_max_threads: Some(16) }
+    );
     assert_eq!(parse_max_threads("auto(8)", "1"), MaxThreadsSetting { cores: Some(8), default_max_threads: Some(8) });
     // Set by a profile: not the cores, but still what queries get by default.
     assert_eq!(parse_max_threads("4", "1"), MaxThreadsSetting { cores: None, default_max_threads: Some(4) });
@@ -327,7 +330,9 @@ fn observe_sql_per_server_version() {
     assert_eq!(processes_schema(v18), ProcessesSchema::Nested);
     assert_eq!(processes_schema(["query_id", "thread_ids", "Settings"]), ProcessesSchema::Map);
     assert_eq!(processes_schema(["query_id"]), ProcessesSchema::NoSettings);
-    assert!(probe::observe_sql(ProcessesSchema::Nested).contains("Settings.Values[indexOf(Settings.Names, 'max_threads')]"));
+    assert!(
+        probe::observe_sql(ProcessesSchema::Nested).contains("Settings.Values[indexOf(Settings.Names, 'max_threads')]")
+    );
     assert!(probe::observe_sql(ProcessesSchema::Map).contains("Settings['max_threads']"));
     assert!(probe::observe_sql(ProcessesSchema::Nested).contains("NOT LIKE 'chgw-observe-%'"));
     assert_eq!(parse_running("a\t4\nb\t0\n\ngarbage\n", 2), vec![("a".to_string(), 4), ("b".to_string(), 2)]);

@@ -42,7 +42,14 @@ pub fn render(r: &ColocateReport) -> String {
     }
     let env = [
         ("target", format!("{} ({})", r.target, r.protocol)),
-        ("server", format!("{}{}", r.server_version.as_deref().unwrap_or("unknown"), if r.local_server { ", started by chstorm" } else { "" })),
+        (
+            "server",
+            format!(
+                "{}{}",
+                r.server_version.as_deref().unwrap_or("unknown"),
+                if r.local_server { ", started by chstorm" } else { "" }
+            ),
+        ),
         ("machine", format!("{} CPUs, kernel {}", r.cores, r.kernel)),
         ("concurrency", format!("{} ({} loop)", r.bench.concurrency, r.bench.mode)),
         ("per phase", per_phase),
@@ -90,7 +97,8 @@ pub fn render(r: &ColocateReport) -> String {
         series: vec![lat("P50", |l| l.p50), lat("P90", |l| l.p90), lat("P99", |l| l.p99)],
         colors: vec![2, 4, 1],
     };
-    let _ = write!(b, "<div class=\"charts\"><figure>{}</figure><figure>{}</figure></div>", qps.to_svg(), latency.to_svg());
+    let _ =
+        write!(b, "<div class=\"charts\"><figure>{}</figure><figure>{}</figure></div>", qps.to_svg(), latency.to_svg());
 
     let m = Table {
         title: "Mechanisms, in detection order".into(),
@@ -98,13 +106,21 @@ pub fn render(r: &ColocateReport) -> String {
         rows: r
             .mechanisms
             .iter()
-            .map(|m| vec![m.rank.to_string(), m.name.clone(), if m.available { "yes" } else { "no" }.into(), m.detail.clone()])
+            .map(|m| {
+                vec![
+                    m.rank.to_string(),
+                    m.name.clone(),
+                    if m.available { "yes" } else { "no" }.into(),
+                    m.detail.clone(),
+                ]
+            })
             .collect(),
         note: None,
     };
     b.push_str(&table(&m));
     for p in r.phases.iter().filter(|p| !p.isolation.is_empty()) {
-        let _ = write!(b, "<details><summary>{}: what was applied</summary><ul>", escape(&label(&p.name, &p.mechanism)));
+        let _ =
+            write!(b, "<details><summary>{}: what was applied</summary><ul>", escape(&label(&p.name, &p.mechanism)));
         for line in &p.isolation {
             let _ = write!(b, "<li><code>{}</code></li>", escape(line));
         }

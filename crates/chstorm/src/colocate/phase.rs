@@ -43,7 +43,10 @@ impl Plan {
 
 /// baseline, offline, then one isolated phase per mechanism.
 pub fn plans(mechanisms: &[Mechanism]) -> Vec<Plan> {
-    let mut p = vec![Plan { name: "baseline", offline: false, mechanism: None }, Plan { name: "offline", offline: true, mechanism: None }];
+    let mut p = vec![
+        Plan { name: "baseline", offline: false, mechanism: None },
+        Plan { name: "offline", offline: true, mechanism: None },
+    ];
     p.extend(mechanisms.iter().map(|&m| Plan { name: "isolated", offline: true, mechanism: Some(m) }));
     p
 }
@@ -104,7 +107,10 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
         }
         if let Some(load) = guard.load.as_mut() {
             if !load.is_running() {
-                bail!("the offline load ({}) exited during its warm-up; give a command that keeps running", ctx.offline.describe());
+                bail!(
+                    "the offline load ({}) exited during its warm-up; give a command that keeps running",
+                    ctx.offline.describe()
+                );
             }
         }
     }
@@ -113,7 +119,8 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
     let (s0, c0) = (cpu::sample(&server_pids), cpu::sample(&me));
     let o0 = guard.load.as_ref().map(OfflineLoad::cpu_sample);
     let mut sink = ProgressSink::new(ctx.quiet, ctx.spec.duration);
-    let result = chstorm_load::run(ctx.spec.clone(), stop, |p| sink.update(p)).with_context(|| format!("cannot run against {}", ctx.meta.target))?;
+    let result = chstorm_load::run(ctx.spec.clone(), stop, |p| sink.update(p))
+        .with_context(|| format!("cannot run against {}", ctx.meta.target))?;
     sink.finish();
     let (s1, c1) = (cpu::sample(&server_pids), cpu::sample(&me));
     let o1 = guard.load.as_ref().map(OfflineLoad::cpu_sample);
@@ -142,7 +149,8 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
 fn start_load(plan: &Plan, ctx: &Context, guard: &mut Guard) -> anyhow::Result<()> {
     match (&ctx.offline, plan.mechanism) {
         (OfflineSpec::Command(c), Some(m)) => {
-            let (record, pre) = chstorm_isolate::prepare_command_in(m, &["sh".into(), "-c".into(), c.clone()], &cgroup_name())?;
+            let (record, pre) =
+                chstorm_isolate::prepare_command_in(m, &["sh".into(), "-c".into(), c.clone()], &cgroup_name())?;
             guard.record = Some(record);
             guard.load = Some(OfflineLoad::start(&ctx.offline, Some(pre))?);
         }

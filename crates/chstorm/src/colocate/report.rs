@@ -131,7 +131,13 @@ fn change(v: f64, base: Option<f64>) -> Option<f64> {
 }
 
 impl ColocateReport {
-    pub(super) fn new(args: &ColocateArgs, ctx: &Context, found: &[Availability], outcomes: Vec<Outcome>, interrupted: bool) -> Self {
+    pub(super) fn new(
+        args: &ColocateArgs,
+        ctx: &Context,
+        found: &[Availability],
+        outcomes: Vec<Outcome>,
+        interrupted: bool,
+    ) -> Self {
         let baseline = outcomes.iter().find(|o| o.plan.name == "baseline").map(|o| o.report.clone());
         let phases: Vec<PhaseReport> = outcomes
             .into_iter()
@@ -201,9 +207,15 @@ impl ColocateReport {
                 threads: spec.threads as u64,
                 settings: meta.settings.iter().cloned().collect(),
             },
-            offline: OfflineSettings { kind: kind.into(), threads, command, warmup_s: ctx.offline_warmup.as_secs_f64() },
+            offline: OfflineSettings {
+                kind: kind.into(),
+                threads,
+                command,
+                warmup_s: ctx.offline_warmup.as_secs_f64(),
+            },
             rounds: args.opts.rounds as u64,
-            isolation: clap::ValueEnum::to_possible_value(&args.opts.isolation).map_or_else(String::new, |v| v.get_name().to_string()),
+            isolation: clap::ValueEnum::to_possible_value(&args.opts.isolation)
+                .map_or_else(String::new, |v| v.get_name().to_string()),
             mechanisms: found
                 .iter()
                 .enumerate()

@@ -26,7 +26,9 @@ pub fn merge(mut runs: Vec<Outcome>) -> anyhow::Result<Outcome> {
     report.per_second = Vec::new();
     for o in &runs {
         let last = o.report.per_second.iter().map(|p| p.t).max().unwrap_or(0);
-        report.per_second.extend(o.report.per_second.iter().map(|p| chstorm_stats::SecondStats { t: p.t + offset, ..*p }));
+        report
+            .per_second
+            .extend(o.report.per_second.iter().map(|p| chstorm_stats::SecondStats { t: p.t + offset, ..*p }));
         offset += last;
     }
     let reasons: Vec<&str> = runs.iter().map(|o| o.report.stop_reason.as_str()).collect();

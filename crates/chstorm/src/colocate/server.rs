@@ -26,7 +26,10 @@ impl Server {
             let (pid, cpu_source) = find_server(url);
             return Ok(Server { local: None, dir: None, pid, cpu_source });
         }
-        let dir = tempfile::Builder::new().prefix("chstorm-colocate-").tempdir().context("cannot create a temporary folder for the local server")?;
+        let dir = tempfile::Builder::new()
+            .prefix("chstorm-colocate-")
+            .tempdir()
+            .context("cannot create a temporary folder for the local server")?;
         let mut spec = ServerSpec::new(dir.path());
         spec.die_with_parent = true;
         if !args.quiet {
@@ -35,7 +38,12 @@ impl Server {
         let server = LocalServer::start(spec).context("cannot start the local server (give --url to use another)")?;
         args.url = Some(server.native_url().to_string());
         let pid = server.pid();
-        Ok(Server { local: Some(server), dir: Some(dir), pid: Some(pid), cpu_source: format!("local server, pid {pid}") })
+        Ok(Server {
+            local: Some(server),
+            dir: Some(dir),
+            pid: Some(pid),
+            cpu_source: format!("local server, pid {pid}"),
+        })
     }
 
     /// True when chstorm started the server.
@@ -62,7 +70,9 @@ fn find_server(url: &str) -> (Option<u32>, String) {
         return (Some(pid), format!("clickhouse-server pid {pid}, listening on port {}", target.port));
     }
     match candidates.as_slice() {
-        [pid] if target.is_loopback() => (Some(*pid), format!("clickhouse-server pid {pid}, the only one on this machine")),
+        [pid] if target.is_loopback() => {
+            (Some(*pid), format!("clickhouse-server pid {pid}, the only one on this machine"))
+        }
         [] => (None, "n/a: no clickhouse-server process on this machine".into()),
         _ => (None, format!("n/a: no clickhouse-server on this machine listens on port {}", target.port)),
     }

@@ -6,7 +6,8 @@ use chstorm_report::format::{fmt_qps_exact, fmt_seconds, NA};
 use std::fmt::Write;
 
 /// Column headers, in order.
-pub const COLUMNS: [&str; 10] = ["phase", "mechanism", "QPS", "Δ QPS", "P50", "P90", "P99", "Δ P99", "server CPU", "offline CPU"];
+pub const COLUMNS: [&str; 10] =
+    ["phase", "mechanism", "QPS", "Δ QPS", "P50", "P90", "P99", "Δ P99", "server CPU", "offline CPU"];
 
 /// `+12.3%`, `-4.0%`, or a dash.
 pub fn pct_change(v: Option<f64>) -> String {
@@ -66,18 +67,27 @@ pub fn render(r: &ColocateReport) -> String {
         (None, Some(n)) => format!("{n} burner thread{}", if n == 1 { "" } else { "s" }),
         _ => "?".into(),
     };
-    let _ = writeln!(s, "offline load: {load}, running {:.1} s before each loaded phase; server CPU from {}", r.offline.warmup_s, r.server_cpu_source);
+    let _ = writeln!(
+        s,
+        "offline load: {load}, running {:.1} s before each loaded phase; server CPU from {}",
+        r.offline.warmup_s, r.server_cpu_source
+    );
     s.push('\n');
     let rows: Vec<Vec<String>> = r.phases.iter().map(cells).collect();
-    let widths: Vec<usize> =
-        (0..COLUMNS.len()).map(|c| rows.iter().map(|row| row[c].chars().count()).chain([COLUMNS[c].chars().count()]).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..COLUMNS.len())
+        .map(|c| rows.iter().map(|row| row[c].chars().count()).chain([COLUMNS[c].chars().count()]).max().unwrap_or(0))
+        .collect();
     let line = |cells: &[String]| -> String {
         let parts: Vec<String> = cells
             .iter()
             .enumerate()
             .map(|(c, v)| {
                 let pad = widths[c].saturating_sub(v.chars().count());
-                if c < 2 { format!("{v}{}", " ".repeat(pad)) } else { format!("{}{v}", " ".repeat(pad)) }
+                if c < 2 {
+                    format!("{v}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{v}", " ".repeat(pad))
+                }
             })
             .collect();
         parts.join("  ").trim_end().to_string()
@@ -88,11 +98,13 @@ pub fn render(r: &ColocateReport) -> String {
         let _ = writeln!(s, "{}", line(row));
     }
     s.push('\n');
-    let errors: Vec<String> = r.phases.iter().filter(|p| p.errors > 0).map(|p| format!("{}/{}: {}", p.name, p.mechanism, p.errors)).collect();
+    let errors: Vec<String> =
+        r.phases.iter().filter(|p| p.errors > 0).map(|p| format!("{}/{}: {}", p.name, p.mechanism, p.errors)).collect();
     if !errors.is_empty() {
         let _ = writeln!(s, "failed queries: {}", errors.join(", "));
     }
-    let missing: Vec<String> = r.mechanisms.iter().filter(|m| !m.available).map(|m| format!("{} ({})", m.name, m.detail)).collect();
+    let missing: Vec<String> =
+        r.mechanisms.iter().filter(|m| !m.available).map(|m| format!("{} ({})", m.name, m.detail)).collect();
     if !missing.is_empty() {
         let _ = writeln!(s, "not available here: {}", missing.join("; "));
     }

@@ -26,10 +26,15 @@ pub fn start_cluster() -> Env {
     let topo = cluster.topology().clone();
     let target = ClusterTarget {
         name: topo.cluster.clone(),
-        nodes: topo.nodes.iter().map(|n| ClusterNode { shard: n.shard, replica: n.replica, http_url: n.http_url.clone() }).collect(),
+        nodes: topo
+            .nodes
+            .iter()
+            .map(|n| ClusterNode { shard: n.shard, replica: n.replica, http_url: n.http_url.clone() })
+            .collect(),
     };
     let opts = LoadOptions { rows: Some(ROWS), index_granularity: 256, drop: false };
-    load_cluster(&topo.nodes[0].http_url, &TlsOptions::default(), &target, DatasetName::Items, &opts, &mut |_| {}).unwrap();
+    load_cluster(&topo.nodes[0].http_url, &TlsOptions::default(), &target, DatasetName::Items, &opts, &mut |_| {})
+        .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     Env { cluster, rt, dir }
 }

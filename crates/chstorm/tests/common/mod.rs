@@ -71,8 +71,17 @@ pub fn screenshot_is_not_blank(html: &Path) {
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("shot.png");
     let mut child = Command::new("/usr/bin/chromium")
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--window-size=1366,1800"])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1366,1800",
+        ])
         .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
         .arg(format!("--screenshot={}", png.display()))
         .arg(format!("file://{}", html.display()))
@@ -97,5 +106,8 @@ pub fn screenshot_is_not_blank(html: &Path) {
     let background = &bytes[..px];
     let differing = bytes.chunks(px).filter(|p| p != &background).count();
     let total = bytes.len() / px;
-    assert!(differing * 20 > total, "screenshot is nearly blank: {differing} of {total} pixels differ from the background");
+    assert!(
+        differing * 20 > total,
+        "screenshot is nearly blank: {differing} of {total} pixels differ from the background"
+    );
 }
