@@ -1,90 +1,22 @@
-//! Replica selection: power of two choices on outstanding requests, with an error penalty that
-//! decays (half-life [`PENALTY_HALF_LIFE`]).
+//! Replica selection: power of two choices on outstanding requests plus a decaying error
+//! penalty ([`Replica::score`]), and rendezvous hashing for sessions.
 //!
 //! The balancer knows the replicas of each shard and reads *which are healthy* from a snapshot
-//! that health checking (active probes, [`crate::health`]) and passive detection (a failed request,
-//! [`Balancer::report_failure`]) publish by swapping an `Arc` (`arc_swap`). A request never waits
-//! for a lock to pick a replica.
+//! that health checking (active probes, [`crate::health`]) and passive detection (a failed request)
+//! publish by swapping an `Arc` (`arc_swap`). A request never waits for a lock to pick a replica.
+//! Replica state itself lives in [`crate::replica`].
 
-use crate::config::{Cluster, ReplicaAddr};
+use crate::config::Cluster;
+pub use crate::replica::{InFlight, Replica};
 use arc_swap::ArcSwap;
 use rand::Rng;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
-
-/// Time for an error penalty to halve.
-pub const PENALTY_HALF_LIFE: Duration = Duration::from_secs(5);
-/// What one unit of error penalty weighs against one outstanding request.
-const PENALTY_WEIGHT: f64 = 4.0;
-
-/// One backend replica and its live counters.
-#[derive(Debug)]
-pub struct Replica {
-    pub addr: ReplicaAddr,
-    /// 0-based shard index.
-    pub shard: usize,
-    /// 0-based index within the shard.
-    pub index: usize,
-    /// Requests in flight on it through this gateway.
-    pub outstanding: AtomicUsize,
-    /// Consecutive good / failed active probes.
-    pub probe_ok: AtomicU32,
-    pub probe_fail: AtomicU32,
-    healthy: AtomicBool,
-    /// Error penalty and when it was last updated.
-    penalty: Mutex<(f64, Instant)>,
-    /// Total failures seen (for metrics).
-    pub failures: AtomicU64,
-}
-
-impl Replica {
-    pub fn is_healthy(&self) -> bool {
-        self.healthy.load(Ordering::Acquire)
-    }
-
-    fn penalty_now(&self, now: Instant) -> f64 {
-        let (p, at) = *self.penalty.lock().unwrap_or_else(|e| e.into_inner());
-        p * 0.5f64.powf(now.saturating_duration_since(at).as_secs_f64() / PENALTY_HALF_LIFE.as_secs_f64())
-    }
-
-    fn add_penalty(&self, now: Instant) {
-        let mut g = self.penalty.lock().unwrap_or_else(|e| e.into_inner());
-        let decayed =
-            g.0 * 0.5f64.powf(now.saturating_duration_since(g.1).as_secs_f64() / PENALTY_HALF_LIFE.as_secs_f64());
-        *g = (decayed + 1.0, now);
-    }
-
-    /// The P2C score: lower is better.
-    fn score(&self, now: Instant) -> f64 {
-        self.outstanding.load(Ordering::Relaxed) as f64 + PENALTY_WEIGHT * self.penalty_now(now)
-    }
-
-    /// `shard.replica`, 1-based, for logs and metrics.
-    pub fn label(&self) -> String {
-        format!("{}.{}", self.shard + 1, self.index + 1)
-    }
-}
+use std::time::Instant;
 
 /// Which replicas are healthy, per shard (indexes into [`Balancer::shards`]).
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub healthy: Vec<Vec<usize>>,
-}
-
-/// Holds a replica's outstanding count up while a request runs (RAII).
-pub struct InFlight(Arc<Replica>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.outstanding.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl InFlight {
-    pub fn replica(&self) -> &Arc<Replica> {
-        &self.0
-    }
 }
 
 /// The replicas of one cluster.
@@ -106,23 +38,7 @@ impl Balancer {
             .iter()
             .enumerate()
             .map(|(si, s)| {
-                s.replicas
-                    .iter()
-                    .enumerate()
-                    .map(|(ri, addr)| {
-                        Arc::new(Replica {
-                            addr: addr.clone(),
-                            shard: si,
-                            index: ri,
-                            outstanding: AtomicUsize::new(0),
-                            probe_ok: AtomicU32::new(0),
-                            probe_fail: AtomicU32::new(0),
-                            healthy: AtomicBool::new(true),
-                            penalty: Mutex::new((0.0, Instant::now())),
-                            failures: AtomicU64::new(0),
-                        })
-                    })
-                    .collect()
+                s.replicas.iter().enumerate().map(|(ri, a)| Arc::new(Replica::new(a.clone(), si, ri))).collect()
             })
             .collect();
         let b = Balancer {
@@ -150,9 +66,18 @@ impl Balancer {
         self.snapshot.store(Arc::new(Snapshot { healthy }));
     }
 
-    /// Marks a replica up or down; returns true when that changed its state.
+    /// A probe result for `r`; republishes and returns `Some(up)` when its health changed.
+    pub fn probe_result(&self, r: &Replica, ok: bool, rise: u32, fall: u32) -> Option<bool> {
+        let changed = r.probe_result(ok, rise, fall);
+        if changed.is_some() {
+            self.republish();
+        }
+        changed
+    }
+
+    /// Marks a replica up or down by hand; returns true when that changed its state.
     pub fn set_health(&self, r: &Replica, up: bool) -> bool {
-        let changed = r.healthy.swap(up, Ordering::AcqRel) != up;
+        let changed = r.force_health(up).is_some();
         if changed {
             self.republish();
         }
@@ -160,35 +85,28 @@ impl Balancer {
     }
 
     /// A request failed on `r` in a way that says the replica is in trouble (refused, reset,
-    /// timed out, overloaded): it is marked down now, not at the next probe.
+    /// timed out, overloaded): it is marked down now, not at the next probe, and every attempt
+    /// waiting on it is told (its down signal). Returns true when it was up.
     pub fn report_failure(&self, r: &Replica) -> bool {
-        r.failures.fetch_add(1, Ordering::Relaxed);
-        r.add_penalty(Instant::now());
-        r.probe_ok.store(0, Ordering::Relaxed);
-        self.set_health(r, false)
+        let changed = r.request_failed().is_some();
+        if changed {
+            self.republish();
+        }
+        changed
     }
 
-    /// Picks the same replica for the same `hash` while the set of healthy replicas stays the same
-    /// (for `session_id`: a ClickHouse session lives on one server).
+    /// The replica a session lives on: rendezvous hashing of `hash` over the healthy replicas
+    /// (any replica when none is healthy), so a session stays where it is while *other* replicas
+    /// come and go. A ClickHouse session (`session_id`) lives on one server.
     pub fn pick_sticky(&self, hash: u64, exclude: &[(usize, usize)]) -> Option<InFlight> {
         let snap = self.snapshot.load();
-        let mut cands: Vec<(usize, usize)> = snap
-            .healthy
-            .iter()
-            .enumerate()
-            .flat_map(|(s, v)| v.iter().map(move |&i| (s, i)))
-            .filter(|c| !exclude.contains(c))
-            .collect();
-        if cands.is_empty() {
-            cands = (0..self.shards.len())
-                .flat_map(|s| (0..self.shards[s].len()).map(move |i| (s, i)))
-                .filter(|c| !exclude.contains(c))
-                .collect();
-        }
-        let &(s, i) = cands.get((hash % cands.len().max(1) as u64) as usize)?;
-        let r = self.shards[s][i].clone();
-        r.outstanding.fetch_add(1, Ordering::Relaxed);
-        Some(InFlight(r))
+        let healthy = snap.healthy.iter().enumerate().flat_map(|(s, v)| v.iter().map(move |&i| (s, i)));
+        let all = (0..self.shards.len()).flat_map(|s| (0..self.shards[s].len()).map(move |i| (s, i)));
+        let best = |it: &mut dyn Iterator<Item = (usize, usize)>| {
+            it.filter(|c| !exclude.contains(c)).max_by_key(|&(s, i)| rendezvous(hash, &self.shards[s][i].addr.base))
+        };
+        let (s, i) = best(&mut healthy.into_iter()).or_else(|| best(&mut all.into_iter()))?;
+        Some(InFlight::new(self.shards[s][i].clone()))
     }
 
     /// Picks a replica of `shard` (any shard when None), not in `exclude`, by power of two
@@ -229,16 +147,26 @@ impl Balancer {
                 }
             }
         };
-        let r = self.shards[chosen.0][chosen.1].clone();
-        r.outstanding.fetch_add(1, Ordering::Relaxed);
-        Some(InFlight(r))
+        Some(InFlight::new(self.shards[chosen.0][chosen.1].clone()))
     }
+}
+
+/// The rendezvous weight of `key` for a session hash (FNV-1a of the key, mixed with the hash).
+fn rendezvous(hash: u64, key: &str) -> u64 {
+    let mut h = 0xcbf29ce484222325u64 ^ hash;
+    for b in key.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    // splitmix64 finaliser
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d049bb133111eb);
+    h ^ (h >> 31)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Shard;
+    use crate::config::{ReplicaAddr, Shard};
 
     fn cluster(shards: usize, replicas: usize) -> Cluster {
         Cluster {
@@ -279,26 +207,26 @@ mod tests {
     fn outstanding_is_released_by_drop_and_steers_choices() {
         let b = Balancer::new(&cluster(1, 2));
         let held: Vec<InFlight> = (0..10).map(|_| b.pick(Some(0), &[]).unwrap()).collect();
-        let total: usize = b.replicas().map(|r| r.outstanding.load(Ordering::Relaxed)).sum();
+        let total: usize = b.replicas().map(|r| r.outstanding()).sum();
         assert_eq!(total, 10);
         // P2C with two replicas always compares both: the loads stay balanced.
-        let loads: Vec<usize> = b.replicas().map(|r| r.outstanding.load(Ordering::Relaxed)).collect();
+        let loads: Vec<usize> = b.replicas().map(|r| r.outstanding()).collect();
         assert!(loads[0].abs_diff(loads[1]) <= 1, "{loads:?}");
         drop(held);
-        assert!(b.replicas().all(|r| r.outstanding.load(Ordering::Relaxed) == 0));
+        assert!(b.replicas().all(|r| r.outstanding() == 0));
     }
 
     #[test]
     fn an_error_penalty_steers_away_then_decays() {
         let b = Balancer::new(&cluster(1, 2));
         let r0 = b.shards[0][0].clone();
-        r0.add_penalty(Instant::now());
-        r0.add_penalty(Instant::now());
+        r0.lost_race();
+        r0.lost_race();
         let picks0 = (0..100).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
         assert_eq!(picks0, 0, "a penalised replica loses every two-way comparison");
         // After many half-lives the penalty is gone.
-        *r0.penalty.lock().unwrap() = (2.0, Instant::now() - PENALTY_HALF_LIFE * 20);
-        assert!(r0.penalty_now(Instant::now()) < 1e-5);
+        r0.set_penalty(2.0, Instant::now() - crate::replica::PENALTY_HALF_LIFE * 20);
+        assert!(r0.score(Instant::now()) < 1e-4);
     }
 
     #[test]
@@ -309,5 +237,28 @@ mod tests {
         assert_eq!(b.snapshot.load().healthy[0], vec![0, 1]);
         assert!(b.set_health(&b.shards[0][2], true));
         assert_eq!(b.snapshot.load().healthy[0], vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn sessions_stay_on_their_replica_while_others_come_and_go() {
+        let b = Balancer::new(&cluster(2, 2));
+        let home: Vec<(usize, usize)> = (0..64u64)
+            .map(|h| {
+                let g = b.pick_sticky(h, &[]).unwrap();
+                (g.replica().shard, g.replica().index)
+            })
+            .collect();
+        assert!(home.iter().collect::<std::collections::BTreeSet<_>>().len() == 4, "sessions spread over all replicas");
+        // Replica 1.1 goes down: only its sessions move.
+        b.report_failure(&b.shards[0][0]);
+        for (h, &was) in home.iter().enumerate() {
+            let g = b.pick_sticky(h as u64, &[]).unwrap();
+            let now = (g.replica().shard, g.replica().index);
+            if was != (0, 0) {
+                assert_eq!(now, was, "session {h} moved although its replica is up");
+            } else {
+                assert_ne!(now, (0, 0));
+            }
+        }
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::config::ReplicaAddr;
 use crate::metrics::{KillLabel, Metrics};
-use crate::upstream::{BoxError, GBody, Upstream};
+use crate::upstream::{Backend, BoxError, GBody};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::any::Any;
@@ -46,7 +46,7 @@ pub struct KillGuard {
     pub query_id: String,
     pub replica: ReplicaAddr,
     pub auth: String,
-    pub upstream: Arc<Upstream>,
+    pub backend: Arc<dyn Backend>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -62,7 +62,7 @@ impl Drop for KillGuard {
             return;
         }
         let (up, r, auth, qid, m, reason) = (
-            self.upstream.clone(),
+            self.backend.clone(),
             self.replica.clone(),
             self.auth.clone(),
             self.query_id.clone(),
@@ -86,13 +86,13 @@ impl Drop for KillGuard {
 /// A streamed response body: disarms its [`KillGuard`] at the end of the stream, and ends the
 /// stream (firing the guard) when its deadline passes first.
 pub struct Streamed {
-    inner: hyper::body::Incoming,
+    inner: GBody,
     guard: KillGuard,
     deadline: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Streamed {
-    pub fn wrap(inner: hyper::body::Incoming, guard: KillGuard, deadline: Option<std::time::Duration>) -> GBody {
+    pub fn wrap(inner: GBody, guard: KillGuard, deadline: Option<std::time::Duration>) -> GBody {
         use http_body_util::BodyExt;
         Streamed { inner, guard, deadline: deadline.map(|d| Box::pin(tokio::time::sleep(d))) }.boxed_unsync()
     }
@@ -116,9 +116,9 @@ impl Body for Streamed {
             Poll::Ready(Some(Err(e))) => {
                 // The backend failed mid-answer: its query is gone already.
                 self.guard.disarm();
-                Poll::Ready(Some(Err(Box::new(e))))
+                Poll::Ready(Some(Err(e)))
             }
-            other => other.map(|o| o.map(|r| r.map_err(|e| Box::new(e) as BoxError))),
+            other => other,
         }
     }
     fn is_end_stream(&self) -> bool {
@@ -130,3 +130,31 @@ impl Body for Streamed {
 }
 
 use std::future::Future;
+
+/// A body that yields `head` first, then `rest`: a streamed client body whose head the gateway
+/// read to classify it.
+pub struct Prefixed {
+    head: Option<Bytes>,
+    rest: GBody,
+}
+
+impl Prefixed {
+    pub fn wrap(head: Bytes, rest: GBody) -> GBody {
+        use http_body_util::BodyExt;
+        Prefixed { head: Some(head).filter(|h| !h.is_empty()), rest }.boxed_unsync()
+    }
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(h) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(h))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.rest.is_end_stream()
+    }
+}

@@ -105,6 +105,77 @@ impl Default for Retries {
     }
 }
 
+/// `hedging.delay`: how the per-try deadline is chosen.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HedgeDelay {
+    /// From the route's recent answer times (`quantile` x `factor` within the bounds).
+    Auto,
+    /// A fixed per-try deadline.
+    Fixed(Duration),
+    /// No hedged reads.
+    Off,
+}
+
+impl<'de> Deserialize<'de> for HedgeDelay {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        match s.as_str() {
+            "auto" => Ok(HedgeDelay::Auto),
+            "off" => Ok(HedgeDelay::Off),
+            _ => humantime::parse_duration(&s)
+                .map(HedgeDelay::Fixed)
+                .map_err(|e| de::Error::custom(format!("'{s}' is not auto, off or a duration ({e})"))),
+        }
+    }
+}
+
+/// Hedged reads (`crate::hedge`): when an idempotent read has no answer head within the per-try
+/// deadline, the same query goes to another healthy replica of the same shard; the first answer
+/// wins and the other is cancelled. Hedges draw on the retry budget.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Hedging {
+    /// `auto`, a duration, or `off`. Default `auto`.
+    pub delay: HedgeDelay,
+    /// `auto`: the quantile of the route's recent answer-head times. Default 0.95.
+    pub quantile: f64,
+    /// `auto`: times this factor. Default 2.
+    pub factor: f64,
+    /// `auto`: never below this. Default 20 ms.
+    pub min_delay: Dur,
+    /// `auto`: never above this. Default 1 s.
+    pub max_delay: Dur,
+    /// Extra copies of one query in flight at once. Default 1.
+    pub max_extra: usize,
+}
+
+impl Default for Hedging {
+    fn default() -> Self {
+        Hedging {
+            delay: HedgeDelay::Auto,
+            quantile: 0.95,
+            factor: 2.0,
+            min_delay: Dur(Duration::from_millis(20)),
+            max_delay: Dur(Duration::from_secs(1)),
+            max_extra: 1,
+        }
+    }
+}
+
+/// The gateway's own shutdown (SIGTERM).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Shutdown {
+    /// Longest wait for queries in flight to finish after SIGTERM. Default 30 s.
+    pub drain_timeout: Dur,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown { drain_timeout: Dur(Duration::from_secs(30)) }
+    }
+}
+
 /// Backend connection pools.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -333,6 +404,12 @@ struct RawConfig {
     retries: Retries,
     #[serde(default)]
     pool: PoolCfg,
+    #[serde(default)]
+    hedging: Hedging,
+    #[serde(default)]
+    shutdown: Shutdown,
+    #[serde(default)]
+    reuse_port: bool,
     clusters: BTreeMap<String, RawCluster>,
     users: Vec<RawUser>,
 }
@@ -406,6 +483,11 @@ pub struct Config {
     pub health: Health,
     pub retries: Retries,
     pub pool: PoolCfg,
+    pub hedging: Hedging,
+    pub shutdown: Shutdown,
+    /// Listen with SO_REUSEPORT, so a new gateway can start on the port before the old one
+    /// stops. Default false (a second gateway on the port by mistake is an error).
+    pub reuse_port: bool,
     pub clusters: BTreeMap<String, Cluster>,
     pub users: BTreeMap<String, User>,
     /// Thread budgets by cluster name (clusters without a `threads` section have none).
@@ -458,6 +540,19 @@ impl Config {
         }
         if !(0.0..=10.0).contains(&raw.retries.budget_ratio) {
             return Err(err("budget_ratio", "retries.budget_ratio: must be between 0 and 10".into()));
+        }
+        let h = &raw.hedging;
+        if !(0.5..=1.0).contains(&h.quantile) || !(h.factor >= 1.0 && h.factor <= 100.0) {
+            return Err(err(
+                "hedging:",
+                "hedging.quantile must be within 0.5..1 and hedging.factor within 1..100".into(),
+            ));
+        }
+        if h.min_delay.0 > h.max_delay.0 {
+            return Err(err("hedging:", "hedging.min_delay must not be above hedging.max_delay".into()));
+        }
+        if h.max_extra > 4 {
+            return Err(err("max_extra", "hedging.max_extra: at most 4 extra copies of a query".into()));
         }
         if raw.clusters.is_empty() {
             return Err(err("clusters:", "clusters: at least one cluster is needed".into()));
@@ -639,6 +734,9 @@ impl Config {
             health: raw.health,
             retries: raw.retries,
             pool: raw.pool,
+            hedging: raw.hedging,
+            shutdown: raw.shutdown,
+            reuse_port: raw.reuse_port,
             clusters,
             users,
             threads,

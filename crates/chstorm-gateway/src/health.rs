@@ -1,13 +1,14 @@
-//! Active health checks: `GET /ping` on every replica each `interval`; `fall` failures in a row
-//! mark it down, `rise` successes mark it up. Passive detection (a failed request) lives in the
-//! proxy and marks a replica down at once; this loop is what brings it back.
+//! Active health checks: `GET /ping` on a fresh connection to every replica each `interval`;
+//! `fall` failures in a row mark it down, `rise` successes mark it up (the state machine is
+//! [`crate::replica::HealthMachine`]). Passive detection (a failed request) lives in the attempt
+//! loop and marks a replica down at once; this loop is what brings it back. Going down drops the
+//! replica's pooled connections and fires its down signal, so attempts waiting on it move.
 
 use crate::balancer::Balancer;
 use crate::config::Health;
 use crate::log::log;
 use crate::metrics::{Metrics, ReplicaLabels};
-use crate::upstream::Upstream;
-use std::sync::atomic::Ordering;
+use crate::upstream::{Backend, Upstream};
 use std::sync::Arc;
 
 /// Probes every replica of `balancer` until the task is aborted.
@@ -24,27 +25,22 @@ pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, 
             }
         });
         for (r, ok) in futures_join_all(probes).await {
-            let labels = ReplicaLabels { cluster: balancer.cluster.clone(), replica: r.label() };
-            if ok {
-                r.probe_fail.store(0, Ordering::Relaxed);
-                let n = r.probe_ok.fetch_add(1, Ordering::Relaxed) + 1;
-                if !r.is_healthy() && n >= cfg.rise && balancer.set_health(&r, true) {
-                    log(
-                        "info",
-                        "replica up",
-                        serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}),
-                    );
-                }
-            } else {
-                r.probe_ok.store(0, Ordering::Relaxed);
-                let n = r.probe_fail.fetch_add(1, Ordering::Relaxed) + 1;
-                if r.is_healthy() && n >= cfg.fall && balancer.set_health(&r, false) {
+            let labels = ReplicaLabels { cluster: balancer.cluster.clone(), replica: r.label().to_string() };
+            match balancer.probe_result(&r, ok, cfg.rise, cfg.fall) {
+                Some(true) => log(
+                    "info",
+                    "replica up",
+                    serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}),
+                ),
+                Some(false) => {
+                    upstream.reset_pool(&r.addr);
                     log(
                         "warn",
                         "replica down (probes)",
                         serde_json::json!({"cluster": balancer.cluster, "replica": r.label(), "url": r.addr.base}),
-                    );
+                    )
                 }
+                None => {}
             }
             metrics.replica_up.get_or_create(&labels).set(r.is_healthy() as i64);
         }

@@ -15,16 +15,22 @@
 //! * [`server`]: the listener, TLS and SIGHUP reload.
 
 pub mod admission;
+pub mod attempt;
 pub mod balancer;
 pub mod body;
 pub mod budget;
 pub mod config;
 pub mod health;
+pub mod hedge;
 pub mod layers;
 pub mod log;
 pub mod metrics;
+pub mod plan;
 pub mod proxy;
+pub mod read;
+pub mod replica;
 pub mod request;
+pub mod respond;
 pub mod route;
 pub mod server;
 pub mod state;

@@ -9,7 +9,10 @@
 //! | `chstorm_gateway_replica_up` | cluster, replica | 1 healthy, 0 down (replica = shard.replica, 1-based) |
 //! | `chstorm_gateway_retries_total` | | retries sent to another replica |
 //! | `chstorm_gateway_retry_budget_exhausted_total` | | retries refused by the budget |
-//! | `chstorm_gateway_killed_queries_total` | reason | KILL QUERY sent (client_gone, timeout) |
+//! | `chstorm_gateway_killed_queries_total` | reason | attempts cancelled with KILL QUERY: client_gone, timeout, hedge_lost (a faster copy won), replica_down |
+//! | `chstorm_gateway_per_try_timeouts_total` | | attempts that passed their per-try deadline with no answer head |
+//! | `chstorm_gateway_hedges_total` | | hedged copies sent (within the retry budget) |
+//! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
 //! | `chstorm_gateway_threads_total` | cluster, replica | the replica's thread budget |
 //! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
 //! | `chstorm_gateway_threads_external` | cluster, replica | threads of other queries on the server (`observe`) |
@@ -75,6 +78,9 @@ pub struct Metrics {
     pub retries: Counter,
     pub budget_exhausted: Counter,
     pub killed: Family<KillLabel, Counter>,
+    pub per_try_timeouts: Counter,
+    pub hedges: Counter,
+    pub hedge_wins: Counter,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
     pub threads_external: Family<ReplicaLabels, Gauge>,
@@ -109,7 +115,17 @@ impl Default for Metrics {
             "Retries refused by the budget",
             budget_exhausted.clone(),
         );
-        registry.register("chstorm_gateway_killed_queries", "KILL QUERY sent", killed.clone());
+        registry.register("chstorm_gateway_killed_queries", "Attempts cancelled with KILL QUERY", killed.clone());
+        let per_try_timeouts = Counter::default();
+        let hedges = Counter::default();
+        let hedge_wins = Counter::default();
+        registry.register(
+            "chstorm_gateway_per_try_timeouts",
+            "Attempts past their per-try deadline without an answer head",
+            per_try_timeouts.clone(),
+        );
+        registry.register("chstorm_gateway_hedges", "Hedged copies sent", hedges.clone());
+        registry.register("chstorm_gateway_hedge_wins", "Hedged copies that answered first", hedge_wins.clone());
         let threads_total = Family::<ReplicaLabels, Gauge>::default();
         let threads_in_use = Family::<ReplicaLabels, Gauge>::default();
         let threads_external = Family::<ReplicaLabels, Gauge>::default();
@@ -164,6 +180,9 @@ impl Default for Metrics {
             retries,
             budget_exhausted,
             killed,
+            per_try_timeouts,
+            hedges,
+            hedge_wins,
             threads_total,
             threads_in_use,
             threads_external,

@@ -1,5 +1,6 @@
-//! Reading a ClickHouse HTTP request: its parameters, which of them are settings, where the
-//! query is, and whether it only reads.
+//! Reading a ClickHouse HTTP request: its parameters, which of them are settings, and how the
+//! `query` parameter and the body make one statement. (Statement kinds are ClickHouse rules:
+//! `chstorm_proto::rules`.)
 
 use percent_encoding::percent_decode_str;
 
@@ -58,42 +59,22 @@ pub fn encode_params(params: &[(String, String)]) -> String {
         .join("&")
 }
 
+/// The statement as ClickHouse reads it from an HTTP request: the `query` parameter, then a
+/// newline, then the body (ClickHouse's HTTP handler appends `\n` to a non-empty `query`
+/// parameter and reads the body after it). Either part may be absent.
+pub fn join_query(url_query: Option<&str>, body: &[u8]) -> String {
+    let body = String::from_utf8_lossy(body);
+    match url_query.filter(|q| !q.is_empty()) {
+        Some(q) if body.is_empty() => q.to_string(),
+        Some(q) => format!("{q}\n{body}"),
+        None => body.into_owned(),
+    }
+}
+
 /// True when a URL parameter is a ClickHouse setting (not a request parameter, not a query
 /// parameter `param_*`, not the gateway's own).
 pub fn is_setting(name: &str) -> bool {
     !NOT_SETTINGS.contains(&name) && !name.starts_with("param_") && name != SHARD_KEY_PARAM
-}
-
-/// What a statement does, from its first keyword.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// SELECT, WITH, SHOW, DESCRIBE/DESC, EXISTS, EXPLAIN: retried on another replica when safe.
-    Read,
-    /// Anything else (INSERT, CREATE, ALTER, KILL, SET, ...): never retried.
-    Write,
-}
-
-/// Classifies `sql` by its first keyword, skipping white space, comments and opening brackets.
-pub fn classify(sql: &str) -> Kind {
-    let mut s = sql;
-    loop {
-        let t = s.trim_start();
-        if let Some(rest) = t.strip_prefix("--") {
-            s = rest.split_once('\n').map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix('(') {
-            s = rest;
-        } else {
-            s = t;
-            break;
-        }
-    }
-    let word: String = s.chars().take_while(|c| c.is_ascii_alphabetic()).collect::<String>().to_ascii_uppercase();
-    match word.as_str() {
-        "SELECT" | "WITH" | "SHOW" | "DESCRIBE" | "DESC" | "EXISTS" | "EXPLAIN" => Kind::Read,
-        _ => Kind::Write,
-    }
 }
 
 #[cfg(test)]
@@ -115,31 +96,5 @@ mod tests {
         assert!(
             !is_setting("query") && !is_setting("param_id") && !is_setting("shard_key") && !is_setting("session_id")
         );
-    }
-
-    #[test]
-    fn classification() {
-        for q in [
-            "SELECT 1",
-            "  select 1",
-            "WITH 1 AS x SELECT x",
-            "-- c\nSELECT 1",
-            "/* c */ (SELECT 1)",
-            "SHOW TABLES",
-            "desc t",
-            "EXISTS t",
-        ] {
-            assert_eq!(classify(q), Kind::Read, "{q}");
-        }
-        for q in [
-            "INSERT INTO t VALUES (1)",
-            "CREATE TABLE t (x UInt8) ENGINE = Memory",
-            "KILL QUERY WHERE 1",
-            "SET x = 1",
-            "",
-            "OPTIMIZE TABLE t",
-        ] {
-            assert_eq!(classify(q), Kind::Write, "{q}");
-        }
     }
 }

@@ -4,8 +4,10 @@
 use crate::admission::{Limiter, RateLimit};
 use crate::balancer::Balancer;
 use crate::config::{Cluster, Config, User};
+use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
-use crate::upstream::Upstream;
+use crate::plan::Target;
+use crate::upstream::{Backend, Upstream};
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +20,19 @@ pub struct ClusterRt {
     pub auth: String,
     /// The thread budget, when the cluster has a `threads` section.
     pub budget: Option<Arc<crate::budget::ClusterBudget>>,
+    /// Recent answer-head times per route: one per shard, then fan-out and sessions.
+    head_times: Vec<HeadTimes>,
+}
+
+impl ClusterRt {
+    /// The recent answer-head times of the route a query takes.
+    pub fn head_times(&self, target: Target) -> &HeadTimes {
+        let fanout = self.head_times.len() - 1;
+        match target {
+            Target::Shard(s) => self.head_times.get(s).unwrap_or(&self.head_times[fanout]),
+            Target::Any | Target::Session(_) => &self.head_times[fanout],
+        }
+    }
 }
 
 pub struct UserRt {
@@ -32,6 +47,8 @@ pub struct State {
     pub users: BTreeMap<String, UserRt>,
     pub global: Limiter,
     pub upstream: Arc<Upstream>,
+    /// The same, as the attempt loop sees it.
+    pub backend: Arc<dyn Backend>,
     pub metrics: Arc<Metrics>,
     pub retry_budget: TpsBudget,
     health_tasks: Vec<tokio::task::AbortHandle>,
@@ -51,7 +68,7 @@ impl State {
         let replicas: Vec<_> =
             config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
-        let upstream = Arc::new(Upstream::new(&config.pool, idle)?);
+        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas)?);
         let mut clusters = BTreeMap::new();
         let mut health_tasks = Vec::new();
         for (name, c) in &config.clusters {
@@ -76,7 +93,8 @@ impl State {
                 }
                 None => None,
             };
-            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth, budget });
+            let head_times = (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
+            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times });
         }
         let users = config
             .users
@@ -101,6 +119,7 @@ impl State {
             config,
             clusters,
             users,
+            backend: upstream.clone(),
             upstream,
             metrics,
             health_tasks,

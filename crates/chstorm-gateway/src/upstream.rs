@@ -1,4 +1,7 @@
-//! Backend connections: one hyper client whose pool keeps connections alive per replica.
+//! Backend connections: one hyper client (and so one pool of kept-alive connections) per
+//! replica, behind the [`Backend`] trait so the attempt logic runs against a fake in unit tests.
+//! A replica marked down gets a fresh, empty pool ([`Backend::reset_pool`]): connections to a
+//! server that is shutting down or hung are not handed out again.
 //!
 //! The pool's idle timeout must sit below the server's `keep_alive_timeout`, or the pool hands
 //! out a connection the server is closing at that moment (chproxy's race). With `auto` the
@@ -7,6 +10,7 @@
 //! 2.5 s). TCP_NODELAY is set; the number of idle connections per replica is bounded.
 
 use crate::config::{IdleTimeout, PoolCfg, ReplicaAddr};
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty};
@@ -14,6 +18,9 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,12 +41,47 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
+type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>;
+/// A boxed future, as the [`Backend`] trait returns them.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+/// Why a backend request got no answer head.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    /// The connection could not be made: the query certainly did not run.
+    pub connect: bool,
+    pub message: String,
+}
+
+/// The backends as the attempt loop sees them.
+pub trait Backend: Send + Sync + 'static {
+    /// Sends `req` to `replica` (on a pooled connection when there is one); resolves with the
+    /// answer head. Dropping the future drops the connection.
+    fn send(
+        &self,
+        replica: &ReplicaAddr,
+        req: hyper::Request<GBody>,
+    ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>>;
+    /// `KILL QUERY WHERE query_id = '...' ASYNC` on `replica`, authenticated by `auth` (an
+    /// `Authorization` header value); true when the server accepted it. Bounded by 5 s.
+    fn kill(&self, replica: &ReplicaAddr, auth: &str, query_id: &str) -> BoxFuture<bool>;
+    /// Forgets the idle pooled connections to `replica` (it went down).
+    fn reset_pool(&self, replica: &ReplicaAddr);
+}
+
 pub struct Upstream {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
+    /// For KILL QUERY and the thread budget's polls.
+    client: HttpsClient,
+    /// One pool per replica base URL (`http://host:port`), swapped for a fresh one when the
+    /// replica goes down.
+    pools: HashMap<String, ArcSwap<HttpsClient>>,
+    /// Builds a fresh per-replica client.
+    make_pool: Box<dyn Fn() -> HttpsClient + Send + Sync>,
     /// For health probes: no pooling, so every probe tests the replica's listener. A server in
     /// graceful shutdown closes its listener but still answers on open connections; a probe over
     /// a pooled connection would call it healthy.
-    probe_client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
+    probe_client: HttpsClient,
     pub idle_timeout: Duration,
 }
 
@@ -66,7 +108,8 @@ fn webpki_roots_list() -> Vec<rustls::pki_types::TrustAnchor<'static>> {
 }
 
 impl Upstream {
-    pub fn new(cfg: &PoolCfg, idle_timeout: Duration) -> Result<Upstream, String> {
+    /// A pool for each of `replicas`, plus the shared client for kills and budget polls.
+    pub fn new(cfg: &PoolCfg, idle_timeout: Duration, replicas: &[ReplicaAddr]) -> Result<Upstream, String> {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout.0));
@@ -76,12 +119,19 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(idle_timeout)
-            .pool_max_idle_per_host(cfg.max_idle_per_replica)
-            .build(https.clone());
+        let max_idle = cfg.max_idle_per_replica;
+        let pooled = https.clone();
+        let make_pool = move || {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(idle_timeout)
+                .pool_max_idle_per_host(max_idle)
+                .pool_timer(hyper_util::rt::TokioTimer::new())
+                .build(pooled.clone())
+        };
+        let client = make_pool();
+        let pools = replicas.iter().map(|r| (r.base.clone(), ArcSwap::from_pointee(make_pool()))).collect();
         let probe_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
-        Ok(Upstream { client, probe_client, idle_timeout })
+        Ok(Upstream { client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
     }
 
     /// The idle timeout to use: fixed, or learned from the replicas' `Keep-Alive` headers.
@@ -89,7 +139,7 @@ impl Upstream {
         match cfg.idle_timeout {
             IdleTimeout::Fixed(d) => d,
             IdleTimeout::Auto => {
-                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1)) else { return FALLBACK_IDLE };
+                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), &[]) else { return FALLBACK_IDLE };
                 let mut learned: Option<Duration> = None;
                 for r in replicas {
                     if let Some(t) = probe.keepalive_timeout(r).await {
@@ -134,20 +184,54 @@ impl Upstream {
         self.client.request(req).await
     }
 
-    /// `KILL QUERY WHERE query_id = '...'` on a replica, as `user`.
-    pub async fn kill(&self, r: &ReplicaAddr, auth: &str, query_id: &str) -> bool {
+    /// The pool of `replica` (the shared client for a replica not in the config).
+    fn pool(&self, replica: &ReplicaAddr) -> HttpsClient {
+        match self.pools.get(&replica.base) {
+            Some(p) => HttpsClient::clone(&p.load()),
+            None => self.client.clone(),
+        }
+    }
+}
+
+impl Backend for Upstream {
+    fn send(
+        &self,
+        replica: &ReplicaAddr,
+        req: hyper::Request<GBody>,
+    ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>> {
+        let pool = self.pool(replica);
+        Box::pin(async move {
+            match pool.request(req).await {
+                Ok(resp) => Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
+                Err(e) => {
+                    let source = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+                    Err(BackendError { connect: e.is_connect(), message: format!("{e}{source}") })
+                }
+            }
+        })
+    }
+
+    fn kill(&self, replica: &ReplicaAddr, auth: &str, query_id: &str) -> BoxFuture<bool> {
         let sql =
             format!("KILL QUERY WHERE query_id = '{}' ASYNC", query_id.replace('\\', "\\\\").replace('\'', "\\'"));
-        let Ok(req) = hyper::Request::post(format!("{}/", r.base)).header("authorization", auth).body(full(sql)) else {
-            return false;
-        };
-        match tokio::time::timeout(Duration::from_secs(5), self.client.request(req)).await {
-            Ok(Ok(resp)) => {
-                let ok = resp.status().is_success();
-                let _ = resp.into_body().collect().await;
-                ok
+        let req = hyper::Request::post(format!("{}/", replica.base)).header("authorization", auth).body(full(sql));
+        let client = self.client.clone();
+        Box::pin(async move {
+            let Ok(req) = req else { return false };
+            match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
+                Ok(Ok(resp)) => {
+                    let ok = resp.status().is_success();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), resp.into_body().collect()).await;
+                    ok
+                }
+                _ => false,
             }
-            _ => false,
+        })
+    }
+
+    fn reset_pool(&self, replica: &ReplicaAddr) {
+        if let Some(p) = self.pools.get(&replica.base) {
+            p.store(Arc::new((self.make_pool)()));
         }
     }
 }

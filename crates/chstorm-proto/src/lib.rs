@@ -5,10 +5,13 @@
 //! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412).
 //! * [`stream`]: TCP or TLS byte streams with connect timeouts.
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
+//! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,
+//!   exception parsing, statement kinds.
 
 pub mod error;
 pub mod http;
 pub mod native;
+pub mod rules;
 pub mod stream;
 pub mod target;
 

@@ -143,10 +143,11 @@ fn auth_networks_settings_and_readonly_are_enforced() {
         &format!("{url}/?max_threads=1"),
     ]);
     assert_eq!((s, b.trim()), (200, "1"), "an allowed setting passes");
-    // The backend enforces read-only too (readonly=2), for anything the classifier let through.
+    // The backend enforces read-only too (readonly=1, sent last so the gateway's own settings
+    // before it still apply), for anything the classifier let through.
     let (s, _, b) =
         curl(&["-u", "ro:secret", "--data-binary", "SELECT value FROM system.settings WHERE name = 'readonly'", &url]);
-    assert_eq!((s, b.trim()), (200, "2"));
+    assert_eq!((s, b.trim()), (200, "1"));
 }
 
 #[test]
@@ -435,11 +436,13 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     let cfg = dir.path().join("gw.yaml");
     std::fs::write(&cfg, &text).unwrap();
     let log = dir.path().join("gw.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
-        .args(["gateway", "--config", cfg.to_str().unwrap()])
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut child = ChildGuard(
+        std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
+            .args(["gateway", "--config", cfg.to_str().unwrap()])
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let url = format!("http://127.0.0.1:{port}");
     let t = Instant::now();
     while curl(&[&format!("{url}/ping")]).0 != 200 {
@@ -448,7 +451,7 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     }
     let logs = || std::fs::read_to_string(&log).unwrap();
     assert!(logs().contains("\"pool_idle_timeout_ms\":2500"), "learned from Keep-Alive: timeout=3: {}", logs());
-    // gzip request body: passed through untouched (the gateway cannot read it, so it is not retried).
+    // gzip request body: the gateway reads it decompressed (to classify and route it) and forwards it.
     let gz = dir.path().join("q.gz");
     let out = std::process::Command::new("sh")
         .arg("-c")
@@ -467,20 +470,31 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     let (s, _, _) = curl(&["-u", "late:", "--data-binary", "SELECT 1", &url]);
     assert_eq!(s, 401);
     std::fs::write(&cfg, text.replace("users:\n", "users:\n  - name: late\n    cluster: storm\n")).unwrap();
-    unsafe { libc_kill(child.id() as i32, 1) };
+    unsafe { libc_kill(child.0.id() as i32, 1) };
     let t = Instant::now();
     while curl(&["-u", "late:", "--data-binary", "SELECT 1", &url]).0 != 200 {
         assert!(t.elapsed() < Duration::from_secs(10), "SIGHUP did not reload: {}", logs());
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(logs().contains("config reloaded"));
-    unsafe { libc_kill(child.id() as i32, 15) };
-    let _ = child.wait();
+    unsafe { libc_kill(child.0.id() as i32, 15) };
+    let _ = child.0.wait();
     let all = logs();
     assert!(all.contains("gw-log-test"), "the failing query's log line has its query_id: {all}");
     assert!(!all.contains("hunter2"), "a password reached the logs: {all}");
     for line in all.lines().filter(|l| l.starts_with('{')) {
         serde_json::from_str::<serde_json::Value>(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}"));
+    }
+}
+
+/// Kills the child when the test ends, passed or failed (a failed assertion must not leave a
+/// gateway running, holding the test's output pipe open).
+struct ChildGuard(std::process::Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 

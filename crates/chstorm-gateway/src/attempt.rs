@@ -1,0 +1,488 @@
+//! `attempts`: sends a planned request to replicas until one answers, and decides, through a
+//! [`Policy`] shaped like tower's `retry::Policy` and `hedge::Policy`, when to retry, when to
+//! hedge and when to stop.
+//!
+//! Each attempt owns, as RAII values, its replica's in-flight count ([`InFlight`]), its thread
+//! grant ([`Grant`]) and its KILL guard ([`KillGuard`]); whatever ends an attempt (a faster copy
+//! won, its replica went down, the client left, the deadline passed) drops them, which cancels
+//! its query on the server. The winner's values go on with the answer's body.
+//!
+//! What may happen (the plan's [`Latitude`] says which apply):
+//! * **hedge**: an idempotent read without an answer head after the per-try deadline
+//!   ([`crate::hedge`]) gets a copy on another healthy replica of the same shard; the first
+//!   answer head wins, the other copy is cancelled (dropped, then `KILL QUERY` by query_id on its
+//!   replica), and the slower replica is penalised so selection steers away from it;
+//! * **re-issue on down**: an idempotent read waiting on a replica that gets marked down
+//!   (probe or passive detection) is cancelled and sent elsewhere at once;
+//! * **retry**: after a failure that proves the query did not run (connect refused, ClickHouse
+//!   codes 202, 209, 210, 279) or, for reads, whose outcome is unknown (reset before the head);
+//! * never for writes after they may have run, never in a session, never after the first byte
+//!   of an answer went to the client (the loop ends at the first answer head).
+//!
+//! Hedges and retries draw on one retry budget (tower's `TpsBudget`), so a sick cluster is not
+//! stormed. I/O goes through [`Backend`], so all of this runs in unit tests against a fake
+//! backend in paused time.
+
+use crate::balancer::Balancer;
+use crate::body::KillGuard;
+use crate::budget::{ClusterBudget, Grant};
+use crate::config::Hedging;
+use crate::hedge::HeadTimes;
+use crate::metrics::Metrics;
+use crate::plan::{Latitude, Plan, Target};
+use crate::replica::{InFlight, Replica};
+use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody};
+use bytes::Bytes;
+use chstorm_proto::rules::{http_exception_code, retry_safe_code};
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+use tower::retry::budget::{Budget, TpsBudget};
+
+/// Largest error answer read from a backend to find its exception code (64 KiB).
+const MAX_ERROR_BODY: usize = 64 << 10;
+/// Longest wait for the rest of an error answer once its head came: 10 s.
+const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why an attempt ended without an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection could not be made: the query never reached the server.
+    Unsent(String),
+    /// The connection broke before the answer head: the query's fate is unknown.
+    Lost(String),
+    /// ClickHouse answered with a code proving the query did not run (202, 209, 210, 279).
+    Busy(i32),
+    /// The replica was marked down while the attempt waited.
+    Down,
+}
+
+/// What to do after an attempt failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Send the request to another replica (if the budget allows).
+    Retry,
+    /// Give the failure to the client.
+    Stop,
+}
+
+/// The retry and hedge rules for one request, shaped like tower's `retry::Policy` (a decision
+/// per failed attempt) and `hedge::Policy` (may this request be hedged).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub latitude: Latitude,
+    /// At most this many attempts in all (replicas + 1).
+    pub max_attempts: usize,
+    /// At most this many extra copies in flight at once.
+    pub max_extra: usize,
+    /// The per-try deadline (None: no hedging).
+    pub hedge_after: Option<Duration>,
+}
+
+impl Policy {
+    /// tower's `retry::Policy::retry`: after `failure`, with `attempts` made so far.
+    pub fn retry(&self, failure: &Failure, attempts: usize) -> Decision {
+        if attempts >= self.max_attempts {
+            return Decision::Stop;
+        }
+        let ok = match failure {
+            Failure::Unsent(_) => self.latitude.resend_unsent,
+            Failure::Lost(_) | Failure::Busy(_) => self.latitude.retry,
+            Failure::Down => self.latitude.hedge,
+        };
+        if ok {
+            Decision::Retry
+        } else {
+            Decision::Stop
+        }
+    }
+
+    /// tower's `hedge::Policy::can_retry`: may another copy start now, with `running` attempts in
+    /// flight and `attempts` made so far?
+    pub fn can_hedge(&self, running: usize, attempts: usize) -> bool {
+        self.latitude.hedge
+            && self.hedge_after.is_some()
+            && running < 1 + self.max_extra
+            && attempts < self.max_attempts
+    }
+}
+
+/// What the attempts share: the backends, the cluster's replicas and budgets, the metrics.
+pub struct Ctx<'a> {
+    pub backend: &'a Arc<dyn Backend>,
+    pub balancer: &'a Balancer,
+    pub threads: Option<&'a Arc<ClusterBudget>>,
+    /// The backends' `Authorization` header value.
+    pub auth: &'a str,
+    pub retry_budget: &'a TpsBudget,
+    pub metrics: &'a Arc<Metrics>,
+    pub hedging: &'a Hedging,
+    /// The route's recent answer-head times.
+    pub head_times: &'a HeadTimes,
+}
+
+/// The client's body, as the attempts send it.
+pub enum SendBody {
+    /// Held whole: every attempt sends a copy.
+    Held(Bytes),
+    /// Streamed: only the first attempt can send it.
+    Once(Option<GBody>),
+}
+
+/// The attempt whose answer goes to the client, with what must live as long as its body.
+pub struct Won {
+    pub replica: Arc<Replica>,
+    pub inflight: InFlight,
+    pub grant: Option<Grant>,
+    pub guard: KillGuard,
+}
+
+/// How the attempts ended.
+pub enum Outcome {
+    /// An answer head (success, or an error answer to pass on, its body already read).
+    Answer { resp: Response<GBody>, won: Won, retries: u32, hedged: bool },
+    /// No answer: the status and the one-line message for the client.
+    Failed { status: StatusCode, message: String, replica: Option<Arc<Replica>>, retries: u32 },
+}
+
+enum AttemptEnd {
+    Head(Response<GBody>),
+    Failed(BackendError),
+    Down,
+}
+
+struct Running {
+    hedge: bool,
+    started: Instant,
+    inflight: InFlight,
+    grant: Option<Grant>,
+    guard: KillGuard,
+    fut: BoxFuture<AttemptEnd>,
+}
+
+impl Running {
+    fn id(&self) -> (usize, usize) {
+        let r = self.inflight.replica();
+        (r.shard, r.index)
+    }
+    /// Ends the attempt: its query is cancelled on the server for `reason`.
+    fn cancel(mut self, reason: &'static str) {
+        self.guard.reason = reason;
+    }
+}
+
+enum Event {
+    Deadline,
+    Hedge,
+    Ended(usize, AttemptEnd),
+}
+
+/// Runs the attempts for `plan`.
+pub async fn run(plan: &Plan, method: &Method, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+    let policy = Policy {
+        latitude: plan.latitude,
+        max_attempts: ctx.balancer.replicas().count() + 1,
+        max_extra: ctx.hedging.max_extra,
+        hedge_after: ctx.head_times.deadline(ctx.hedging),
+    };
+    ctx.retry_budget.deposit();
+    let mut running: Vec<Running> = Vec::with_capacity(2);
+    // Replicas not to pick again: one that refused a connection, went down or was busy; one
+    // whose (perhaps pooled, stale) connection broke a second time.
+    let mut tried: Vec<(usize, usize)> = Vec::new();
+    let mut lost_once: Vec<(usize, usize)> = Vec::new();
+    let (mut attempts, mut retries, mut hedged) = (0usize, 0u32, false);
+    let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
+
+    // The first attempt.
+    let Some(first) = start(plan, method, &mut body, ctx, &[], false).await else {
+        return no_replica(plan, None, 0, 0);
+    };
+    attempts += 1;
+    running.push(first);
+    let mut hedge_timer: Option<Pin<Box<tokio::time::Sleep>>> =
+        policy.hedge_after.filter(|_| policy.can_hedge(1, 1)).map(|d| Box::pin(tokio::time::sleep(d)));
+
+    loop {
+        let event = std::future::poll_fn(|cx| {
+            if deadline.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Deadline);
+            }
+            if let Some(t) = hedge_timer.as_mut() {
+                if t.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Hedge);
+                }
+            }
+            for (i, a) in running.iter_mut().enumerate() {
+                if let Poll::Ready(end) = a.fut.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Ended(i, end));
+                }
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Deadline => {
+                let replica = running.first().map(|a| a.inflight.replica().clone());
+                for a in running.drain(..) {
+                    a.cancel("timeout");
+                }
+                return Outcome::Failed {
+                    status: StatusCode::GATEWAY_TIMEOUT,
+                    message: format!(
+                        "Code: 159. chstorm gateway: no answer within {} s; the query was killed",
+                        plan.head_timeout.as_secs()
+                    ),
+                    replica,
+                    retries,
+                };
+            }
+            Event::Hedge => {
+                hedge_timer = None;
+                ctx.metrics.per_try_timeouts.inc();
+                if policy.can_hedge(running.len(), attempts) && ctx.retry_budget.withdraw() {
+                    if let Some(a) = start(plan, method, &mut body, ctx, &excluded(&tried, &running), true).await {
+                        attempts += 1;
+                        hedged = true;
+                        ctx.metrics.hedges.inc();
+                        running.push(a);
+                        if policy.can_hedge(running.len(), attempts) {
+                            hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+                        }
+                    }
+                } else if policy.can_hedge(running.len(), attempts) {
+                    ctx.metrics.budget_exhausted.inc();
+                }
+            }
+            Event::Ended(i, end) => {
+                let mut a = running.swap_remove(i);
+                let replica = a.inflight.replica().clone();
+                let (failure, detail) = match end {
+                    AttemptEnd::Head(resp) if resp.status().is_success() => {
+                        ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
+                        if a.hedge {
+                            ctx.metrics.hedge_wins.inc();
+                        }
+                        for l in running.drain(..) {
+                            // A copy still without a head lost the race: its replica is slower.
+                            l.inflight.replica().lost_race();
+                            l.cancel("hedge_lost");
+                        }
+                        let won = Won { replica, inflight: a.inflight, grant: a.grant, guard: a.guard };
+                        return Outcome::Answer { resp, won, retries, hedged };
+                    }
+                    AttemptEnd::Head(resp) => {
+                        // An error answer: small; read it to find the code.
+                        a.guard.disarm();
+                        let (parts, rbody) = resp.into_parts();
+                        let text = tokio::time::timeout(ERROR_BODY_TIMEOUT, read_limited(rbody, MAX_ERROR_BODY))
+                            .await
+                            .unwrap_or_default();
+                        let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
+                        match http_exception_code(header, &text) {
+                            Some(code) if retry_safe_code(code) => {
+                                if ctx.balancer.report_failure(&replica) {
+                                    went_down(ctx, &replica, &format!("ClickHouse code {code}"), &plan.query_id);
+                                }
+                                tried.push((replica.shard, replica.index));
+                                (Failure::Busy(code), String::from_utf8_lossy(&text).trim().to_string())
+                            }
+                            _ => {
+                                // A real answer (a wrong query is wrong everywhere): it wins.
+                                for l in running.drain(..) {
+                                    l.cancel("hedge_lost");
+                                }
+                                let resp = Response::from_parts(parts, full(text));
+                                let won = Won { replica, inflight: a.inflight, grant: a.grant, guard: a.guard };
+                                return Outcome::Answer { resp, won, retries, hedged };
+                            }
+                        }
+                    }
+                    AttemptEnd::Failed(e) => {
+                        // Nothing came back: the query did not run (connect), or its connection
+                        // broke and the server cancels it.
+                        a.guard.disarm();
+                        let id = (replica.shard, replica.index);
+                        if e.connect || lost_once.contains(&id) {
+                            tried.push(id);
+                        } else {
+                            lost_once.push(id);
+                        }
+                        if ctx.balancer.report_failure(&replica) {
+                            went_down(ctx, &replica, &e.message, &plan.query_id);
+                        }
+                        let detail = format!("replica {} ({}) failed: {}", replica.label(), replica.addr.base, e);
+                        if e.connect {
+                            (Failure::Unsent(e.message), detail)
+                        } else {
+                            (Failure::Lost(e.message), detail)
+                        }
+                    }
+                    AttemptEnd::Down => {
+                        tried.push((replica.shard, replica.index));
+                        a.cancel("replica_down");
+                        (Failure::Down, format!("replica {} went down", replica.label()))
+                    }
+                };
+                if !running.is_empty() {
+                    // Another copy is still on its way: wait for it.
+                    continue;
+                }
+                let status = match failure {
+                    Failure::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::BAD_GATEWAY,
+                };
+                let give_up =
+                    |message: String| Outcome::Failed { status, message, replica: Some(replica.clone()), retries };
+                if policy.retry(&failure, attempts) == Decision::Stop {
+                    return give_up(failed_message(&failure, &detail));
+                }
+                if !ctx.retry_budget.withdraw() {
+                    ctx.metrics.budget_exhausted.inc();
+                    return give_up(failed_message(&failure, &detail));
+                }
+                match start(plan, method, &mut body, ctx, &excluded(&tried, &running), false).await {
+                    Some(a) => {
+                        attempts += 1;
+                        retries += 1;
+                        ctx.metrics.retries.inc();
+                        running.push(a);
+                        if policy.can_hedge(running.len(), attempts) {
+                            hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+                        }
+                    }
+                    // No replica left: the last failure says more than "no replica".
+                    None => return give_up(failed_message(&failure, &detail)),
+                }
+            }
+        }
+    }
+}
+
+/// Reads at most `limit` bytes of `body` (what came before an error, if one comes).
+async fn read_limited(mut body: GBody, limit: usize) -> Bytes {
+    let mut buf = bytes::BytesMut::new();
+    while buf.len() < limit {
+        match body.frame().await {
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    buf.extend_from_slice(&d[..d.len().min(limit - buf.len())]);
+                }
+            }
+            _ => break,
+        }
+    }
+    buf.freeze()
+}
+
+/// Replicas a new attempt must not go to: those tried, and those with an attempt running.
+fn excluded(tried: &[(usize, usize)], running: &[Running]) -> Vec<(usize, usize)> {
+    tried.iter().copied().chain(running.iter().map(Running::id)).collect()
+}
+
+/// The client's message when the attempts give up: a busy server's own exception text, else a
+/// ClickHouse-style NETWORK_ERROR line.
+fn failed_message(failure: &Failure, detail: &str) -> String {
+    match failure {
+        Failure::Busy(_) => detail.to_string(),
+        _ => format!("Code: 210. chstorm gateway: {detail}"),
+    }
+}
+
+fn no_replica(plan: &Plan, replica: Option<Arc<Replica>>, attempts: usize, retries: u32) -> Outcome {
+    let shard = match plan.target {
+        Target::Shard(s) => format!(" for shard {}", s + 1),
+        _ => String::new(),
+    };
+    Outcome::Failed {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: format!("Code: 279. chstorm gateway: no replica left to try{shard} after {attempts} attempts"),
+        replica,
+        retries,
+    }
+}
+
+/// A replica was just marked down by a failed request: forget its pooled connections and log.
+fn went_down(ctx: &Ctx<'_>, replica: &Replica, why: &str, query_id: &str) {
+    ctx.backend.reset_pool(&replica.addr);
+    crate::log::log(
+        "warn",
+        "replica down (request failed)",
+        serde_json::json!({"replica": replica.label(), "url": replica.addr.base, "error": why, "query_id": query_id}),
+    );
+}
+
+/// Starts an attempt on a replica not tried and not running: picks it, takes its thread grant,
+/// builds the request and sends it. None when no replica is left (or a streamed body is gone).
+async fn start(
+    plan: &Plan,
+    method: &Method,
+    body: &mut SendBody,
+    ctx: &Ctx<'_>,
+    exclude: &[(usize, usize)],
+    hedge: bool,
+) -> Option<Running> {
+    let inflight = match plan.target {
+        Target::Shard(s) => ctx.balancer.pick(Some(s), exclude),
+        Target::Any => ctx.balancer.pick(None, exclude),
+        Target::Session(h) => ctx.balancer.pick_sticky(h, exclude),
+    }?;
+    let replica = inflight.replica().clone();
+    if hedge && !replica.is_healthy() {
+        // A hedge goes only to a healthy replica; the pick fell back to a down one.
+        return None;
+    }
+    let grant = match (ctx.threads, plan.want_threads) {
+        (Some(b), Some(want)) => b.acquire(&replica, want, &plan.query_id).await,
+        _ => None,
+    };
+    let uri = format!("{}{}", replica.addr.base, plan.path_and_query(grant.as_ref().map(Grant::threads)));
+    let req_body = match body {
+        SendBody::Held(b) => match &plan.replace_body {
+            Some(text) => full(Bytes::from(text.clone())),
+            None => full(b.clone()),
+        },
+        SendBody::Once(b) => b.take()?,
+    };
+    let mut req = Request::builder().method(method.clone()).uri(uri).body(req_body).ok()?;
+    *req.headers_mut() = plan.headers.clone();
+    req.headers_mut()
+        .insert("authorization", http::HeaderValue::from_str(ctx.auth).unwrap_or(http::HeaderValue::from_static("")));
+    // The query may start running as soon as it is sent: guard it from here on.
+    let guard = KillGuard {
+        armed: true,
+        reason: "client_gone",
+        query_id: plan.query_id.clone(),
+        replica: replica.addr.clone(),
+        auth: ctx.auth.to_string(),
+        backend: ctx.backend.clone(),
+        metrics: ctx.metrics.clone(),
+    };
+    let send = ctx.backend.send(&replica.addr, req);
+    // Only attempts that may move listen to the replica going down.
+    let down = plan.latitude.hedge.then(|| replica.down_signal());
+    let fut: BoxFuture<AttemptEnd> = Box::pin(async move {
+        let sent = async {
+            match send.await {
+                Ok(resp) => AttemptEnd::Head(resp),
+                Err(e) => AttemptEnd::Failed(e),
+            }
+        };
+        match down {
+            Some(token) => tokio::select! {
+                biased;
+                _ = token.cancelled() => AttemptEnd::Down,
+                end = sent => end,
+            },
+            None => sent.await,
+        }
+    });
+    Some(Running { hedge, started: Instant::now(), inflight, grant, guard, fut })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,377 @@
+//! The attempt loop against a fake backend, in paused time: every decision is deterministic.
+
+use super::*;
+use crate::config::{Config, HedgeDelay, User};
+use crate::plan::{plan, BodyShape, PlanInput};
+use http::HeaderMap;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+const EXAMPLE: &str = include_str!("../../../../docs/gateway.example.yaml");
+const R11: &str = "http://127.0.0.1:18123";
+const R12: &str = "http://127.0.0.1:18124";
+const R21: &str = "http://127.0.0.1:18125";
+const R22: &str = "http://127.0.0.1:18126";
+
+/// What a fake replica does with a request.
+#[derive(Clone, Copy, Debug)]
+enum Behave {
+    /// Answers after a delay with a status and a body.
+    Answer(Duration, u16, &'static str),
+    /// Accepts and never answers (a SIGSTOPped server).
+    Hang,
+    /// Refuses the connection.
+    Refuse,
+    /// Breaks the connection after a delay.
+    Reset(Duration),
+}
+
+#[derive(Default)]
+struct Fake {
+    behave: Mutex<HashMap<&'static str, Behave>>,
+    sent: Mutex<Vec<(String, String)>>,
+    kills: Mutex<Vec<(String, String)>>,
+    resets: Mutex<Vec<String>>,
+}
+
+impl Fake {
+    fn with(rules: &[(&'static str, Behave)]) -> Arc<Fake> {
+        let f = Fake::default();
+        f.behave.lock().unwrap().extend(rules.iter().copied());
+        Arc::new(f)
+    }
+    fn sent_to(&self) -> Vec<String> {
+        self.sent.lock().unwrap().iter().map(|(b, _)| b.clone()).collect()
+    }
+    fn kills(&self) -> Vec<(String, String)> {
+        self.kills.lock().unwrap().clone()
+    }
+}
+
+impl Backend for Fake {
+    fn send(
+        &self,
+        replica: &crate::config::ReplicaAddr,
+        req: Request<GBody>,
+    ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
+        self.sent.lock().unwrap().push((replica.base.clone(), req.uri().to_string()));
+        let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
+        Box::pin(async move {
+            match b {
+                Behave::Answer(d, status, body) => {
+                    tokio::time::sleep(d).await;
+                    let mut r = Response::new(full(body));
+                    *r.status_mut() = StatusCode::from_u16(status).unwrap();
+                    Ok(r)
+                }
+                Behave::Hang => std::future::pending().await,
+                Behave::Refuse => Err(BackendError { connect: true, message: "connection refused".into() }),
+                Behave::Reset(d) => {
+                    tokio::time::sleep(d).await;
+                    Err(BackendError { connect: false, message: "connection reset".into() })
+                }
+            }
+        })
+    }
+    fn kill(&self, replica: &crate::config::ReplicaAddr, _auth: &str, query_id: &str) -> BoxFuture<bool> {
+        self.kills.lock().unwrap().push((replica.base.clone(), query_id.to_string()));
+        Box::pin(async { true })
+    }
+    fn reset_pool(&self, replica: &crate::config::ReplicaAddr) {
+        self.resets.lock().unwrap().push(replica.base.clone());
+    }
+}
+
+struct World {
+    cfg: Config,
+    balancer: Balancer,
+    metrics: Arc<Metrics>,
+    backend: Arc<dyn Backend>,
+    budget: TpsBudget,
+    head_times: HeadTimes,
+}
+
+impl World {
+    fn new(fake: &Arc<Fake>) -> World {
+        let cfg = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
+        let balancer = Balancer::new(&cfg.clusters["storm"]);
+        World {
+            cfg,
+            balancer,
+            metrics: Arc::new(Metrics::default()),
+            backend: fake.clone(),
+            budget: TpsBudget::new(Duration::from_secs(10), 10, 0.1),
+            head_times: HeadTimes::default(),
+        }
+    }
+
+    fn user(&self) -> User {
+        self.cfg.users["default"].clone()
+    }
+
+    fn plan(&self, sql: &str, shape: BodyShape) -> Plan {
+        let h = HeaderMap::new();
+        let input =
+            PlanInput { method: &Method::POST, path: "/", headers: &h, params: vec![], sql: Some(sql), body: shape };
+        plan(input, &self.user(), &self.cfg.clusters["storm"], None, || "qid-1".into()).unwrap()
+    }
+
+    async fn run(&self, plan: &Plan, body: SendBody) -> Outcome {
+        let ctx = Ctx {
+            backend: &self.backend,
+            balancer: &self.balancer,
+            threads: None,
+            auth: "Basic x",
+            retry_budget: &self.budget,
+            metrics: &self.metrics,
+            hedging: &self.cfg.hedging,
+            head_times: &self.head_times,
+        };
+        run(plan, &Method::POST, body, &ctx).await
+    }
+}
+
+/// A routed read: shop 123 lives on shard 2 (replicas R21, R22).
+const ROUTED_READ: &str = "SELECT * FROM items WHERE shop_id = 123";
+
+/// The replica that answered and whether a hedge was sent; the answer counts as read to its
+/// end (its KILL guard disarmed), as a client that got the whole answer.
+fn answered(o: &mut Outcome) -> (String, bool) {
+    match o {
+        Outcome::Answer { won, hedged, .. } => {
+            won.guard.disarm();
+            (won.replica.addr.base.clone(), *hedged)
+        }
+        Outcome::Failed { status, message, .. } => panic!("failed: {status} {message}"),
+    }
+}
+
+/// Lets spawned KILL tasks run.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+fn held() -> SendBody {
+    SendBody::Held(Bytes::new())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    assert_eq!(p.target, Target::Shard(1));
+    // Whichever replica is picked first hangs; the other answers in 5 ms.
+    let t0 = tokio::time::Instant::now();
+    let first = {
+        let fake2 = fake.clone();
+        let w2 = &w;
+        let run = w2.run(&p, held());
+        tokio::pin!(run);
+        // Let the first attempt start, then make the other replica fast.
+        tokio::select! { _ = &mut run => unreachable!("nothing answers yet"), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+        let first = fake2.sent_to()[0].clone();
+        let other = if first == R21 { R22 } else { R21 };
+        fake2.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+        let mut o = run.await;
+        let (winner, hedged) = answered(&mut o);
+        assert_eq!((winner.as_str(), hedged), (other, true));
+        first
+    };
+    // The cold per-try deadline is 100 ms; the hedge answered 5 ms later.
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + Duration::from_millis(5));
+    settle().await;
+    assert_eq!(fake.kills(), vec![(first.clone(), "qid-1".to_string())], "the loser is killed by its query_id");
+    assert_eq!((w.metrics.hedges.get(), w.metrics.hedge_wins.get(), w.metrics.per_try_timeouts.get()), (1, 1, 1));
+    // The slow replica is penalised: the next pick goes to the fast one.
+    let r = w.balancer.shards[1].iter().find(|r| r.addr.base == first).unwrap();
+    assert!(r.score(std::time::Instant::now()) > 3.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_marked_down_re_issues_its_waiting_reads_at_once() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let mut w = World::new(&fake);
+    w.cfg.hedging.delay = HedgeDelay::Off;
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let run = w.run(&p, held());
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    let other = if first == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(2), 200, "1\n"));
+    // 3 s later a probe marks the hung replica down.
+    let t0 = tokio::time::Instant::now();
+    let (mut o, _) = tokio::join!(&mut run, async {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let r = w.balancer.replicas().find(|r| r.addr.base == first).unwrap().clone();
+        assert!(w.balancer.set_health(&r, false));
+    });
+    assert_eq!(answered(&mut o).0, other);
+    assert_eq!(t0.elapsed(), Duration::from_secs(3) + Duration::from_millis(2), "re-issued at once");
+    settle().await;
+    assert_eq!(fake.kills(), vec![(first, "qid-1".to_string())]);
+    assert_eq!(w.metrics.killed.get_or_create(&crate::metrics::KillLabel { reason: "replica_down" }).get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_exhausted_budget_means_no_hedge() {
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
+    ]);
+    let mut w = World::new(&fake);
+    w.budget = TpsBudget::new(Duration::from_secs(10), 0, 0.0);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let mut o = w.run(&p, held()).await;
+    assert!(!answered(&mut o).1, "not hedged");
+    assert_eq!(fake.sent_to().len(), 1);
+    assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 0, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_is_never_hedged_nor_re_issued() {
+    let fake = Fake::with(&[
+        (R11, Behave::Answer(Duration::from_secs(2), 200, "")),
+        (R12, Behave::Answer(Duration::from_secs(2), 200, "")),
+        (R21, Behave::Answer(Duration::from_secs(2), 200, "")),
+        (R22, Behave::Answer(Duration::from_secs(2), 200, "")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan("INSERT INTO t VALUES (1)", BodyShape::Held);
+    let run = w.run(&p, held());
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    // Even its replica going down does not move it.
+    let r = w.balancer.replicas().find(|r| r.addr.base == first).unwrap().clone();
+    w.balancer.set_health(&r, false);
+    let mut o = run.await;
+    assert_eq!(answered(&mut o), (first, false));
+    assert_eq!(fake.sent_to().len(), 1);
+    assert_eq!(w.metrics.hedges.get(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_is_never_sent_twice() {
+    let fake = Fake::with(&[
+        (R11, Behave::Reset(Duration::from_millis(1))),
+        (R12, Behave::Reset(Duration::from_millis(1))),
+        (R21, Behave::Reset(Duration::from_millis(1))),
+        (R22, Behave::Reset(Duration::from_millis(1))),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan("INSERT INTO t FORMAT TSV\n1\n", BodyShape::Streamed);
+    let o = w.run(&p, SendBody::Once(Some(full("1\n")))).await;
+    match o {
+        Outcome::Failed { status, message, retries, .. } => {
+            assert_eq!((status, retries), (StatusCode::BAD_GATEWAY, 0));
+            assert!(message.starts_with("Code: 210.") && message.contains("connection reset"), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("answered"),
+    }
+    assert_eq!(fake.sent_to().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried_for_reads() {
+    // A write whose first replica refuses the connection goes to another: it never ran.
+    let fake = Fake::with(&[
+        (R11, Behave::Refuse),
+        (R12, Behave::Refuse),
+        (R21, Behave::Refuse),
+        (R22, Behave::Answer(Duration::from_millis(1), 200, "")),
+    ]);
+    let w = World::new(&fake);
+    // R22 penalised: power of two choices never picks it first (it loses every comparison).
+    w.balancer.shards[1][1].lost_race();
+    let p = w.plan("INSERT INTO t VALUES (1)", BodyShape::Held);
+    let mut o = w.run(&p, held()).await;
+    assert_eq!(answered(&mut o).0, R22);
+    assert!(w.metrics.retries.get() >= 1);
+    // A read answered 202 (too many queries) by one replica goes to the other.
+    let fake = Fake::with(&[
+        (
+            R21,
+            Behave::Answer(
+                Duration::ZERO,
+                500,
+                "Code: 202, e.displayText() = DB::Exception: Too many simultaneous queries",
+            ),
+        ),
+        (
+            R22,
+            Behave::Answer(
+                Duration::ZERO,
+                500,
+                "Code: 202, e.displayText() = DB::Exception: Too many simultaneous queries",
+            ),
+        ),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, retries, .. } => {
+            assert_eq!((status, retries), (StatusCode::SERVICE_UNAVAILABLE, 1));
+            assert!(message.starts_with("Code: 202"), "the server's own message: {message}");
+        }
+        Outcome::Answer { .. } => panic!("answered"),
+    }
+    assert_eq!(fake.sent_to().len(), 2, "both replicas of the shard, then no replica left");
+    // A wrong query is wrong everywhere: its error answer is passed on at once.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::ZERO, 404, "Code: 60, e.displayText() = DB::Exception: Table x doesn't exist")),
+        (R22, Behave::Answer(Duration::ZERO, 404, "Code: 60")),
+    ]);
+    let w = World::new(&fake);
+    let o = w.run(&w.plan(ROUTED_READ, BodyShape::Held), held()).await;
+    match o {
+        Outcome::Answer { resp, retries, .. } => assert_eq!((resp.status().as_u16(), retries), (404, 0)),
+        Outcome::Failed { .. } => panic!("failed"),
+    }
+    assert_eq!(fake.sent_to().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_session_stays_on_its_replica() {
+    let fake =
+        Fake::with(&[(R11, Behave::Refuse), (R12, Behave::Refuse), (R21, Behave::Refuse), (R22, Behave::Refuse)]);
+    let w = World::new(&fake);
+    let h = HeaderMap::new();
+    let input = PlanInput {
+        method: &Method::POST,
+        path: "/",
+        headers: &h,
+        params: vec![("session_id".into(), "s1".into())],
+        sql: Some(ROUTED_READ),
+        body: BodyShape::Held,
+    };
+    let p = plan(input, &w.user(), &w.cfg.clusters["storm"], None, || "q".into()).unwrap();
+    assert!(matches!(w.run(&p, held()).await, Outcome::Failed { retries: 0, .. }));
+    assert_eq!(fake.sent_to().len(), 1, "a session's state lives on one replica: no retry elsewhere");
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_head_deadline_kills_every_copy() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let mut w = World::new(&fake);
+    let mut u = w.user();
+    u.max_execution_time = Some(Duration::from_secs(2));
+    w.cfg.users.insert("default".into(), u);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    assert_eq!(p.head_timeout, Duration::from_secs(3));
+    let t0 = tokio::time::Instant::now();
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+            assert!(message.starts_with("Code: 159."), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("answered"),
+    }
+    assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    settle().await;
+    let mut killed: Vec<String> = fake.kills().into_iter().map(|(r, _)| r).collect();
+    killed.sort();
+    assert_eq!(killed, vec![R21.to_string(), R22.to_string()], "the first copy and its hedge");
+}

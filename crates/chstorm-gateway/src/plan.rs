@@ -1,0 +1,483 @@
+//! `plan`: what to do with one request, decided from the request and its user alone. Pure: no
+//! I/O, no clocks, no randomness beyond the query_id it is given, so every rule is unit-tested.
+//!
+//! The plan applies the user's rules (read-only, settings allow-list, fixed settings, capped
+//! `max_execution_time`), decides the route (one shard, any replica, or the session's replica),
+//! builds the backend parameters in the order ClickHouse must see them, and says what the
+//! attempt loop may do with the request (retry, hedge, re-issue on a replica going down).
+//!
+//! Must not import the attempt loop, the backends or the server: it is called by both the HTTP
+//! path and (later) the native one.
+
+use crate::config::{Cluster, User};
+use crate::request::{encode_params, is_setting, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
+use chstorm_proto::rules::{statement_kind, StatementKind};
+use http::{HeaderMap, Method, StatusCode};
+use std::time::Duration;
+
+/// How long the gateway waits for a backend's answer head when the user has no
+/// max_execution_time: 10 minutes.
+pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Headers not passed from the client to a backend: hop-by-hop ones, the client's credentials
+/// (the gateway authenticates to the backends itself), the gateway's own, and the length (the
+/// forwarded body sets its own).
+const NOT_FORWARDED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "host",
+    "authorization",
+    "x-clickhouse-user",
+    "x-clickhouse-key",
+    SHARD_KEY_HEADER,
+    "content-length",
+];
+
+/// A request the gateway refuses, with the one-line reason sent to the client.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
+        Refusal { status, message: format!("chstorm gateway: {}", message.into()) }
+    }
+}
+
+/// The request body as the reader found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyShape {
+    /// Read whole (at most [`crate::read::MAX_HELD_BODY`]), decompressed when it was compressed.
+    Held,
+    /// Too big to hold: its head was read to classify the statement, the rest streams through.
+    Streamed,
+    /// Compressed in a way the gateway cannot read (`decompress=1`, ClickHouse's own block
+    /// format; or an unknown `Content-Encoding`): passed through unread.
+    Opaque,
+}
+
+/// What the plan was made from.
+#[derive(Debug, Clone)]
+pub struct PlanInput<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub headers: &'a HeaderMap,
+    /// The URL parameters, decoded, in order.
+    pub params: Vec<(String, String)>,
+    /// The statement as ClickHouse will read it: the `query` parameter joined with the body
+    /// (its head when streamed). None when the body is opaque and there is no `query` parameter.
+    pub sql: Option<&'a str>,
+    pub body: BodyShape,
+}
+
+/// Where the query goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A replica of this shard (0-based): a routed query.
+    Shard(usize),
+    /// Any replica (through the Distributed table: fan-out).
+    Any,
+    /// The replica its ClickHouse session lives on (a hash of `session_id`).
+    Session(u64),
+}
+
+impl Target {
+    /// The `route` label of metrics and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Target::Shard(_) => "routed",
+            Target::Any => "fanout",
+            Target::Session(_) => "session",
+        }
+    }
+}
+
+/// What the attempt loop may do with the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Latitude {
+    /// Send it again after a failure whose outcome is unknown or that proves nothing ran (a
+    /// read, held whole, not in a session).
+    pub retry: bool,
+    /// Send it again after a failure that proves it never reached the server (connect refused):
+    /// any held body, writes too.
+    pub resend_unsent: bool,
+    /// Send a second copy to another replica when the first is slow, and cancel it when its
+    /// replica goes down (a read, held whole, not in a session).
+    pub hedge: bool,
+}
+
+/// The decision for one request.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub kind: StatementKind,
+    pub target: Target,
+    pub query_id: String,
+    /// The backend URL's path and query up to (not including) the parts each attempt adds:
+    /// `/?a=1&b=2`, then the thread grant, then `&query_id=...` and, for read-only users, a
+    /// final `&readonly=1` (see [`Plan::path_and_query`]).
+    path_and_params: String,
+    /// `query_id=...[&readonly=1]`: last, so `readonly` applies to the query and not to the
+    /// gateway's own settings before it.
+    tail: String,
+    /// Headers to forward.
+    pub headers: HeaderMap,
+    /// The text to send as the body instead of the client's (a routed query's rewritten text).
+    pub replace_body: Option<String>,
+    /// The client's own `max_threads` wish, lowered to the budget's maximum; None without a
+    /// thread budget.
+    pub want_threads: Option<usize>,
+    /// Longest wait for an answer head.
+    pub head_timeout: Duration,
+    /// Longest time for the whole answer (max_execution_time + 1 s), when the user has one.
+    pub body_deadline: Option<Duration>,
+    pub latitude: Latitude,
+}
+
+impl Plan {
+    /// The path and query of one attempt, with its thread grant.
+    pub fn path_and_query(&self, threads: Option<usize>) -> String {
+        let sep = if self.path_and_params.ends_with('?') { "" } else { "&" };
+        match threads {
+            Some(n) => format!("{}{sep}max_threads={n}&{}", self.path_and_params, self.tail),
+            None => format!("{}{sep}{}", self.path_and_params, self.tail),
+        }
+    }
+}
+
+/// The hash of a session id that picks its replica.
+fn session_hash(id: &str) -> u64 {
+    // FNV-1a: stable across processes and gateway instances (std's hasher is randomly seeded).
+    id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+/// Makes the plan for a request of `user`, whose cluster is `cluster`. `query_id` is used when
+/// the client did not set one. `max_per_query` is the thread budget's per-query maximum when the
+/// cluster has a budget.
+pub fn plan(
+    input: PlanInput<'_>,
+    user: &User,
+    cluster: &Cluster,
+    max_per_query: Option<usize>,
+    query_id: impl FnOnce() -> String,
+) -> Result<Plan, Refusal> {
+    let PlanInput { method, path, headers, mut params, sql, body } = input;
+    let kind = sql.map_or(StatementKind::Write, statement_kind);
+
+    // The user's rules.
+    if user.readonly {
+        if body == BodyShape::Opaque && sql.is_none() {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "user '{}' is read-only and this body is compressed in a format the gateway cannot read \
+                     (decompress=1); send the query uncompressed or with Content-Encoding: gzip",
+                    user.name
+                ),
+            ));
+        }
+        if kind != StatementKind::Read {
+            return Err(Refusal::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "user '{}' is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed",
+                    user.name
+                ),
+            ));
+        }
+    }
+    if let Some((k, _)) = params.iter().find(|(k, _)| is_setting(k) && !user.allowed_settings.allows(k)) {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!("setting '{k}' is not allowed for user '{}'", user.name),
+        ));
+    }
+    if body == BodyShape::Streamed && kind == StatementKind::Read {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "a query over {} MiB; ClickHouse's max_query_size is far smaller: send less text (data goes after \
+                 INSERT ... FORMAT)",
+                crate::read::MAX_HELD_BODY >> 20
+            ),
+        ));
+    }
+
+    // Parameters for the backend: the client's, minus credentials and the gateway's own, plus
+    // the user's fixed settings and a capped max_execution_time.
+    let query_id = params
+        .iter()
+        .find(|(k, _)| k == "query_id")
+        .map(|(_, v)| v.clone())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(query_id);
+    let shard_key_param = params.iter().find(|(k, _)| k == SHARD_KEY_PARAM).map(|(_, v)| v.clone());
+    let session = params.iter().find(|(k, v)| k == "session_id" && !v.is_empty()).map(|(_, v)| session_hash(v));
+    params.retain(|(k, _)| !matches!(k.as_str(), "user" | "password" | "query_id" | "readonly" | SHARD_KEY_PARAM));
+    for (k, v) in &user.settings {
+        params.retain(|(pk, _)| pk != k);
+        params.push((k.clone(), v.clone()));
+    }
+    if let Some(max) = user.max_execution_time {
+        let client = params.iter().find(|(k, _)| k == "max_execution_time").and_then(|(_, v)| v.parse::<f64>().ok());
+        let secs = client.filter(|&c| c > 0.0).map_or(max.as_secs_f64(), |c| c.min(max.as_secs_f64()));
+        params.retain(|(k, _)| k != "max_execution_time");
+        params.push(("max_execution_time".into(), format!("{}", secs.ceil() as u64)));
+    }
+
+    // The route: one shard for a read that carries a key and names a routed table; the
+    // session's replica for a session (routing would lose its temporary tables and settings).
+    let header_key = headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok());
+    let mut replace_body = None;
+    let target = match (session, &cluster.routing, sql, kind) {
+        (Some(h), _, _, _) => Target::Session(h),
+        (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held => {
+            match router.route(text, shard_key_param.as_deref(), header_key) {
+                Ok(r) => {
+                    // The rewritten text replaces the whole statement: in the `query`
+                    // parameter for a GET (a GET stays read-only on the server), else as the body.
+                    if method == Method::GET {
+                        params.retain(|(k, _)| k != "query");
+                        params.push(("query".into(), r.sql));
+                        replace_body = Some(String::new());
+                    } else {
+                        params.retain(|(k, _)| k != "query");
+                        replace_body = Some(r.sql);
+                    }
+                    Target::Shard(r.shard)
+                }
+                Err(_) => Target::Any,
+            }
+        }
+        _ => Target::Any,
+    };
+
+    // The thread budget: the query wants max_per_query threads, or fewer when the client's (or
+    // the user's fixed) max_threads says so; each attempt sends its replica's grant instead.
+    let want_threads = max_per_query.map(|m| crate::budget::wanted(&params, m));
+    if want_threads.is_some() {
+        params.retain(|(k, _)| k != "max_threads");
+    }
+    let path_and_params = format!("{path}?{}", encode_params(&params));
+    let mut tail = encode_params(&[("query_id".to_string(), query_id.clone())]);
+    if user.readonly {
+        tail.push_str("&readonly=1");
+    }
+
+    let mut forwarded = HeaderMap::with_capacity(headers.len());
+    for (k, v) in headers {
+        if !NOT_FORWARDED.contains(&k.as_str()) {
+            forwarded.append(k.clone(), v.clone());
+        }
+    }
+    if replace_body.is_some() || body == BodyShape::Held {
+        // A held body is forwarded decompressed.
+        forwarded.remove("content-encoding");
+    }
+
+    let in_session = matches!(target, Target::Session(_));
+    let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
+    Ok(Plan {
+        kind,
+        target,
+        query_id,
+        path_and_params,
+        tail,
+        headers: forwarded,
+        replace_body,
+        want_threads,
+        head_timeout: user.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1)),
+        body_deadline: user.max_execution_time.map(|d| d + Duration::from_secs(1)),
+        latitude: Latitude {
+            retry: held_read,
+            resend_unsent: body == BodyShape::Held && !in_session,
+            hedge: held_read,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    const EXAMPLE: &str = include_str!("../../../docs/gateway.example.yaml");
+
+    fn cfg() -> Config {
+        Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap()
+    }
+
+    fn input<'a>(method: &'a Method, headers: &'a HeaderMap, query: &str, sql: Option<&'a str>) -> PlanInput<'a> {
+        PlanInput {
+            method,
+            path: "/",
+            headers,
+            params: crate::request::parse_params(Some(query)),
+            sql,
+            body: BodyShape::Held,
+        }
+    }
+
+    fn run(user: &User, query: &str, sql: &str) -> Result<Plan, Refusal> {
+        let c = cfg();
+        let h = HeaderMap::new();
+        plan(input(&Method::POST, &h, query, Some(sql)), user, &c.clusters["storm"], None, || "gen-1".into())
+    }
+
+    fn user(edit: impl FnOnce(&mut User)) -> User {
+        let mut u = cfg().users["default"].clone();
+        edit(&mut u);
+        u
+    }
+
+    #[test]
+    fn routes_reads_with_a_key_and_rewrites_the_body() {
+        let p = run(&user(|_| {}), "", "SELECT * FROM items WHERE shop_id = 123").unwrap();
+        assert_eq!(p.target, Target::Shard(1));
+        assert_eq!(p.replace_body.as_deref(), Some("SELECT * FROM items_local WHERE shop_id = 123"));
+        assert!(p.latitude.retry && p.latitude.hedge && p.latitude.resend_unsent);
+        let p = run(&user(|_| {}), "", "SELECT count() FROM items").unwrap();
+        assert_eq!((p.target, p.replace_body), (Target::Any, None));
+    }
+
+    #[test]
+    fn a_get_keeps_the_rewritten_query_in_the_url() {
+        let c = cfg();
+        let h = HeaderMap::new();
+        let sql = "SELECT * FROM items WHERE shop_id = 123";
+        let p = plan(
+            input(&Method::GET, &h, "query=SELECT%20*%20FROM%20items%20WHERE%20shop_id%20%3D%20123", Some(sql)),
+            &user(|_| {}),
+            &c.clusters["storm"],
+            None,
+            || "q".into(),
+        )
+        .unwrap();
+        assert_eq!(p.target, Target::Shard(1));
+        assert!(
+            p.path_and_query(None).contains("query=SELECT%20%2A%20FROM%20items_local"),
+            "{}",
+            p.path_and_query(None)
+        );
+        assert_eq!(p.replace_body.as_deref(), Some(""));
+    }
+
+    #[test]
+    fn sessions_go_to_their_replica_and_are_never_routed_retried_or_hedged() {
+        let p = run(&user(|_| {}), "session_id=abc", "SELECT * FROM items WHERE shop_id = 123").unwrap();
+        assert!(matches!(p.target, Target::Session(_)));
+        assert_eq!(p.replace_body, None, "not rewritten");
+        assert_eq!(p.latitude, Latitude { retry: false, resend_unsent: false, hedge: false });
+        let q = run(&user(|_| {}), "session_id=abc", "SELECT 1").unwrap();
+        assert_eq!(p.target, q.target, "the same session, the same replica");
+    }
+
+    #[test]
+    fn writes_are_never_retried_after_they_may_have_run() {
+        let p = run(&user(|_| {}), "", "INSERT INTO t VALUES (1)").unwrap();
+        assert_eq!(p.kind, StatementKind::Write);
+        assert_eq!(p.latitude, Latitude { retry: false, resend_unsent: true, hedge: false });
+    }
+
+    #[test]
+    fn read_only_users() {
+        let ro = user(|u| u.readonly = true);
+        let e = run(&ro, "", "INSERT INTO t VALUES (1)").unwrap_err();
+        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert!(e.message.contains("read-only"), "{e}");
+        // readonly=1 comes last, after the gateway's own settings; the client's readonly is dropped.
+        let p = run(&ro, "readonly=0&max_threads=2", "SELECT 1").unwrap();
+        let pq = p.path_and_query(Some(3));
+        assert!(pq.ends_with("&max_threads=3&query_id=gen-1&readonly=1"), "{pq}");
+        assert!(!pq.contains("readonly=0"), "{pq}");
+        let c = cfg();
+        let h = HeaderMap::new();
+        let mut i = input(&Method::POST, &h, "", None);
+        i.body = BodyShape::Opaque;
+        let e = plan(i, &ro, &c.clusters["storm"], None, || "q".into()).unwrap_err();
+        assert!(e.message.contains("decompress=1"), "{e}");
+    }
+
+    #[test]
+    fn settings_rules_and_fixed_settings() {
+        let u = user(|u| {
+            u.allowed_settings = crate::config::AllowedSettings::Only(
+                ["max_threads".to_string(), "max_execution_time".to_string()].into(),
+            );
+            u.settings = vec![("max_memory_usage".into(), "1000".into())];
+            u.max_execution_time = Some(Duration::from_secs(30));
+        });
+        let e = run(&u, "max_block_size=1", "SELECT 1").unwrap_err();
+        assert!(e.message.contains("setting 'max_block_size' is not allowed"), "{e}");
+        let p = run(&u, "max_threads=2&max_execution_time=100&query_id=mine&user=x&password=y", "SELECT 1").unwrap();
+        let pq = p.path_and_query(None);
+        assert_eq!(p.query_id, "mine");
+        assert!(pq.contains("max_threads=2") && pq.contains("max_memory_usage=1000"), "{pq}");
+        assert!(pq.contains("max_execution_time=30") && !pq.contains("max_execution_time=100"), "capped: {pq}");
+        assert!(!pq.contains("user=") && !pq.contains("password="), "{pq}");
+        assert_eq!(p.head_timeout, Duration::from_secs(31));
+    }
+
+    #[test]
+    fn a_streamed_read_is_refused_and_a_streamed_write_is_not_retried() {
+        let c = cfg();
+        let h = HeaderMap::new();
+        let mut i = input(&Method::POST, &h, "", Some("SELECT 1 -- and a megabyte"));
+        i.body = BodyShape::Streamed;
+        let e = plan(i, &user(|_| {}), &c.clusters["storm"], None, || "q".into()).unwrap_err();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        let mut i = input(&Method::POST, &h, "", Some("INSERT INTO t FORMAT TSV\n1\n2\n"));
+        i.body = BodyShape::Streamed;
+        let p = plan(i, &user(|_| {}), &c.clusters["storm"], None, || "q".into()).unwrap();
+        assert_eq!(p.latitude, Latitude { retry: false, resend_unsent: false, hedge: false });
+    }
+
+    #[test]
+    fn hop_headers_and_credentials_are_not_forwarded() {
+        let c = cfg();
+        let mut h = HeaderMap::new();
+        h.insert("authorization", "Basic eDp5".parse().unwrap());
+        h.insert("x-clickhouse-key", "secret".parse().unwrap());
+        h.insert("connection", "keep-alive".parse().unwrap());
+        h.insert("x-clickhouse-format", "JSON".parse().unwrap());
+        h.insert("content-encoding", "gzip".parse().unwrap());
+        let p = plan(input(&Method::POST, &h, "", Some("SELECT 1")), &user(|_| {}), &c.clusters["storm"], None, || {
+            "q".into()
+        })
+        .unwrap();
+        let names: Vec<&str> = p.headers.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, vec!["x-clickhouse-format"], "a held body goes decompressed");
+    }
+
+    #[test]
+    fn no_empty_parameter_when_the_client_sent_none() {
+        let p = run(&user(|u| u.max_execution_time = None), "", "SELECT 1").unwrap();
+        assert_eq!(p.path_and_query(None), "/?query_id=gen-1");
+        assert_eq!(p.path_and_query(Some(4)), "/?max_threads=4&query_id=gen-1");
+    }
+
+    #[test]
+    fn the_thread_budget_takes_over_max_threads() {
+        let c = cfg();
+        let h = HeaderMap::new();
+        let p = plan(
+            input(&Method::POST, &h, "max_threads=2", Some("SELECT 1")),
+            &user(|_| {}),
+            &c.clusters["storm"],
+            Some(8),
+            || "q".into(),
+        )
+        .unwrap();
+        assert_eq!(p.want_threads, Some(2));
+        assert!(!p.path_and_query(None).contains("max_threads"));
+        assert!(p.path_and_query(Some(2)).contains("&max_threads=2&query_id=q"));
+    }
+}
