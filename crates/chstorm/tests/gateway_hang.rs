@@ -42,6 +42,10 @@ fn a_hung_replica_stalls_no_query() {
     std::thread::sleep(Duration::from_secs(3));
     unsafe { libc_kill(pid, 18) }; // SIGCONT
     let r = load.join().unwrap();
+    eprintln!(
+        "hang: queries {} errors {} late {:?} dropped {:?} p99 {:.4} p99.9 {:.4} max {:.4}",
+        r.queries, r.errors, r.late, r.dropped, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
+    );
     assert_eq!(r.errors, 0, "failed queries across a 3 s hang: {:?}", r.errors_by_kind);
     assert!(r.queries >= 1500, "the load really ran: {} queries", r.queries);
     // A generous bound, so it never flakes on a loaded machine; the real figures are in
