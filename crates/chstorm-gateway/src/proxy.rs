@@ -149,7 +149,15 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
     let header_key = parts.headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
     let (shard, route, sql) = match (&cluster.cfg.routing, &sql, kind) {
         (Some(router), Some(text), Kind::Read) => {
-            match router.route(text, shard_key_param.as_deref(), header_key.as_deref()) {
+            match router.route(
+                text,
+                shard_key_param.as_deref(),
+                header_key.as_deref(),
+                crate::request::current_database(
+                    &params,
+                    parts.headers.get("x-clickhouse-database").and_then(|v| v.to_str().ok()),
+                ),
+            ) {
                 Ok(r) => (Some(r.shard), "routed", Some(r.sql)),
                 Err(_) => (None, "fanout", sql),
             }

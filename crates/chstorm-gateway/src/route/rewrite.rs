@@ -4,19 +4,67 @@ use std::collections::BTreeMap;
 
 use super::lexer::TokenKind;
 use super::sql::{ClauseKind, Sql, Statement};
+use super::RouteError;
 
-/// Rewrites the table references named in `tables` (Distributed table ->
-/// local table, e.g. `items -> items_local`) in `FROM` and `JOIN` positions
-/// of every `SELECT` (subqueries included), returning the new text, or
-/// `None` when nothing was rewritten: then the gateway must not route to a
-/// single shard, because the query would still fan out.
+/// The database ClickHouse uses when a request names none (the backend user's
+/// default database in the stock `users.xml`).
+pub const DEFAULT_DATABASE: &str = "default";
+
+/// The routed tables: each Distributed table, by database and name, and its
+/// local table (`routing.tables`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutedTables {
+    /// (database, Distributed table) -> (local table's database if given, local table).
+    map: BTreeMap<(String, String), (Option<String>, String)>,
+}
+
+impl RoutedTables {
+    /// `tables` maps `table` or `db.table` to `local` or `db.local`. A key
+    /// without a database is in `database` (`routing.database`, default
+    /// `default`).
+    pub fn new(tables: &BTreeMap<String, String>, database: &str) -> Result<RoutedTables, RouteError> {
+        if tables.is_empty() {
+            return Err(RouteError::NoTables);
+        }
+        let mut map = BTreeMap::new();
+        for (key, value) in tables {
+            let (db, table) = split_name(key);
+            let (local_db, local) = split_name(value);
+            for (d, t, name) in [(db, table, key), (local_db, local, value)] {
+                if t.is_empty() || t.contains('.') || d.is_some_and(str::is_empty) {
+                    return Err(RouteError::BadTableName(name.clone()));
+                }
+            }
+            let db = db.unwrap_or(database).to_string();
+            map.insert((db, table.to_string()), (local_db.map(str::to_string), local.to_string()));
+        }
+        Ok(RoutedTables { map })
+    }
+
+    /// The local table for `db.table`: its database when the config names
+    /// one, and its name.
+    pub fn local(&self, db: &str, table: &str) -> Option<(Option<&str>, &str)> {
+        self.map.get(&(db.to_string(), table.to_string())).map(|(d, t)| (d.as_deref(), t.as_str()))
+    }
+}
+
+/// Rewrites the references to the routed Distributed tables (`tables`) to
+/// their local tables in `FROM` and `JOIN` positions of every `SELECT`
+/// (subqueries included), returning the new text, or `None` when nothing was
+/// rewritten: then the gateway must not route to a single shard, because the
+/// query would still fan out.
 ///
-/// * Keys and values are `table` or `db.table`. A `table` key matches the
-///   table with any database prefix or none, and the prefix is kept
-///   (`db.items` -> `db.items_local`); a `db.table` key matches only that
-///   prefix (a query's unqualified name depends on its current database,
-///   which the gateway does not know). A `db.table` value replaces the whole
-///   reference.
+/// * A reference's database is its prefix (`otherdb.items`), or else
+///   `current_db`: the request's `database` (ClickHouse's `?database=`), `None`
+///   meaning [`DEFAULT_DATABASE`]. Only a reference whose database and name
+///   are a routed table's is rewritten: `otherdb.items`, or `items` with
+///   `?database=otherdb`, is another table and stays as it is. An empty
+///   `current_db` (`?database=` with no value: no current database on 18.16,
+///   `Default database is not selected`) matches no unqualified name.
+/// * A local table without a database keeps the reference's spelling
+///   (`items` -> `items_local`, `default.items` -> `default.items_local`),
+///   i.e. it is in the Distributed table's database; one with a database
+///   replaces the whole reference.
 /// * Quoting is kept (`` `items` `` -> `` `items_local` ``); a new name that
 ///   is not a plain identifier is backquoted.
 /// * Aliases, `FINAL`, `SAMPLE`, `PREWHERE`, `SETTINGS`, `FORMAT` after the
@@ -28,10 +76,8 @@ use super::sql::{ClauseKind, Sql, Statement};
 ///   other statements (`SHOW TABLES FROM items`, DDL, `INSERT ... VALUES`) are
 ///   not touched; only queries (`SELECT`, `WITH`, `(`) and `INSERT ... SELECT`
 ///   are rewritten. The text outside the replaced names is kept byte for byte.
-pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<String> {
-    if tables.is_empty() {
-        return None;
-    }
+pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Option<String> {
+    let current_db = current_db.unwrap_or(DEFAULT_DATABASE);
     let s = Sql::parse(sql)?;
     if s.statement == Statement::Other {
         return None;
@@ -88,11 +134,7 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         if db.is_none() && ctes.contains(&table) {
             continue;
         }
-        let Some(target) = lookup(tables, db.as_deref(), &table) else { continue };
-        let (new_db, new_table) = split_name(target);
-        if new_table.is_empty() {
-            continue;
-        }
+        let Some((new_db, new_table)) = tables.local(db.as_deref().unwrap_or(current_db), &table) else { continue };
         match new_db {
             Some(new_db) => {
                 let text = format!("{}.{}", quote(new_db, s.toks[first].text), quote(new_table, s.toks[last].text));
@@ -131,15 +173,6 @@ fn table_ref(s: &Sql<'_>, i: usize, end: usize) -> Option<usize> {
         return None;
     }
     Some(next)
-}
-
-fn lookup<'m>(tables: &'m BTreeMap<String, String>, db: Option<&str>, table: &str) -> Option<&'m str> {
-    if let Some(db) = db {
-        if let Some(v) = tables.get(&format!("{db}.{table}")) {
-            return Some(v);
-        }
-    }
-    tables.get(table).map(String::as_str)
 }
 
 /// `db.table` -> (Some(db), table); `table` -> (None, table).
@@ -239,11 +272,12 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn map(pairs: &[(&str, &str)]) -> RoutedTables {
+        let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        RoutedTables::new(&m, DEFAULT_DATABASE).unwrap()
     }
     fn rw(sql: &str) -> Option<String> {
-        rewrite_tables(sql, &map(&[("items", "items_local")]))
+        rewrite_tables(sql, &map(&[("items", "items_local")]), None)
     }
     fn same(sql: &str, want: &str) {
         assert_eq!(rw(sql).as_deref(), Some(want), "{sql}");
@@ -265,8 +299,8 @@ mod tests {
 
     #[test]
     fn db_prefix_quotes_and_aliases() {
-        same("SELECT * FROM db.items", "SELECT * FROM db.items_local");
-        same("SELECT * FROM `db`.`items` FINAL", "SELECT * FROM `db`.`items_local` FINAL");
+        same("SELECT * FROM default.items", "SELECT * FROM default.items_local");
+        same("SELECT * FROM `default`.`items` FINAL", "SELECT * FROM `default`.`items_local` FINAL");
         same("SELECT * FROM \"items\"", "SELECT * FROM \"items_local\"");
         same("SELECT * FROM items AS i WHERE i.x = 1", "SELECT * FROM items_local AS i WHERE i.x = 1");
         same("SELECT * FROM items i FINAL WHERE i.x = 1", "SELECT * FROM items_local i FINAL WHERE i.x = 1");
@@ -275,22 +309,81 @@ mod tests {
             "SELECT items.shop_id FROM items FINAL WHERE items.shop_id = 5",
             "SELECT items.shop_id FROM items_local AS items FINAL WHERE items.shop_id = 5",
         );
-        same("SELECT `items`.* FROM db.`items`", "SELECT `items`.* FROM db.`items_local` AS `items`");
+        same("SELECT `items`.* FROM default.`items`", "SELECT `items`.* FROM default.`items_local` AS `items`");
         same("SELECT items.x FROM items AS t", "SELECT items.x FROM items_local AS t");
     }
 
     #[test]
     fn maps_with_databases_and_odd_names() {
         let m = map(&[("items", "shard.items_local"), ("db.orders", "orders_local"), ("x", "odd name")]);
-        assert_eq!(rewrite_tables("SELECT * FROM db.items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM db.orders", &m).as_deref(), Some("SELECT * FROM db.orders_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM other.orders", &m), None);
-        assert_eq!(rewrite_tables("SELECT * FROM orders", &m), None);
-        assert_eq!(rewrite_tables("SELECT * FROM x", &m).as_deref(), Some("SELECT * FROM `odd name`"));
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        assert_eq!(r("SELECT * FROM default.items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(r("SELECT * FROM items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(r("SELECT * FROM db.items", None), None, "db.items is another table");
+        assert_eq!(r("SELECT * FROM db.orders", None).as_deref(), Some("SELECT * FROM db.orders_local"));
+        assert_eq!(r("SELECT * FROM orders", Some("db")).as_deref(), Some("SELECT * FROM orders_local"));
+        assert_eq!(r("SELECT * FROM other.orders", Some("db")), None);
+        assert_eq!(r("SELECT * FROM orders", None), None, "orders is default.orders");
+        assert_eq!(r("SELECT * FROM x", None).as_deref(), Some("SELECT * FROM `odd name`"));
         let m = map(&[("items", "it`s")]);
-        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some(r"SELECT * FROM `it\`s`"));
-        assert_eq!(rewrite_tables("SELECT * FROM items", &BTreeMap::new()), None);
+        assert_eq!(rewrite_tables("SELECT * FROM items", &m, None).as_deref(), Some(r"SELECT * FROM `it\`s`"));
+    }
+
+    /// Only the configured Distributed table in its database is rewritten:
+    /// `otherdb.items`, or `items` in `?database=otherdb`, is another table.
+    #[test]
+    fn databases() {
+        let m = map(&[("items", "items_local")]);
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        assert_eq!(r("SELECT * FROM items", Some("default")).as_deref(), Some("SELECT * FROM items_local"));
+        assert_eq!(r("SELECT * FROM items", Some("otherdb")), None);
+        assert_eq!(r("SELECT * FROM otherdb.items", None), None);
+        assert_eq!(r("SELECT * FROM `otherdb`.`items`", Some("otherdb")), None);
+        assert_eq!(r("SELECT * FROM items", Some("")), None, "no current database");
+        assert_eq!(r("SELECT * FROM items", Some("Default")), None, "database names are case-sensitive");
+        assert_eq!(
+            r("SELECT * FROM default.items", Some("otherdb")).as_deref(),
+            Some("SELECT * FROM default.items_local")
+        );
+        assert_eq!(r("SELECT * FROM default.items", Some("")).as_deref(), Some("SELECT * FROM default.items_local"));
+        // Mixed: only the routed table's references change.
+        assert_eq!(
+            r("SELECT * FROM items WHERE x IN (SELECT x FROM otherdb.items)", None).as_deref(),
+            Some("SELECT * FROM items_local WHERE x IN (SELECT x FROM otherdb.items)")
+        );
+        assert_eq!(r("SELECT * FROM otherdb.items UNION ALL SELECT * FROM items", Some("otherdb")), None);
+
+        // routing.database: keys without a database are in it.
+        let tables: BTreeMap<String, String> = [("items".to_string(), "items_local".to_string())].into();
+        let shop = RoutedTables::new(&tables, "shop").unwrap();
+        assert_eq!(rewrite_tables("SELECT * FROM items", &shop, None), None);
+        assert_eq!(
+            rewrite_tables("SELECT * FROM items", &shop, Some("shop")).as_deref(),
+            Some("SELECT * FROM items_local")
+        );
+        assert_eq!(
+            rewrite_tables("SELECT * FROM shop.items", &shop, None).as_deref(),
+            Some("SELECT * FROM shop.items_local")
+        );
+        assert_eq!(rewrite_tables("SELECT * FROM default.items", &shop, None), None);
+    }
+
+    #[test]
+    fn table_map_errors() {
+        let m = |pairs: &[(&str, &str)]| {
+            let t: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            RoutedTables::new(&t, DEFAULT_DATABASE)
+        };
+        assert_eq!(m(&[]), Err(RouteError::NoTables));
+        for (k, v, bad) in [
+            ("a.b.c", "x", "a.b.c"),
+            (".items", "x", ".items"),
+            ("db.", "x", "db."),
+            ("items", "a.b.c", "a.b.c"),
+            ("items", "", ""),
+        ] {
+            assert_eq!(m(&[(k, v)]), Err(RouteError::BadTableName(bad.to_string())), "{k}: {v}");
+        }
     }
 
     #[test]
@@ -300,8 +393,8 @@ mod tests {
             "SELECT * FROM items_local AS a ANY LEFT JOIN items_local AS b USING (item_id)",
         );
         same(
-            "SELECT * FROM a GLOBAL INNER JOIN db.items USING x",
-            "SELECT * FROM a GLOBAL INNER JOIN db.items_local USING x",
+            "SELECT * FROM a GLOBAL INNER JOIN default.items USING x",
+            "SELECT * FROM a GLOBAL INNER JOIN default.items_local USING x",
         );
         same(
             "SELECT * FROM a JOIN (SELECT * FROM items) USING x",
@@ -315,15 +408,15 @@ mod tests {
             "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b IN (SELECT x FROM items_local)",
         );
         same(
-            "SELECT 1 FROM items UNION ALL SELECT 2 FROM db.items",
-            "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM db.items_local",
+            "SELECT 1 FROM items UNION ALL SELECT 2 FROM default.items",
+            "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM default.items_local",
         );
         same("SELECT * FROM items, items AS b", "SELECT * FROM items_local, items_local AS b");
         same("INSERT INTO t SELECT * FROM items", "INSERT INTO t SELECT * FROM items_local");
         same("WITH (SELECT max(x) FROM items) AS m SELECT m", "WITH (SELECT max(x) FROM items_local) AS m SELECT m");
         same(
-            "WITH items AS (SELECT 1) SELECT * FROM db.items",
-            "WITH items AS (SELECT 1) SELECT * FROM db.items_local",
+            "WITH items AS (SELECT 1) SELECT * FROM default.items",
+            "WITH items AS (SELECT 1) SELECT * FROM default.items_local",
         );
     }
 
