@@ -146,6 +146,11 @@ pub enum Unrouted {
     BadKey(RouteError),
     /// A key, but no routed table (in its database) in a FROM/JOIN position.
     NoTable,
+    /// A routed table read by a subquery that is not in a `FROM` nor after
+    /// `GLOBAL IN` (`IN (SELECT ... FROM items)`, a scalar subquery, `x IN
+    /// items`): the Distributed table refuses it (Code 288 on 18.16) or reads
+    /// all shards there.
+    Subquery,
     /// A WHERE literal of the other kind than the column: `'42'` for an
     /// integer column (18.16: Code 43, `Illegal types of arguments (UInt64,
     /// String) of function equals`; newer releases convert the string), or a
@@ -227,7 +232,7 @@ impl Router {
         }
         let value = self.expr.evaluate(&key, self.col_type).map_err(Unrouted::BadKey)?;
         let shard = select_shard(value, &self.weights).ok_or(Unrouted::BadKey(RouteError::NoWeight))?;
-        let sql = rewrite_tables(sql, &self.tables, database).ok_or(Unrouted::NoTable)?;
+        let sql = rewrite::rewrite(sql, &self.tables, database)?;
         Ok(Routed { shard, key, value, sql })
     }
 }
@@ -328,6 +333,10 @@ mod tests {
                 .unwrap();
         assert_eq!(by_name.route("SELECT * FROM items WHERE name = 42", None, None, None), Err(Unrouted::LiteralType));
         assert!(by_name.route("SELECT * FROM items WHERE name = '42'", None, None, None).is_ok());
+        // A subquery that reads all shards through Distributed (or is refused there: Code 288).
+        let q = "SELECT count() FROM items WHERE shop_id = 42 AND item_id IN (SELECT item_id FROM items WHERE shop_id = 42)";
+        assert_eq!(r.route(q, None, None, None), Err(Unrouted::Subquery));
+        assert!(r.route(&q.replace(" IN ", " GLOBAL IN "), None, None, None).is_ok());
         // routing.database
         let shop = Router::new(
             "cityHash64(shop_id)",

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::lexer::TokenKind;
 use super::sql::{ClauseKind, Sql, Statement};
-use super::RouteError;
+use super::{RouteError, Unrouted};
 
 /// The database ClickHouse uses when a request names none (the backend user's
 /// default database in the stock `users.xml`).
@@ -77,12 +77,39 @@ impl RoutedTables {
 ///   not touched; only queries (`SELECT`, `WITH`, `(`) and `INSERT ... SELECT`
 ///   are rewritten. The text outside the replaced names is kept byte for byte.
 pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Option<String> {
+    rewrite(sql, tables, current_db).ok()
+}
+
+/// [`rewrite_tables`], saying why nothing was rewritten: [`Unrouted::NoTable`], or
+/// [`Unrouted::Subquery`] when a routed table is read by a subquery that is
+/// neither in a `FROM` nor after `GLOBAL IN`. On the Distributed table such a
+/// subquery is refused (`IN (SELECT ... FROM items)`: Code 288 `Double-distributed
+/// IN/JOIN subqueries is denied (distributed_product_mode = 'deny')` on
+/// 18.16), or reads all shards, or trips an 18.16 bug (a scalar subquery in
+/// the select list: Code 10 `Not found column _subquery...`), while on the
+/// routed replica it would read one shard's local table and answer.
+/// `x IN items` (the table itself as a set) counts too.
+pub(crate) fn rewrite(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Result<String, Unrouted> {
     let current_db = current_db.unwrap_or(DEFAULT_DATABASE);
-    let s = Sql::parse(sql)?;
+    let s = Sql::parse(sql).ok_or(Unrouted::NoTable)?;
     if s.statement == Statement::Other {
-        return None;
+        return Err(Unrouted::NoTable);
     }
     let n = s.toks.len();
+    let routed = |first: usize, end: usize| -> bool {
+        let table = s.toks[end - 1].ident();
+        let db = if end - first == 3 { s.toks[first].ident() } else { Some(current_db.to_string()) };
+        matches!((db, table), (Some(db), Some(t)) if tables.local(&db, &t).is_some())
+    };
+    // `x IN items`: the Distributed table as a set.
+    for i in (0..n).filter(|&i| s.toks[i].is_kw("IN")) {
+        if let Some((next, _)) = s.compound_ident(i + 1, n) {
+            let call = s.toks.get(next).is_some_and(|t| t.is_punct("(") || t.is_punct("."));
+            if !call && next - (i + 1) <= 3 && routed(i + 1, next) {
+                return Err(Unrouted::Subquery);
+            }
+        }
+    }
 
     // (first token, past-the-end token) of each table reference found.
     let mut refs: Vec<(usize, usize)> = Vec::new();
@@ -126,15 +153,19 @@ pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>
         .filter_map(|i| s.toks[i].ident())
         .collect();
 
+    let parents = s.parents();
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     for &(first, end) in &refs {
         let last = end - 1;
-        let table = s.toks[last].ident()?;
-        let db = if end - first == 3 { Some(s.toks[first].ident()?) } else { None };
+        let table = s.toks[last].ident().ok_or(Unrouted::NoTable)?;
+        let db = if end - first == 3 { Some(s.toks[first].ident().ok_or(Unrouted::NoTable)?) } else { None };
         if db.is_none() && ctes.contains(&table) {
             continue;
         }
         let Some((new_db, new_table)) = tables.local(db.as_deref().unwrap_or(current_db), &table) else { continue };
+        if !subqueries_allowed(&s, &parents, first) {
+            return Err(Unrouted::Subquery);
+        }
         match new_db {
             Some(new_db) => {
                 let text = format!("{}.{}", quote(new_db, s.toks[first].text), quote(new_table, s.toks[last].text));
@@ -148,7 +179,7 @@ pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>
         }
     }
     if edits.is_empty() {
-        return None;
+        return Err(Unrouted::NoTable);
     }
     edits.sort_by_key(|e| (e.0, e.1));
     let mut out = String::with_capacity(sql.len() + 16 * edits.len());
@@ -159,7 +190,44 @@ pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>
         at = end;
     }
     out.push_str(&sql[at..]);
-    Some(out)
+    Ok(out)
+}
+
+/// The words of a join's kind, before `JOIN`.
+const JOIN_WORDS: &[&str] =
+    &["GLOBAL", "ANY", "ALL", "ASOF", "SEMI", "ANTI", "LEFT", "RIGHT", "INNER", "FULL", "OUTER", "CROSS", "LOCAL"];
+
+/// True if every subquery around token `i` is the statement itself, in a
+/// `FROM`, or after `GLOBAL IN` / `GLOBAL NOT IN` / `GLOBAL ... JOIN`.
+fn subqueries_allowed(s: &Sql<'_>, parents: &[Option<usize>], i: usize) -> bool {
+    let mut p = parents[i];
+    while let Some(o) = p {
+        if s.is_subquery(o) {
+            let ok = match o.checked_sub(1).map(|k| &s.toks[k]) {
+                None => true,
+                Some(t) if t.is_kw("FROM") => true,
+                // `((SELECT ...))`: the outer bracket decides.
+                Some(t) if t.is_punct("(") && s.is_subquery(o - 1) => true,
+                Some(t) if t.is_kw("IN") => {
+                    let before = |k: usize| o.checked_sub(k).map(|k| &s.toks[k]);
+                    before(2).is_some_and(|t| t.is_kw("GLOBAL"))
+                        || (before(2).is_some_and(|t| t.is_kw("NOT")) && before(3).is_some_and(|t| t.is_kw("GLOBAL")))
+                }
+                // `GLOBAL [ANY|ALL] [LEFT|INNER|...] JOIN (SELECT ...)`.
+                Some(t) if t.is_kw("JOIN") => s.toks[..o - 1]
+                    .iter()
+                    .rev()
+                    .take_while(|t| JOIN_WORDS.iter().any(|w| t.is_kw(w)))
+                    .any(|t| t.is_kw("GLOBAL")),
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        p = parents[o];
+    }
+    true
 }
 
 /// A table reference `t` or `db.t` at `i` that is not a table function
@@ -397,27 +465,64 @@ mod tests {
             "SELECT * FROM a GLOBAL INNER JOIN default.items_local USING x",
         );
         same(
-            "SELECT * FROM a JOIN (SELECT * FROM items) USING x",
-            "SELECT * FROM a JOIN (SELECT * FROM items_local) USING x",
+            "SELECT * FROM a GLOBAL ANY LEFT JOIN (SELECT * FROM items) USING x",
+            "SELECT * FROM a GLOBAL ANY LEFT JOIN (SELECT * FROM items_local) USING x",
         );
+        assert_eq!(rw("SELECT * FROM a ANY LEFT JOIN (SELECT * FROM items) USING x"), None, "Code 288 on Distributed");
         same("SELECT * FROM items ARRAY JOIN items", "SELECT * FROM items_local ARRAY JOIN items");
         assert_eq!(rw("SELECT * FROM t LEFT ARRAY JOIN items AS i"), None);
         assert_eq!(rw("SELECT * FROM a JOIN b USING a, items"), None);
         same(
-            "SELECT * FROM (SELECT * FROM items WHERE a) WHERE b IN (SELECT x FROM items)",
-            "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b IN (SELECT x FROM items_local)",
+            "SELECT * FROM (SELECT * FROM items WHERE a) WHERE b GLOBAL IN (SELECT x FROM items)",
+            "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b GLOBAL IN (SELECT x FROM items_local)",
         );
+        same(
+            "SELECT * FROM items WHERE b GLOBAL NOT IN ((SELECT x FROM (SELECT x FROM items)))",
+            "SELECT * FROM items_local WHERE b GLOBAL NOT IN ((SELECT x FROM (SELECT x FROM items_local)))",
+        );
+        same("(SELECT * FROM items)", "(SELECT * FROM items_local)");
         same(
             "SELECT 1 FROM items UNION ALL SELECT 2 FROM default.items",
             "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM default.items_local",
         );
         same("SELECT * FROM items, items AS b", "SELECT * FROM items_local, items_local AS b");
         same("INSERT INTO t SELECT * FROM items", "INSERT INTO t SELECT * FROM items_local");
-        same("WITH (SELECT max(x) FROM items) AS m SELECT m", "WITH (SELECT max(x) FROM items_local) AS m SELECT m");
         same(
             "WITH items AS (SELECT 1) SELECT * FROM default.items",
             "WITH items AS (SELECT 1) SELECT * FROM default.items_local",
         );
+    }
+
+    /// A routed table read by a subquery that is not in a FROM nor after
+    /// GLOBAL IN: the Distributed table refuses it (Code 288) or reads all
+    /// shards, so the query is not routed.
+    #[test]
+    fn subqueries_that_read_all_shards() {
+        let m = map(&[("items", "items_local")]);
+        for sql in [
+            "SELECT * FROM items WHERE b IN (SELECT x FROM items)",
+            "SELECT * FROM items WHERE b NOT IN (SELECT x FROM items WHERE s = 1)",
+            "SELECT * FROM items WHERE b IN ((SELECT x FROM items))",
+            "SELECT * FROM items WHERE (b, 1) IN (SELECT x, 1 FROM items)",
+            "SELECT * FROM items WHERE b IN (SELECT x FROM (SELECT * FROM items))",
+            "SELECT * FROM items WHERE b = (SELECT max(x) FROM items)",
+            "SELECT (SELECT count() FROM items) FROM items",
+            "WITH (SELECT max(x) FROM items) AS m SELECT m",
+            "SELECT * FROM items WHERE b IN items",
+            "SELECT * FROM items WHERE b NOT IN default.items",
+            "SELECT * FROM items WHERE b GLOBAL IN (SELECT x FROM t WHERE y IN (SELECT y FROM items))",
+            "SELECT 1 UNION ALL (SELECT * FROM items)",
+            "SELECT toString((SELECT 1 FROM items))",
+        ] {
+            assert_eq!(rewrite(sql, &m, None), Err(Unrouted::Subquery), "{sql}");
+            assert_eq!(rewrite_tables(sql, &m, None), None, "{sql}");
+        }
+        // Other tables in such subqueries are fine, and so is another database's items.
+        same(
+            "SELECT * FROM items WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
+            "SELECT * FROM items_local WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
+        );
+        assert_eq!(rewrite("SELECT * FROM t WHERE b IN (1, 2)", &m, None), Err(Unrouted::NoTable));
     }
 
     #[test]

@@ -248,6 +248,23 @@ impl<'a> Sql<'a> {
         labels
     }
 
+    /// For every token, the index of its innermost enclosing `(` or `[` (a
+    /// bracket itself is enclosed by the outer one).
+    pub fn parents(&self) -> Vec<Option<usize>> {
+        let mut stack: Vec<usize> = Vec::new();
+        let mut out = Vec::with_capacity(self.toks.len());
+        for (i, t) in self.toks.iter().enumerate() {
+            if t.is_punct(")") || t.is_punct("]") {
+                stack.pop();
+            }
+            out.push(stack.last().copied());
+            if self.close[i] != NO_MATCH {
+                stack.push(i);
+            }
+        }
+        out
+    }
+
     /// If a (possibly qualified) identifier `a.b.c` starts at `i`: the index
     /// just past it and the index of its last part.
     pub fn compound_ident(&self, i: usize, end: usize) -> Option<(usize, usize)> {
