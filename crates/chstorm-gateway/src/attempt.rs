@@ -34,7 +34,7 @@ use crate::replica::{InFlight, Replica};
 use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, retry_safe_code};
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use std::future::Future;
 use std::pin::Pin;
@@ -182,7 +182,7 @@ enum Event {
 }
 
 /// Runs the attempts for `plan`.
-pub async fn run(plan: &Plan, method: &Method, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     let policy = Policy {
         latitude: plan.latitude,
         max_attempts: ctx.balancer.replicas().count() + 1,
@@ -199,7 +199,7 @@ pub async fn run(plan: &Plan, method: &Method, mut body: SendBody, ctx: &Ctx<'_>
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
-    let Some(first) = start(plan, method, &mut body, ctx, &[], false).await else {
+    let Some(first) = start(plan, &mut body, ctx, &[], false).await else {
         return no_replica(plan, None, 0, 0);
     };
     attempts += 1;
@@ -245,7 +245,7 @@ pub async fn run(plan: &Plan, method: &Method, mut body: SendBody, ctx: &Ctx<'_>
                 hedge_timer = None;
                 ctx.metrics.per_try_timeouts.inc();
                 if policy.can_hedge(running.len(), attempts) && ctx.retry_budget.withdraw() {
-                    if let Some(a) = start(plan, method, &mut body, ctx, &excluded(&tried, &running), true).await {
+                    if let Some(a) = start(plan, &mut body, ctx, &excluded(&tried, &running), true).await {
                         attempts += 1;
                         hedged = true;
                         ctx.metrics.hedges.inc();
@@ -345,7 +345,7 @@ pub async fn run(plan: &Plan, method: &Method, mut body: SendBody, ctx: &Ctx<'_>
                     ctx.metrics.budget_exhausted.inc();
                     return give_up(failed_message(&failure, &detail));
                 }
-                match start(plan, method, &mut body, ctx, &excluded(&tried, &running), false).await {
+                match start(plan, &mut body, ctx, &excluded(&tried, &running), false).await {
                     Some(a) => {
                         attempts += 1;
                         retries += 1;
@@ -420,7 +420,6 @@ fn went_down(ctx: &Ctx<'_>, replica: &Replica, why: &str, query_id: &str) {
 /// builds the request and sends it. None when no replica is left (or a streamed body is gone).
 async fn start(
     plan: &Plan,
-    method: &Method,
     body: &mut SendBody,
     ctx: &Ctx<'_>,
     exclude: &[(usize, usize)],
@@ -448,7 +447,7 @@ async fn start(
         },
         SendBody::Once(b) => b.take()?,
     };
-    let mut req = Request::builder().method(method.clone()).uri(uri).body(req_body).ok()?;
+    let mut req = Request::builder().method(plan.method.clone()).uri(uri).body(req_body).ok()?;
     *req.headers_mut() = plan.headers.clone();
     req.headers_mut()
         .insert("authorization", http::HeaderValue::from_str(ctx.auth).unwrap_or(http::HeaderValue::from_static("")));

@@ -219,6 +219,8 @@ struct RawRouting {
     sharding_key: String,
     #[serde(default)]
     tables: BTreeMap<String, String>,
+    /// The database of the `tables` keys that name none. Default `default`.
+    database: Option<String>,
     where_column: Option<String>,
     /// The ClickHouse type of the sharding column. Default UInt64.
     #[serde(default = "default_key_type")]
@@ -601,7 +603,7 @@ impl Config {
                     let col_type = ColumnType::parse(&r.key_type).map_err(|e| at(e.to_string()))?;
                     let weights = shards.iter().map(|s| s.weight).collect();
                     Some(
-                        Router::new(&r.sharding_key, col_type, r.tables, r.where_column, weights)
+                        Router::new(&r.sharding_key, col_type, r.tables, r.database, r.where_column, weights)
                             .map_err(|e| at(e.to_string()))?,
                     )
                 }
@@ -758,6 +760,10 @@ mod tests {
         assert_eq!(storm.shards.len(), 2);
         assert_eq!(storm.shards[1].replicas[0].base, "http://127.0.0.1:18125");
         assert_eq!(storm.routing.as_ref().unwrap().weights(), &[1, 1]);
+        let routed = |db: Option<&str>| {
+            storm.routing.as_ref().unwrap().route("SELECT * FROM items WHERE shop_id = 1", None, None, db).is_ok()
+        };
+        assert!(routed(None) && routed(Some("default")) && !routed(Some("otherdb")));
         let u = &c.users["default"];
         assert!(u.password_sha256.is_none() && u.allowed_settings == AllowedSettings::Any);
         assert_eq!(u.max_execution_time, Some(Duration::from_secs(30)));
@@ -784,6 +790,8 @@ mod tests {
         assert!(e.contains("sharding_key"), "{e}");
         let e = bad(&EXAMPLE.replace("http://127.0.0.1:18126", "tcp://127.0.0.1:9000"));
         assert!(e.contains("use http:// or https://"), "{e}");
+        let e = bad(&EXAMPLE.replace("      database: default ", "      database: a.b "));
+        assert!(e.contains("routing: routing.database: 'a.b' is not a database name"), "{e}");
         let e = bad(&EXAMPLE.replace("listen: 127.0.0.1:8124", "listen: everywhere"));
         assert!(e.contains("listen: 'everywhere'") && e.contains("line 2"), "{e}");
     }

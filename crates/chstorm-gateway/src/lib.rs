@@ -13,6 +13,7 @@
 //! * [`upstream`]: the kept-alive backend pool.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //! * [`server`]: the listener, TLS and SIGHUP reload.
+//! * [`sql_rules`]: the settings and table functions a query names, for the user rules.
 
 pub mod admission;
 pub mod attempt;
@@ -35,6 +36,7 @@ pub mod request;
 pub mod respond;
 pub mod route;
 pub mod server;
+pub mod sql_rules;
 pub mod state;
 pub mod upstream;
 

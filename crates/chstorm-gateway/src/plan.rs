@@ -9,8 +9,9 @@
 //! Must not import the attempt loop, the backends or the server: it is called by both the HTTP
 //! path and (later) the native one.
 
-use crate::config::{Cluster, User};
+use crate::config::{AllowedSettings, Cluster, User};
 use crate::request::{encode_params, is_setting, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
+use crate::sql_rules::{settings_in_sql, table_functions};
 use chstorm_proto::rules::{statement_kind, StatementKind};
 use http::{HeaderMap, Method, StatusCode};
 use std::time::Duration;
@@ -117,6 +118,9 @@ pub struct Latitude {
 /// The decision for one request.
 #[derive(Debug, Clone)]
 pub struct Plan {
+    /// The backend request's method: the client's, except that a read-only user's GET goes as a
+    /// POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`).
+    pub method: Method,
     pub kind: StatementKind,
     pub target: Target,
     pub query_id: String,
@@ -150,6 +154,50 @@ impl Plan {
             None => format!("{}{sep}{}", self.path_and_params, self.tail),
         }
     }
+}
+
+/// True when the user's settings are restricted: read-only, an allow-list, or fixed settings.
+fn restricted(user: &User) -> bool {
+    user.readonly || user.allowed_settings != AllowedSettings::Any || !user.settings.is_empty()
+}
+
+/// The rules on the statement's own text, for restricted users: a `SETTINGS` clause or a `SET`
+/// obeys the same allow-list and fixed settings as URL parameters (a read-only user may use
+/// none: the server, running the query with `readonly=1`, would refuse it too), and a read-only
+/// user calls no table function (`remote`, `url`, `file`, ... read other servers, URLs and
+/// files; 18.16 refuses them all under `readonly=1`). Text the rules cannot read is refused.
+fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
+    if !restricted(user) {
+        return Ok(());
+    }
+    let forbid = |why: String| Refusal::new(StatusCode::FORBIDDEN, why);
+    let unreadable = |e: crate::sql_rules::SqlRuleError| {
+        forbid(format!("user '{}' has restricted settings, and the gateway {e}; fix the query's syntax", user.name))
+    };
+    for (name, _) in settings_in_sql(sql).map_err(unreadable)? {
+        if user.readonly {
+            return Err(forbid(format!(
+                "user '{}' is read-only: a SETTINGS clause or SET ('{name}') is refused; pass allowed settings as \
+                 URL parameters",
+                user.name
+            )));
+        }
+        if user.settings.iter().any(|(k, _)| *k == name) {
+            return Err(forbid(format!("setting '{name}' is fixed for user '{}' and cannot be changed", user.name)));
+        }
+        if !user.allowed_settings.allows(&name) {
+            return Err(forbid(format!("setting '{name}' is not allowed for user '{}'", user.name)));
+        }
+    }
+    if user.readonly {
+        if let Some(f) = table_functions(sql).map_err(unreadable)?.first() {
+            return Err(forbid(format!(
+                "user '{}' is read-only: table function '{f}' is refused (it reads other servers, URLs or files)",
+                user.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The hash of a session id that picks its replica.
@@ -199,6 +247,9 @@ pub fn plan(
             format!("setting '{k}' is not allowed for user '{}'", user.name),
         ));
     }
+    if let Some(text) = sql {
+        check_sql(text, user)?;
+    }
     if body == BodyShape::Streamed && kind == StatementKind::Read {
         return Err(Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -239,7 +290,11 @@ pub fn plan(
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
         (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held => {
-            match router.route(text, shard_key_param.as_deref(), header_key) {
+            let database = crate::request::current_database(
+                &params,
+                headers.get("x-clickhouse-database").and_then(|v| v.to_str().ok()),
+            );
+            match router.route(text, shard_key_param.as_deref(), header_key, database) {
                 Ok(r) => {
                     // The rewritten text replaces the whole statement: in the `query`
                     // parameter for a GET (a GET stays read-only on the server), else as the body.
@@ -284,7 +339,9 @@ pub fn plan(
 
     let in_session = matches!(target, Target::Session(_));
     let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
+    let method = if user.readonly && method == Method::GET { Method::POST } else { method.clone() };
     Ok(Plan {
+        method,
         kind,
         target,
         query_id,
@@ -455,6 +512,69 @@ mod tests {
         .unwrap();
         let names: Vec<&str> = p.headers.keys().map(|k| k.as_str()).collect();
         assert_eq!(names, vec!["x-clickhouse-format"], "a held body goes decompressed");
+    }
+
+    #[test]
+    fn settings_clauses_obey_the_same_rules_as_url_parameters() {
+        let u = user(|u| {
+            u.allowed_settings = crate::config::AllowedSettings::Only(["max_threads".to_string()].into());
+            u.settings = vec![("max_memory_usage".into(), "1000".into())];
+        });
+        assert!(run(&u, "", "SELECT 1 SETTINGS max_threads = 2").is_ok());
+        let e = run(&u, "", "SELECT 1 SETTINGS max_threads = 64, max_memory_usage = 0").unwrap_err();
+        assert!(e.message.contains("'max_memory_usage' is fixed"), "{e}");
+        let e = run(&u, "", "SELECT * FROM (SELECT 1 SETTINGS max_block_size = 1)").unwrap_err();
+        assert!(e.message.contains("'max_block_size' is not allowed"), "{e}");
+        let e = run(&u, "", "SET max_memory_usage = 0").unwrap_err();
+        assert!(e.message.contains("fixed"), "{e}");
+        let e = run(&u, "", "SELECT 'unterminated").unwrap_err();
+        assert!(e.message.contains("fix the query's syntax"), "{e}");
+        // An unrestricted user's text is not even read.
+        assert!(run(&user(|_| {}), "", "SELECT 1 SETTINGS max_memory_usage = 0").is_ok());
+        assert!(run(&user(|_| {}), "", "SELECT 'unterminated").is_ok());
+    }
+
+    #[test]
+    fn read_only_users_get_no_settings_clause_and_no_table_function() {
+        let ro = user(|u| u.readonly = true);
+        let e = run(&ro, "", "SELECT 1 SETTINGS max_threads = 64").unwrap_err();
+        assert!(e.message.contains("SETTINGS clause"), "{e}");
+        for q in [
+            "SELECT * FROM remote('127.0.0.1:9000', system.one)",
+            "SELECT * FROM url('http://127.0.0.1:8124/metrics', TSV, 'l String')",
+            "SELECT * FROM file('x.tsv', TSV, 'a String')",
+            "SELECT 1 WHERE 1 IN (SELECT number FROM /* hidden */ `numbers` (3))",
+        ] {
+            let e = run(&ro, "", q).unwrap_err();
+            assert!(e.message.contains("table function"), "{q}: {e}");
+        }
+        assert!(run(&ro, "", "SELECT count() FROM system.numbers LIMIT 1").is_ok());
+    }
+
+    #[test]
+    fn a_read_only_users_get_goes_as_a_post() {
+        let c = cfg();
+        let h = HeaderMap::new();
+        let ro = user(|u| u.readonly = true);
+        let p = plan(
+            input(&Method::GET, &h, "query=SELECT%201", Some("SELECT 1")),
+            &ro,
+            &c.clusters["storm"],
+            None,
+            || "q".into(),
+        )
+        .unwrap();
+        assert_eq!(p.method, Method::POST);
+        assert!(p.path_and_query(None).ends_with("&readonly=1"));
+        let p = plan(
+            input(&Method::GET, &h, "query=SELECT%201", Some("SELECT 1")),
+            &user(|_| {}),
+            &c.clusters["storm"],
+            None,
+            || "q".into(),
+        )
+        .unwrap();
+        assert_eq!(p.method, Method::GET);
     }
 
     #[test]

@@ -62,6 +62,6 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> 
         hedging: &state.config.hedging,
         head_times: cluster.head_times(plan.target),
     };
-    let outcome = crate::attempt::run(&plan, &parts.method, body, &ctx).await;
+    let outcome = crate::attempt::run(&plan, body, &ctx).await;
     exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline)
 }

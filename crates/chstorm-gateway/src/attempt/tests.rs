@@ -3,7 +3,7 @@
 use super::*;
 use crate::config::{Config, HedgeDelay, User};
 use crate::plan::{plan, BodyShape, PlanInput};
-use http::HeaderMap;
+use http::{HeaderMap, Method};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -128,7 +128,7 @@ impl World {
             hedging: &self.cfg.hedging,
             head_times: &self.head_times,
         };
-        run(plan, &Method::POST, body, &ctx).await
+        run(plan, body, &ctx).await
     }
 }
 

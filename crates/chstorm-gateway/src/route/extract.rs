@@ -49,10 +49,28 @@ pub fn extract_key(
 /// chain (also inside parentheses that only group an AND chain):
 /// `col = lit`, `col == lit`, `lit = col`, `col IN (lit)`, `col IN lit`, with
 /// `col` bare, `` `quoted` ``, `"quoted"` or qualified (`t.col`, `db.t.col`),
-/// and `lit` an integer (`42`, `-7`, `0x2A`; non-negative ones are
+/// and `lit` an integer (`42`, `-7`, `- 7`, `0x2A`; non-negative ones are
 /// [`KeyValue::UInt`], negative [`KeyValue::Int`]) or a single-quoted string
 /// ([`KeyValue::Str`], unescaped). Keywords are case-insensitive; string
 /// literals and comments are never scanned.
+///
+/// # Literals: only the forms every server reads the same way
+///
+/// Verified on 18.16.1 (`SELECT toTypeName(x), x`, and `count()` through the
+/// Distributed `items` table):
+///
+/// | literal | 18.16 reads it as | routed? |
+/// |---|---|---|
+/// | `42`, `0` | UInt8 42, 0 | yes |
+/// | `-7`, `- 7`, `-/**/7`, `-0` | Int8 -7 (a negative literal, not `negate(7)`), 0 | yes |
+/// | `0x2A`, `0X2a`, `0x0A` | UInt8 42, 42, 10 (`0x1e2` is 482: `e` is a hex digit) | yes |
+/// | `010`, `0010`, `007`, `00` | **octal**: UInt8 8, 8, 7, 0 | no: newer servers may read decimal |
+/// | `08`, `09`, `010.0` | Float64 8, 9, 10 (not octal digits: parsed as a float) | no |
+/// | `-0x2A` | Int8 -42 | no: hex negatives are not worth the doubt |
+/// | `+5` | UInt8 5 (the `+` is dropped) | no: not every release accepts it |
+/// | `1e1`, `10.0`, `.5e1`, `0x1p4` | Float64 | no: a float, not a key |
+/// | `18446744073709551616`, `-9223372036854775809` | Float64 | no: out of range |
+/// | `'42'` against an integer column | 18.16: Code 43 `Illegal types of arguments (UInt64, String) of function equals`; newer releases convert the string | no: [`Router::route`](super::Router::route) refuses a string literal for an integer column and a number for a String column |
 ///
 /// `None` (fan out), the safe answer, when:
 /// * the statement is not a query (`SELECT`, `WITH`, `(`) or `INSERT ... SELECT`;
@@ -237,7 +255,8 @@ fn literal(s: &Sql<'_>, i: usize, end: usize) -> Option<(usize, Option<KeyValue>
         TokenKind::Number => Some((i + 1, parse_uint(t.text).map(KeyValue::UInt))),
         TokenKind::Punct if t.text == "-" => {
             let num = s.toks.get(i + 1).filter(|t| i + 1 < end && t.kind == TokenKind::Number)?;
-            let v = parse_uint(num.text).and_then(|u| match u {
+            // `-0x2A` is Int8 -42 on 18.16, but hex negatives are left alone.
+            let v = parse_uint(num.text).filter(|_| hex_digits(num.text).is_none()).and_then(|u| match u {
                 0 => Some(KeyValue::UInt(0)),
                 u if u <= 1u64 << 63 => Some(KeyValue::Int((u as i64).wrapping_neg())),
                 _ => None,
@@ -248,18 +267,26 @@ fn literal(s: &Sql<'_>, i: usize, end: usize) -> Option<(usize, Option<KeyValue>
     }
 }
 
-/// An integer literal: decimal digits or `0x` hex digits.
+/// A non-negative integer literal that every server reads the same way:
+/// decimal digits without a leading zero (`0` itself is fine), or `0x` hex
+/// digits. `010` is octal 8 on 18.16 (`strtoull` with base 0) and `08` a
+/// Float64, while newer servers may read both as decimal: `None` (fan out).
+/// Floats (`1.5`, `1e3`, `0x1p4`) and values over `u64::MAX` are `None` too.
 fn parse_uint(text: &str) -> Option<u64> {
-    if let Some(hex) = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+    if let Some(hex) = hex_digits(text) {
         if hex.is_empty() || !hex.bytes().all(|c| c.is_ascii_hexdigit()) {
             return None;
         }
         return u64::from_str_radix(hex, 16).ok();
     }
-    if !text.bytes().all(|c| c.is_ascii_digit()) {
+    if text.is_empty() || !text.bytes().all(|c| c.is_ascii_digit()) || (text.len() > 1 && text.starts_with('0')) {
         return None;
     }
     text.parse().ok()
+}
+
+fn hex_digits(text: &str) -> Option<&str> {
+    text.strip_prefix("0x").or_else(|| text.strip_prefix("0X"))
 }
 
 #[cfg(test)]
@@ -307,6 +334,66 @@ mod tests {
         assert_eq!(w("SELECT * FROM items WHERE shop_id = 'a''b\\n'"), Some(KeyValue::Str("a'b\n".into())));
         assert_eq!(w("SELECT * FROM items WHERE shop_id = ''"), Some(KeyValue::Str(String::new())));
         assert_eq!(w("SELECT * FROM items WHERE shop_id = 5;"), u(5));
+    }
+
+    /// Every literal form, with what 18.16.1 reads it as (see the table on
+    /// [`key_from_where`]): only the ones all servers agree on give a key.
+    #[test]
+    fn literal_forms_as_the_server_reads_them() {
+        let k = |lit: &str| w(&format!("SELECT count() FROM items FINAL WHERE shop_id = {lit}"));
+        let int = |v: i64| Some(KeyValue::Int(v));
+        // Routed: decimal without a leading zero, positive hex, negative decimal.
+        assert_eq!(k("42"), u(42));
+        assert_eq!(k("0"), u(0));
+        assert_eq!(k("0x2A"), u(42));
+        assert_eq!(k("0X2a"), u(42));
+        assert_eq!(k("0x0A"), u(10), "leading zeros after 0x are fine");
+        assert_eq!(k("0x1e2"), u(482), "e is a hex digit: 18.16 says 482");
+        assert_eq!(k("0xFFFFFFFFFFFFFFFF"), u(u64::MAX));
+        assert_eq!(k("-7"), int(-7));
+        assert_eq!(k("- 7"), int(-7), "18.16: toTypeName(- 7) = Int8");
+        assert_eq!(k("-/* c */7"), int(-7));
+        assert_eq!(k("-0"), u(0));
+        // Not routed: octal on 18.16, decimal elsewhere.
+        for lit in ["010", "0010", "007", "00", "08", "09", "019", "-010", "-00", "010.0"] {
+            assert_eq!(k(lit), None, "{lit}");
+        }
+        // Not routed: hex negatives, `+`, floats, exponents, out of range, odd spellings.
+        for lit in [
+            "-0x2A",
+            "- 0x2A",
+            "+5",
+            "+ 5",
+            "1e1",
+            "1E1",
+            "1e+1",
+            "10.0",
+            "10.",
+            ".5e1",
+            "0x1p4",
+            "0x1.8",
+            "0x",
+            "0x1E+2",
+            "18446744073709551616",
+            "0x10000000000000000",
+            "-9223372036854775809",
+            "- -7",
+            "-(7)",
+            "(7)",
+            "inf",
+            "nan",
+            "NULL",
+            "7 + 0",
+        ] {
+            assert_eq!(k(lit), None, "{lit}");
+        }
+        // The same rules for IN and `lit = col`.
+        assert_eq!(w("SELECT * FROM items WHERE shop_id IN (010)"), None);
+        assert_eq!(w("SELECT * FROM items WHERE shop_id IN 010"), None);
+        assert_eq!(w("SELECT * FROM items WHERE 010 = shop_id"), None);
+        assert_eq!(w("SELECT * FROM items WHERE 0x2A = shop_id"), u(42));
+        // A string literal keeps its text: '010' is the string "010".
+        assert_eq!(k("'010'"), Some(KeyValue::Str("010".into())));
     }
 
     #[test]

@@ -9,12 +9,14 @@
 //! * [`ShardingExpr::evaluate`]: the sharding expression's value for the key,
 //!   as the Distributed engine computes it on insert.
 //! * [`select_shard`]: the weighted choice of the shard.
-//! * [`rewrite_tables`]: Distributed -> local table names in FROM/JOIN.
+//! * [`rewrite_tables`]: Distributed -> local table names in FROM/JOIN, only
+//!   for the configured tables in their databases ([`RoutedTables`]).
 //! * [`Router`]: all of it for one cluster's `routing:` config.
 //!
 //! A query is routed only when all four succeed; otherwise it goes to any
 //! healthy replica and through Distributed as usual (fan-out is always the
-//! safe answer).
+//! safe answer). Every reason to fan out is listed in docs/GATEWAY.md
+//! ("What the gateway refuses and why").
 //!
 //! # How ClickHouse computes the shard (verified on 18.16.1)
 //!
@@ -76,7 +78,7 @@ mod sql;
 use std::collections::BTreeMap;
 
 pub use extract::{extract_key, key_from_where, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
-pub use rewrite::rewrite_tables;
+pub use rewrite::{rewrite_tables, RoutedTables, DEFAULT_DATABASE};
 pub use shard::{select_shard, validate_weights, ColumnType, KeyValue, ShardingExpr};
 
 /// What is wrong with a routing config or a key.
@@ -106,6 +108,8 @@ pub enum RouteError {
     NoTables,
     #[error("routing.tables: '{0}' is not a table name (use table or db.table)")]
     BadTableName(String),
+    #[error("routing.database: '{0}' is not a database name (a non-empty name without '.')")]
+    BadDatabase(String),
 }
 
 /// One cluster's routing: the sharding expression and its column type, the
@@ -115,7 +119,7 @@ pub enum RouteError {
 pub struct Router {
     expr: ShardingExpr,
     col_type: ColumnType,
-    tables: BTreeMap<String, String>,
+    tables: RoutedTables,
     where_column: Option<String>,
     weights: Vec<u32>,
 }
@@ -140,18 +144,31 @@ pub enum Unrouted {
     NoKey,
     /// A key that does not fit the column type (`shard_key=abc` for UInt64).
     BadKey(RouteError),
-    /// A key, but no routed table in a FROM/JOIN position.
+    /// A key, but no routed table (in its database) in a FROM/JOIN position.
     NoTable,
+    /// A routed table read by a subquery that is not in a `FROM` nor after
+    /// `GLOBAL IN` (`IN (SELECT ... FROM items)`, a scalar subquery, `x IN
+    /// items`): the Distributed table refuses it (Code 288 on 18.16) or reads
+    /// all shards there.
+    Subquery,
+    /// A WHERE literal of the other kind than the column: `'42'` for an
+    /// integer column (18.16: Code 43, `Illegal types of arguments (UInt64,
+    /// String) of function equals`; newer releases convert the string), or a
+    /// number for a String column. Servers differ, so the query fans out.
+    LiteralType,
 }
 
 impl Router {
     /// Checks the config: a supported `sharding_key`, a positive total
     /// weight, non-empty `tables` of `table` / `db.table` names, and a
     /// `where_column` (when given) equal to the sharding key's column.
+    /// `database` (`routing.database`) is the database of the `tables` keys
+    /// that name none; `None` is [`DEFAULT_DATABASE`].
     pub fn new(
         sharding_key: &str,
         col_type: ColumnType,
         tables: BTreeMap<String, String>,
+        database: Option<String>,
         where_column: Option<String>,
         weights: Vec<u32>,
     ) -> Result<Router, RouteError> {
@@ -160,15 +177,11 @@ impl Router {
             return Err(RouteError::NotAnInteger { column: column.clone(), col_type });
         }
         validate_weights(&weights)?;
-        if tables.is_empty() {
-            return Err(RouteError::NoTables);
+        let database = database.unwrap_or_else(|| DEFAULT_DATABASE.to_string());
+        if database.is_empty() || database.contains('.') {
+            return Err(RouteError::BadDatabase(database));
         }
-        for name in tables.keys().chain(tables.values()) {
-            let (db, t) = rewrite::split_name(name);
-            if t.is_empty() || t.contains('.') || db.is_some_and(str::is_empty) {
-                return Err(RouteError::BadTableName(name.clone()));
-            }
-        }
+        let tables = RoutedTables::new(&tables, &database)?;
         let where_column = where_column.filter(|c| !c.is_empty());
         if let Some(w) = &where_column {
             if w != expr.column() {
@@ -195,13 +208,31 @@ impl Router {
         select_shard(value, &self.weights).ok_or(RouteError::NoWeight)
     }
 
-    /// Decides where `sql` goes. `url_param` is the decoded `shard_key` URL
-    /// parameter, `header` the `X-Chstorm-Shard-Key` header.
-    pub fn route(&self, sql: &str, url_param: Option<&str>, header: Option<&str>) -> Result<Routed, Unrouted> {
+    /// Decides where `sql` goes. `sql` is the whole query text, as the
+    /// server will run it (the `query` URL parameter and the body joined as
+    /// [`crate::request::join_query`] does). `url_param` is the decoded
+    /// `shard_key` URL parameter, `header` the `X-Chstorm-Shard-Key` header,
+    /// `database` the request's current database (the `database` URL
+    /// parameter, see [`crate::request::current_database`]; `None` is
+    /// [`DEFAULT_DATABASE`], `Some("")` no current database).
+    pub fn route(
+        &self,
+        sql: &str,
+        url_param: Option<&str>,
+        header: Option<&str>,
+        database: Option<&str>,
+    ) -> Result<Routed, Unrouted> {
+        let from_client = url_param.is_some_and(|v| !v.is_empty()) || header.is_some_and(|v| !v.is_empty());
         let key = extract_key(sql, url_param, header, self.where_column.as_deref()).ok_or(Unrouted::NoKey)?;
+        // A literal from the SQL must be of the column's kind: whether and how a
+        // server converts `'42'` for an integer column depends on its version.
+        let string_column = self.col_type == ColumnType::String;
+        if !from_client && matches!(key, KeyValue::Str(_)) != string_column {
+            return Err(Unrouted::LiteralType);
+        }
         let value = self.expr.evaluate(&key, self.col_type).map_err(Unrouted::BadKey)?;
         let shard = select_shard(value, &self.weights).ok_or(Unrouted::BadKey(RouteError::NoWeight))?;
-        let sql = rewrite_tables(sql, &self.tables).ok_or(Unrouted::NoTable)?;
+        let sql = rewrite::rewrite(sql, &self.tables, database)?;
         Ok(Routed { shard, key, value, sql })
     }
 }
@@ -215,13 +246,14 @@ mod tests {
     }
 
     fn router() -> Router {
-        Router::new("cityHash64(shop_id)", ColumnType::UInt64, tables(), Some("shop_id".into()), vec![1, 1]).unwrap()
+        Router::new("cityHash64(shop_id)", ColumnType::UInt64, tables(), None, Some("shop_id".into()), vec![1, 1])
+            .unwrap()
     }
 
     #[test]
     fn routes_point_lookups() {
         let r = router();
-        let got = r.route("SELECT * FROM items FINAL WHERE shop_id = 123 AND item_id = 4", None, None).unwrap();
+        let got = r.route("SELECT * FROM items FINAL WHERE shop_id = 123 AND item_id = 4", None, None, None).unwrap();
         // cityHash64(123) = 12585326385145454095 on 18.16; odd -> shard 1.
         assert_eq!(got.value, 12585326385145454095);
         assert_eq!(got.shard, 1);
@@ -229,24 +261,24 @@ mod tests {
         assert_eq!(got.sql, "SELECT * FROM items_local FINAL WHERE shop_id = 123 AND item_id = 4");
         assert_eq!(r.shard_of(&KeyValue::UInt(123)), Ok(1));
         // The URL parameter gives the same shard for the same value.
-        let by_param = r.route("SELECT * FROM items FINAL WHERE item_id = 4", Some("123"), None).unwrap();
+        let by_param = r.route("SELECT * FROM items FINAL WHERE item_id = 4", Some("123"), None, None).unwrap();
         assert_eq!(by_param.shard, 1);
     }
 
     #[test]
     fn why_not_routed() {
         let r = router();
-        assert_eq!(r.route("SELECT * FROM items", None, None), Err(Unrouted::NoKey));
-        assert_eq!(r.route("SELECT * FROM items WHERE shop_id IN (1, 2)", None, None), Err(Unrouted::NoKey));
-        assert!(matches!(r.route("SELECT * FROM items", Some("abc"), None), Err(Unrouted::BadKey(_))));
-        assert_eq!(r.route("SELECT * FROM other WHERE shop_id = 1", None, None), Err(Unrouted::NoTable));
-        assert_eq!(r.route("SELECT 1", Some("1"), None), Err(Unrouted::NoTable));
+        assert_eq!(r.route("SELECT * FROM items", None, None, None), Err(Unrouted::NoKey));
+        assert_eq!(r.route("SELECT * FROM items WHERE shop_id IN (1, 2)", None, None, None), Err(Unrouted::NoKey));
+        assert!(matches!(r.route("SELECT * FROM items", Some("abc"), None, None), Err(Unrouted::BadKey(_))));
+        assert_eq!(r.route("SELECT * FROM other WHERE shop_id = 1", None, None, None), Err(Unrouted::NoTable));
+        assert_eq!(r.route("SELECT 1", Some("1"), None, None), Err(Unrouted::NoTable));
     }
 
     #[test]
     fn config_errors() {
         let e = |key: &str, ty: ColumnType, t: BTreeMap<String, String>, w: Option<&str>, weights: Vec<u32>| {
-            Router::new(key, ty, t, w.map(String::from), weights).unwrap_err()
+            Router::new(key, ty, t, None, w.map(String::from), weights).unwrap_err()
         };
         assert!(matches!(
             e("rand()", ColumnType::UInt64, tables(), None, vec![1]),
@@ -264,6 +296,59 @@ mod tests {
         assert!(matches!(err, RouteError::WhereColumnMismatch { .. }));
         assert!(err.to_string().contains("'item_id'"), "{err}");
         // An empty where_column is no where_column.
-        assert!(Router::new("shop_id", ColumnType::Int32, tables(), Some(String::new()), vec![1]).is_ok());
+        assert!(Router::new("shop_id", ColumnType::Int32, tables(), None, Some(String::new()), vec![1]).is_ok());
+        for db in ["", "a.b"] {
+            let err = Router::new("shop_id", ColumnType::Int32, tables(), Some(db.into()), None, vec![1]).unwrap_err();
+            assert_eq!(err, RouteError::BadDatabase(db.into()));
+        }
+    }
+
+    /// The cases: octal literals, other databases, string literals.
+    #[test]
+    fn only_certain_answers_are_routed() {
+        let r = router();
+        let q = "SELECT count() FROM items FINAL WHERE shop_id = 010";
+        assert_eq!(r.route(q, None, None, None), Err(Unrouted::NoKey), "010 is octal 8 on 18.16");
+        let q = "SELECT count() FROM items FINAL WHERE shop_id = 42";
+        assert!(r.route(q, None, None, None).is_ok());
+        assert!(r.route(q, None, None, Some("default")).is_ok());
+        assert_eq!(r.route(q, None, None, Some("otherdb")), Err(Unrouted::NoTable));
+        assert_eq!(r.route(q, None, None, Some("")), Err(Unrouted::NoTable));
+        let q = "SELECT count() FROM otherdb.items WHERE shop_id = 42";
+        assert_eq!(r.route(q, None, None, None), Err(Unrouted::NoTable));
+        let q = "SELECT count() FROM default.items WHERE shop_id = 42";
+        assert_eq!(
+            r.route(q, None, None, Some("otherdb")).unwrap().sql,
+            "SELECT count() FROM default.items_local WHERE shop_id = 42"
+        );
+        // '42' for a UInt64 column: Code 43 on 18.16, converted by newer servers.
+        let q = "SELECT count() FROM items WHERE shop_id = '42'";
+        assert_eq!(r.route(q, None, None, None), Err(Unrouted::LiteralType));
+        // The client's own key is text by design, whatever the column.
+        assert!(r.route(q, Some("42"), None, None).is_ok());
+        assert!(r.route(q, None, Some("42"), None).is_ok());
+        // A number for a String column.
+        let by_name =
+            Router::new("cityHash64(name)", ColumnType::String, tables(), None, Some("name".into()), vec![1, 1])
+                .unwrap();
+        assert_eq!(by_name.route("SELECT * FROM items WHERE name = 42", None, None, None), Err(Unrouted::LiteralType));
+        assert!(by_name.route("SELECT * FROM items WHERE name = '42'", None, None, None).is_ok());
+        // A subquery that reads all shards through Distributed (or is refused there: Code 288).
+        let q = "SELECT count() FROM items WHERE shop_id = 42 AND item_id IN (SELECT item_id FROM items WHERE shop_id = 42)";
+        assert_eq!(r.route(q, None, None, None), Err(Unrouted::Subquery));
+        assert!(r.route(&q.replace(" IN ", " GLOBAL IN "), None, None, None).is_ok());
+        // routing.database
+        let shop = Router::new(
+            "cityHash64(shop_id)",
+            ColumnType::UInt64,
+            tables(),
+            Some("shop".into()),
+            Some("shop_id".into()),
+            vec![1, 1],
+        )
+        .unwrap();
+        let q = "SELECT count() FROM items WHERE shop_id = 42";
+        assert_eq!(shop.route(q, None, None, None), Err(Unrouted::NoTable));
+        assert!(shop.route(q, None, None, Some("shop")).is_ok());
     }
 }

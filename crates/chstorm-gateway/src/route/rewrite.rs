@@ -4,19 +4,67 @@ use std::collections::BTreeMap;
 
 use super::lexer::TokenKind;
 use super::sql::{ClauseKind, Sql, Statement};
+use super::{RouteError, Unrouted};
 
-/// Rewrites the table references named in `tables` (Distributed table ->
-/// local table, e.g. `items -> items_local`) in `FROM` and `JOIN` positions
-/// of every `SELECT` (subqueries included), returning the new text, or
-/// `None` when nothing was rewritten: then the gateway must not route to a
-/// single shard, because the query would still fan out.
+/// The database ClickHouse uses when a request names none (the backend user's
+/// default database in the stock `users.xml`).
+pub const DEFAULT_DATABASE: &str = "default";
+
+/// The routed tables: each Distributed table, by database and name, and its
+/// local table (`routing.tables`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoutedTables {
+    /// (database, Distributed table) -> (local table's database if given, local table).
+    map: BTreeMap<(String, String), (Option<String>, String)>,
+}
+
+impl RoutedTables {
+    /// `tables` maps `table` or `db.table` to `local` or `db.local`. A key
+    /// without a database is in `database` (`routing.database`, default
+    /// `default`).
+    pub fn new(tables: &BTreeMap<String, String>, database: &str) -> Result<RoutedTables, RouteError> {
+        if tables.is_empty() {
+            return Err(RouteError::NoTables);
+        }
+        let mut map = BTreeMap::new();
+        for (key, value) in tables {
+            let (db, table) = split_name(key);
+            let (local_db, local) = split_name(value);
+            for (d, t, name) in [(db, table, key), (local_db, local, value)] {
+                if t.is_empty() || t.contains('.') || d.is_some_and(str::is_empty) {
+                    return Err(RouteError::BadTableName(name.clone()));
+                }
+            }
+            let db = db.unwrap_or(database).to_string();
+            map.insert((db, table.to_string()), (local_db.map(str::to_string), local.to_string()));
+        }
+        Ok(RoutedTables { map })
+    }
+
+    /// The local table for `db.table`: its database when the config names
+    /// one, and its name.
+    pub fn local(&self, db: &str, table: &str) -> Option<(Option<&str>, &str)> {
+        self.map.get(&(db.to_string(), table.to_string())).map(|(d, t)| (d.as_deref(), t.as_str()))
+    }
+}
+
+/// Rewrites the references to the routed Distributed tables (`tables`) to
+/// their local tables in `FROM` and `JOIN` positions of every `SELECT`
+/// (subqueries included), returning the new text, or `None` when nothing was
+/// rewritten: then the gateway must not route to a single shard, because the
+/// query would still fan out.
 ///
-/// * Keys and values are `table` or `db.table`. A `table` key matches the
-///   table with any database prefix or none, and the prefix is kept
-///   (`db.items` -> `db.items_local`); a `db.table` key matches only that
-///   prefix (a query's unqualified name depends on its current database,
-///   which the gateway does not know). A `db.table` value replaces the whole
-///   reference.
+/// * A reference's database is its prefix (`otherdb.items`), or else
+///   `current_db`: the request's `database` (ClickHouse's `?database=`), `None`
+///   meaning [`DEFAULT_DATABASE`]. Only a reference whose database and name
+///   are a routed table's is rewritten: `otherdb.items`, or `items` with
+///   `?database=otherdb`, is another table and stays as it is. An empty
+///   `current_db` (`?database=` with no value: no current database on 18.16,
+///   `Default database is not selected`) matches no unqualified name.
+/// * A local table without a database keeps the reference's spelling
+///   (`items` -> `items_local`, `default.items` -> `default.items_local`),
+///   i.e. it is in the Distributed table's database; one with a database
+///   replaces the whole reference.
 /// * Quoting is kept (`` `items` `` -> `` `items_local` ``); a new name that
 ///   is not a plain identifier is backquoted.
 /// * Aliases, `FINAL`, `SAMPLE`, `PREWHERE`, `SETTINGS`, `FORMAT` after the
@@ -28,15 +76,40 @@ use super::sql::{ClauseKind, Sql, Statement};
 ///   other statements (`SHOW TABLES FROM items`, DDL, `INSERT ... VALUES`) are
 ///   not touched; only queries (`SELECT`, `WITH`, `(`) and `INSERT ... SELECT`
 ///   are rewritten. The text outside the replaced names is kept byte for byte.
-pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<String> {
-    if tables.is_empty() {
-        return None;
-    }
-    let s = Sql::parse(sql)?;
+pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Option<String> {
+    rewrite(sql, tables, current_db).ok()
+}
+
+/// [`rewrite_tables`], saying why nothing was rewritten: [`Unrouted::NoTable`], or
+/// [`Unrouted::Subquery`] when a routed table is read by a subquery that is
+/// neither in a `FROM` nor after `GLOBAL IN`. On the Distributed table such a
+/// subquery is refused (`IN (SELECT ... FROM items)`: Code 288 `Double-distributed
+/// IN/JOIN subqueries is denied (distributed_product_mode = 'deny')` on
+/// 18.16), or reads all shards, or trips an 18.16 bug (a scalar subquery in
+/// the select list: Code 10 `Not found column _subquery...`), while on the
+/// routed replica it would read one shard's local table and answer.
+/// `x IN items` (the table itself as a set) counts too.
+pub(crate) fn rewrite(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Result<String, Unrouted> {
+    let current_db = current_db.unwrap_or(DEFAULT_DATABASE);
+    let s = Sql::parse(sql).ok_or(Unrouted::NoTable)?;
     if s.statement == Statement::Other {
-        return None;
+        return Err(Unrouted::NoTable);
     }
     let n = s.toks.len();
+    let routed = |first: usize, end: usize| -> bool {
+        let table = s.toks[end - 1].ident();
+        let db = if end - first == 3 { s.toks[first].ident() } else { Some(current_db.to_string()) };
+        matches!((db, table), (Some(db), Some(t)) if tables.local(&db, &t).is_some())
+    };
+    // `x IN items`: the Distributed table as a set.
+    for i in (0..n).filter(|&i| s.toks[i].is_kw("IN")) {
+        if let Some((next, _)) = s.compound_ident(i + 1, n) {
+            let call = s.toks.get(next).is_some_and(|t| t.is_punct("(") || t.is_punct("."));
+            if !call && next - (i + 1) <= 3 && routed(i + 1, next) {
+                return Err(Unrouted::Subquery);
+            }
+        }
+    }
 
     // (first token, past-the-end token) of each table reference found.
     let mut refs: Vec<(usize, usize)> = Vec::new();
@@ -80,18 +153,18 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         .filter_map(|i| s.toks[i].ident())
         .collect();
 
+    let parents = s.parents();
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     for &(first, end) in &refs {
         let last = end - 1;
-        let table = s.toks[last].ident()?;
-        let db = if end - first == 3 { Some(s.toks[first].ident()?) } else { None };
+        let table = s.toks[last].ident().ok_or(Unrouted::NoTable)?;
+        let db = if end - first == 3 { Some(s.toks[first].ident().ok_or(Unrouted::NoTable)?) } else { None };
         if db.is_none() && ctes.contains(&table) {
             continue;
         }
-        let Some(target) = lookup(tables, db.as_deref(), &table) else { continue };
-        let (new_db, new_table) = split_name(target);
-        if new_table.is_empty() {
-            continue;
+        let Some((new_db, new_table)) = tables.local(db.as_deref().unwrap_or(current_db), &table) else { continue };
+        if !subqueries_allowed(&s, &parents, first) {
+            return Err(Unrouted::Subquery);
         }
         match new_db {
             Some(new_db) => {
@@ -106,7 +179,7 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         }
     }
     if edits.is_empty() {
-        return None;
+        return Err(Unrouted::NoTable);
     }
     edits.sort_by_key(|e| (e.0, e.1));
     let mut out = String::with_capacity(sql.len() + 16 * edits.len());
@@ -117,7 +190,44 @@ pub fn rewrite_tables(sql: &str, tables: &BTreeMap<String, String>) -> Option<St
         at = end;
     }
     out.push_str(&sql[at..]);
-    Some(out)
+    Ok(out)
+}
+
+/// The words of a join's kind, before `JOIN`.
+const JOIN_WORDS: &[&str] =
+    &["GLOBAL", "ANY", "ALL", "ASOF", "SEMI", "ANTI", "LEFT", "RIGHT", "INNER", "FULL", "OUTER", "CROSS", "LOCAL"];
+
+/// True if every subquery around token `i` is the statement itself, in a
+/// `FROM`, or after `GLOBAL IN` / `GLOBAL NOT IN` / `GLOBAL ... JOIN`.
+fn subqueries_allowed(s: &Sql<'_>, parents: &[Option<usize>], i: usize) -> bool {
+    let mut p = parents[i];
+    while let Some(o) = p {
+        if s.is_subquery(o) {
+            let ok = match o.checked_sub(1).map(|k| &s.toks[k]) {
+                None => true,
+                Some(t) if t.is_kw("FROM") => true,
+                // `((SELECT ...))`: the outer bracket decides.
+                Some(t) if t.is_punct("(") && s.is_subquery(o - 1) => true,
+                Some(t) if t.is_kw("IN") => {
+                    let before = |k: usize| o.checked_sub(k).map(|k| &s.toks[k]);
+                    before(2).is_some_and(|t| t.is_kw("GLOBAL"))
+                        || (before(2).is_some_and(|t| t.is_kw("NOT")) && before(3).is_some_and(|t| t.is_kw("GLOBAL")))
+                }
+                // `GLOBAL [ANY|ALL] [LEFT|INNER|...] JOIN (SELECT ...)`.
+                Some(t) if t.is_kw("JOIN") => s.toks[..o - 1]
+                    .iter()
+                    .rev()
+                    .take_while(|t| JOIN_WORDS.iter().any(|w| t.is_kw(w)))
+                    .any(|t| t.is_kw("GLOBAL")),
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+        p = parents[o];
+    }
+    true
 }
 
 /// A table reference `t` or `db.t` at `i` that is not a table function
@@ -131,15 +241,6 @@ fn table_ref(s: &Sql<'_>, i: usize, end: usize) -> Option<usize> {
         return None;
     }
     Some(next)
-}
-
-fn lookup<'m>(tables: &'m BTreeMap<String, String>, db: Option<&str>, table: &str) -> Option<&'m str> {
-    if let Some(db) = db {
-        if let Some(v) = tables.get(&format!("{db}.{table}")) {
-            return Some(v);
-        }
-    }
-    tables.get(table).map(String::as_str)
 }
 
 /// `db.table` -> (Some(db), table); `table` -> (None, table).
@@ -239,11 +340,12 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    fn map(pairs: &[(&str, &str)]) -> RoutedTables {
+        let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        RoutedTables::new(&m, DEFAULT_DATABASE).unwrap()
     }
     fn rw(sql: &str) -> Option<String> {
-        rewrite_tables(sql, &map(&[("items", "items_local")]))
+        rewrite_tables(sql, &map(&[("items", "items_local")]), None)
     }
     fn same(sql: &str, want: &str) {
         assert_eq!(rw(sql).as_deref(), Some(want), "{sql}");
@@ -265,8 +367,8 @@ mod tests {
 
     #[test]
     fn db_prefix_quotes_and_aliases() {
-        same("SELECT * FROM db.items", "SELECT * FROM db.items_local");
-        same("SELECT * FROM `db`.`items` FINAL", "SELECT * FROM `db`.`items_local` FINAL");
+        same("SELECT * FROM default.items", "SELECT * FROM default.items_local");
+        same("SELECT * FROM `default`.`items` FINAL", "SELECT * FROM `default`.`items_local` FINAL");
         same("SELECT * FROM \"items\"", "SELECT * FROM \"items_local\"");
         same("SELECT * FROM items AS i WHERE i.x = 1", "SELECT * FROM items_local AS i WHERE i.x = 1");
         same("SELECT * FROM items i FINAL WHERE i.x = 1", "SELECT * FROM items_local i FINAL WHERE i.x = 1");
@@ -275,22 +377,81 @@ mod tests {
             "SELECT items.shop_id FROM items FINAL WHERE items.shop_id = 5",
             "SELECT items.shop_id FROM items_local AS items FINAL WHERE items.shop_id = 5",
         );
-        same("SELECT `items`.* FROM db.`items`", "SELECT `items`.* FROM db.`items_local` AS `items`");
+        same("SELECT `items`.* FROM default.`items`", "SELECT `items`.* FROM default.`items_local` AS `items`");
         same("SELECT items.x FROM items AS t", "SELECT items.x FROM items_local AS t");
     }
 
     #[test]
     fn maps_with_databases_and_odd_names() {
         let m = map(&[("items", "shard.items_local"), ("db.orders", "orders_local"), ("x", "odd name")]);
-        assert_eq!(rewrite_tables("SELECT * FROM db.items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some("SELECT * FROM shard.items_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM db.orders", &m).as_deref(), Some("SELECT * FROM db.orders_local"));
-        assert_eq!(rewrite_tables("SELECT * FROM other.orders", &m), None);
-        assert_eq!(rewrite_tables("SELECT * FROM orders", &m), None);
-        assert_eq!(rewrite_tables("SELECT * FROM x", &m).as_deref(), Some("SELECT * FROM `odd name`"));
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        assert_eq!(r("SELECT * FROM default.items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(r("SELECT * FROM items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
+        assert_eq!(r("SELECT * FROM db.items", None), None, "db.items is another table");
+        assert_eq!(r("SELECT * FROM db.orders", None).as_deref(), Some("SELECT * FROM db.orders_local"));
+        assert_eq!(r("SELECT * FROM orders", Some("db")).as_deref(), Some("SELECT * FROM orders_local"));
+        assert_eq!(r("SELECT * FROM other.orders", Some("db")), None);
+        assert_eq!(r("SELECT * FROM orders", None), None, "orders is default.orders");
+        assert_eq!(r("SELECT * FROM x", None).as_deref(), Some("SELECT * FROM `odd name`"));
         let m = map(&[("items", "it`s")]);
-        assert_eq!(rewrite_tables("SELECT * FROM items", &m).as_deref(), Some(r"SELECT * FROM `it\`s`"));
-        assert_eq!(rewrite_tables("SELECT * FROM items", &BTreeMap::new()), None);
+        assert_eq!(rewrite_tables("SELECT * FROM items", &m, None).as_deref(), Some(r"SELECT * FROM `it\`s`"));
+    }
+
+    /// Only the configured Distributed table in its database is rewritten:
+    /// `otherdb.items`, or `items` in `?database=otherdb`, is another table.
+    #[test]
+    fn databases() {
+        let m = map(&[("items", "items_local")]);
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        assert_eq!(r("SELECT * FROM items", Some("default")).as_deref(), Some("SELECT * FROM items_local"));
+        assert_eq!(r("SELECT * FROM items", Some("otherdb")), None);
+        assert_eq!(r("SELECT * FROM otherdb.items", None), None);
+        assert_eq!(r("SELECT * FROM `otherdb`.`items`", Some("otherdb")), None);
+        assert_eq!(r("SELECT * FROM items", Some("")), None, "no current database");
+        assert_eq!(r("SELECT * FROM items", Some("Default")), None, "database names are case-sensitive");
+        assert_eq!(
+            r("SELECT * FROM default.items", Some("otherdb")).as_deref(),
+            Some("SELECT * FROM default.items_local")
+        );
+        assert_eq!(r("SELECT * FROM default.items", Some("")).as_deref(), Some("SELECT * FROM default.items_local"));
+        // Mixed: only the routed table's references change.
+        assert_eq!(
+            r("SELECT * FROM items WHERE x IN (SELECT x FROM otherdb.items)", None).as_deref(),
+            Some("SELECT * FROM items_local WHERE x IN (SELECT x FROM otherdb.items)")
+        );
+        assert_eq!(r("SELECT * FROM otherdb.items UNION ALL SELECT * FROM items", Some("otherdb")), None);
+
+        // routing.database: keys without a database are in it.
+        let tables: BTreeMap<String, String> = [("items".to_string(), "items_local".to_string())].into();
+        let shop = RoutedTables::new(&tables, "shop").unwrap();
+        assert_eq!(rewrite_tables("SELECT * FROM items", &shop, None), None);
+        assert_eq!(
+            rewrite_tables("SELECT * FROM items", &shop, Some("shop")).as_deref(),
+            Some("SELECT * FROM items_local")
+        );
+        assert_eq!(
+            rewrite_tables("SELECT * FROM shop.items", &shop, None).as_deref(),
+            Some("SELECT * FROM shop.items_local")
+        );
+        assert_eq!(rewrite_tables("SELECT * FROM default.items", &shop, None), None);
+    }
+
+    #[test]
+    fn table_map_errors() {
+        let m = |pairs: &[(&str, &str)]| {
+            let t: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            RoutedTables::new(&t, DEFAULT_DATABASE)
+        };
+        assert_eq!(m(&[]), Err(RouteError::NoTables));
+        for (k, v, bad) in [
+            ("a.b.c", "x", "a.b.c"),
+            (".items", "x", ".items"),
+            ("db.", "x", "db."),
+            ("items", "a.b.c", "a.b.c"),
+            ("items", "", ""),
+        ] {
+            assert_eq!(m(&[(k, v)]), Err(RouteError::BadTableName(bad.to_string())), "{k}: {v}");
+        }
     }
 
     #[test]
@@ -300,31 +461,68 @@ mod tests {
             "SELECT * FROM items_local AS a ANY LEFT JOIN items_local AS b USING (item_id)",
         );
         same(
-            "SELECT * FROM a GLOBAL INNER JOIN db.items USING x",
-            "SELECT * FROM a GLOBAL INNER JOIN db.items_local USING x",
+            "SELECT * FROM a GLOBAL INNER JOIN default.items USING x",
+            "SELECT * FROM a GLOBAL INNER JOIN default.items_local USING x",
         );
         same(
-            "SELECT * FROM a JOIN (SELECT * FROM items) USING x",
-            "SELECT * FROM a JOIN (SELECT * FROM items_local) USING x",
+            "SELECT * FROM a GLOBAL ANY LEFT JOIN (SELECT * FROM items) USING x",
+            "SELECT * FROM a GLOBAL ANY LEFT JOIN (SELECT * FROM items_local) USING x",
         );
+        assert_eq!(rw("SELECT * FROM a ANY LEFT JOIN (SELECT * FROM items) USING x"), None, "Code 288 on Distributed");
         same("SELECT * FROM items ARRAY JOIN items", "SELECT * FROM items_local ARRAY JOIN items");
         assert_eq!(rw("SELECT * FROM t LEFT ARRAY JOIN items AS i"), None);
         assert_eq!(rw("SELECT * FROM a JOIN b USING a, items"), None);
         same(
-            "SELECT * FROM (SELECT * FROM items WHERE a) WHERE b IN (SELECT x FROM items)",
-            "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b IN (SELECT x FROM items_local)",
+            "SELECT * FROM (SELECT * FROM items WHERE a) WHERE b GLOBAL IN (SELECT x FROM items)",
+            "SELECT * FROM (SELECT * FROM items_local WHERE a) WHERE b GLOBAL IN (SELECT x FROM items_local)",
         );
         same(
-            "SELECT 1 FROM items UNION ALL SELECT 2 FROM db.items",
-            "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM db.items_local",
+            "SELECT * FROM items WHERE b GLOBAL NOT IN ((SELECT x FROM (SELECT x FROM items)))",
+            "SELECT * FROM items_local WHERE b GLOBAL NOT IN ((SELECT x FROM (SELECT x FROM items_local)))",
+        );
+        same("(SELECT * FROM items)", "(SELECT * FROM items_local)");
+        same(
+            "SELECT 1 FROM items UNION ALL SELECT 2 FROM default.items",
+            "SELECT 1 FROM items_local UNION ALL SELECT 2 FROM default.items_local",
         );
         same("SELECT * FROM items, items AS b", "SELECT * FROM items_local, items_local AS b");
         same("INSERT INTO t SELECT * FROM items", "INSERT INTO t SELECT * FROM items_local");
-        same("WITH (SELECT max(x) FROM items) AS m SELECT m", "WITH (SELECT max(x) FROM items_local) AS m SELECT m");
         same(
-            "WITH items AS (SELECT 1) SELECT * FROM db.items",
-            "WITH items AS (SELECT 1) SELECT * FROM db.items_local",
+            "WITH items AS (SELECT 1) SELECT * FROM default.items",
+            "WITH items AS (SELECT 1) SELECT * FROM default.items_local",
         );
+    }
+
+    /// A routed table read by a subquery that is not in a FROM nor after
+    /// GLOBAL IN: the Distributed table refuses it (Code 288) or reads all
+    /// shards, so the query is not routed.
+    #[test]
+    fn subqueries_that_read_all_shards() {
+        let m = map(&[("items", "items_local")]);
+        for sql in [
+            "SELECT * FROM items WHERE b IN (SELECT x FROM items)",
+            "SELECT * FROM items WHERE b NOT IN (SELECT x FROM items WHERE s = 1)",
+            "SELECT * FROM items WHERE b IN ((SELECT x FROM items))",
+            "SELECT * FROM items WHERE (b, 1) IN (SELECT x, 1 FROM items)",
+            "SELECT * FROM items WHERE b IN (SELECT x FROM (SELECT * FROM items))",
+            "SELECT * FROM items WHERE b = (SELECT max(x) FROM items)",
+            "SELECT (SELECT count() FROM items) FROM items",
+            "WITH (SELECT max(x) FROM items) AS m SELECT m",
+            "SELECT * FROM items WHERE b IN items",
+            "SELECT * FROM items WHERE b NOT IN default.items",
+            "SELECT * FROM items WHERE b GLOBAL IN (SELECT x FROM t WHERE y IN (SELECT y FROM items))",
+            "SELECT 1 UNION ALL (SELECT * FROM items)",
+            "SELECT toString((SELECT 1 FROM items))",
+        ] {
+            assert_eq!(rewrite(sql, &m, None), Err(Unrouted::Subquery), "{sql}");
+            assert_eq!(rewrite_tables(sql, &m, None), None, "{sql}");
+        }
+        // Other tables in such subqueries are fine, and so is another database's items.
+        same(
+            "SELECT * FROM items WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
+            "SELECT * FROM items_local WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
+        );
+        assert_eq!(rewrite("SELECT * FROM t WHERE b IN (1, 2)", &m, None), Err(Unrouted::NoTable));
     }
 
     #[test]

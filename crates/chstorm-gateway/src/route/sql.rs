@@ -8,6 +8,13 @@
 //! `GROUP BY`, `HAVING`, `ORDER BY`, `LIMIT`, `SETTINGS`, `FORMAT`,
 //! `INTO OUTFILE`. A `FROM` inside brackets that do not hold a query
 //! (`extract(DAY FROM d)`, `substring(s FROM 2)`) belongs to no body.
+//!
+//! ClickHouse does not reserve its keywords: on 18.16 `SELECT from FROM
+//! (SELECT 1 AS from)` and `FROM numbers(1) AS settings JOIN ...` are valid.
+//! Clauses found by their keywords would then be wrong, so a clause keyword
+//! used as a name (after `.`, `AS`, a comma, an operator, or a keyword that
+//! wants an operand, such as `SELECT`, `WHERE`, `AND`) makes [`Sql::parse`]
+//! give up: routing then fans out.
 
 use super::lexer::{Lexer, Token, TokenKind};
 
@@ -121,6 +128,9 @@ impl<'a> Sql<'a> {
             toks.push(t);
         }
         if !stack.is_empty() {
+            return None;
+        }
+        if toks.windows(2).any(|w| keyword_used_as_name(&w[0], &w[1])) {
             return None;
         }
         let statement = match toks.first() {
@@ -238,6 +248,23 @@ impl<'a> Sql<'a> {
         labels
     }
 
+    /// For every token, the index of its innermost enclosing `(` or `[` (a
+    /// bracket itself is enclosed by the outer one).
+    pub fn parents(&self) -> Vec<Option<usize>> {
+        let mut stack: Vec<usize> = Vec::new();
+        let mut out = Vec::with_capacity(self.toks.len());
+        for (i, t) in self.toks.iter().enumerate() {
+            if t.is_punct(")") || t.is_punct("]") {
+                stack.pop();
+            }
+            out.push(stack.last().copied());
+            if self.close[i] != NO_MATCH {
+                stack.push(i);
+            }
+        }
+        out
+    }
+
     /// If a (possibly qualified) identifier `a.b.c` starts at `i`: the index
     /// just past it and the index of its last part.
     pub fn compound_ident(&self, i: usize, end: usize) -> Option<(usize, usize)> {
@@ -250,6 +277,49 @@ impl<'a> Sql<'a> {
             last += 2;
         }
         Some((last + 1, last))
+    }
+}
+
+/// Keywords the clause structure is found by.
+const CLAUSE_WORDS: &[&str] = &[
+    "FROM",
+    "PREWHERE",
+    "WHERE",
+    "GROUP",
+    "HAVING",
+    "ORDER",
+    "BY",
+    "LIMIT",
+    "SETTINGS",
+    "FORMAT",
+    "INTO",
+    "UNION",
+    "EXCEPT",
+    "INTERSECT",
+    "JOIN",
+    "USING",
+    "ON",
+    "ARRAY",
+    "FINAL",
+    "SAMPLE",
+];
+
+/// Keywords after which comes an operand (a name or an expression), not a clause.
+const BEFORE_OPERAND: &[&str] = &[
+    "SELECT", "DISTINCT", "FROM", "WHERE", "PREWHERE", "AND", "OR", "NOT", "BY", "AS", "ON", "USING", "HAVING", "IN",
+    "IS", "LIKE", "ILIKE", "BETWEEN", "WHEN", "THEN", "ELSE", "CASE", "LIMIT", "OFFSET", "SETTINGS", "JOIN",
+    "INTERVAL", "TOP", "WITH", "SAMPLE", "FORMAT",
+];
+
+/// True if `t`, a clause keyword, stands where a name is expected after `prev`.
+fn keyword_used_as_name(prev: &Token<'_>, t: &Token<'_>) -> bool {
+    if t.kind != TokenKind::Word || !CLAUSE_WORDS.iter().any(|k| t.text.eq_ignore_ascii_case(k)) {
+        return false;
+    }
+    match prev.kind {
+        TokenKind::Word => BEFORE_OPERAND.iter().any(|k| prev.text.eq_ignore_ascii_case(k)),
+        TokenKind::Punct => !matches!(prev.text, ")" | "]" | "*"),
+        _ => false,
     }
 }
 
@@ -302,6 +372,38 @@ mod tests {
         assert!(Sql::parse("SELECT [1)").is_none());
         assert!(Sql::parse("SELECT 'x").is_none());
         assert!(Sql::parse("SELECT 1;").is_some());
+    }
+
+    /// 18.16 accepts keywords as names; the clauses would be misread, so
+    /// parsing gives up (routing fans out).
+    #[test]
+    fn keywords_used_as_names() {
+        for sql in [
+            "SELECT from FROM (SELECT 1 AS from)",
+            "SELECT a, where FROM t",
+            "SELECT count() FROM numbers(1) AS settings ANY LEFT JOIN items USING x",
+            "SELECT * FROM items AS where WHERE shop_id = 5",
+            "SELECT * FROM system.settings WHERE name = 'x'",
+            "SELECT * FROM t WHERE t.limit = 1",
+            "SELECT * FROM t WHERE x = from",
+            "SELECT * FROM t WHERE (format = 1)",
+            "SELECT * FROM t WHERE a AND union",
+            "SELECT 1 AS final FROM t",
+        ] {
+            assert!(Sql::parse(sql).is_none(), "{sql}");
+        }
+        for sql in [
+            "SELECT * FROM items FINAL WHERE shop_id = 5 SETTINGS max_threads = 1 FORMAT JSON",
+            "SELECT a.* FROM t AS a ANY LEFT JOIN u USING x WHERE y",
+            "SELECT count(*) FROM t GLOBAL ALL INNER JOIN u ON t.a = u.a ORDER BY 1 DESC LIMIT 1 BY a",
+            "SELECT * FROM t LEFT ARRAY JOIN arr AS x WHERE x IS NOT NULL GROUP BY x WITH TOTALS HAVING 1",
+            "SELECT extract(DAY FROM d), substring(s FROM 2) FROM t SAMPLE 1/10 OFFSET 1/2",
+            "SELECT CASE WHEN a THEN 1 END FROM t UNION ALL SELECT 2 FROM t",
+            "INSERT INTO t SELECT * FROM u",
+            "SELECT * FROM t LIMIT 10 OFFSET 5 SETTINGS a = 1",
+        ] {
+            assert!(Sql::parse(sql).is_some(), "{sql}");
+        }
     }
 
     #[test]

@@ -1,23 +1,34 @@
-//! A real 2x2 ClickHouse cluster with the items dataset, and gateways in front of it, for the
-//! gateway tests.
-#![allow(dead_code)]
+//! Test environments shared by the gateway's integration tests (in `chstorm-gateway` and
+//! `chstorm`): a real 2x2 ClickHouse cluster with the `items` dataset, the gateway config that
+//! `chstorm local up` writes for it, and curl helpers. Dev-only (`publish = false`).
+//!
+//! This crate does not depend on `chstorm-gateway` (which uses it as a dev-dependency): it hands
+//! out the gateway config's path and the test starts `chstorm_gateway::Gateway` itself, on
+//! [`Env::rt`]:
+//!
+//! ```ignore
+//! let env = chstorm_testenv::start_cluster();
+//! let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
+//! let url = format!("http://{}", gw.addr);
+//! ```
 
 use chstorm_data::{load_cluster, ClusterNode, ClusterTarget, DatasetName, LoadOptions};
-use chstorm_gateway::Gateway;
 use chstorm_local::{ClusterSpec, LocalCluster};
 use chstorm_proto::TlsOptions;
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Rows of `items` in the test cluster.
 pub const ROWS: u64 = 20_000;
 
+/// A running 2x2 cluster (stopped when dropped), a tokio runtime for gateways, and a temp dir.
 pub struct Env {
     pub cluster: LocalCluster,
     pub rt: tokio::runtime::Runtime,
     pub dir: tempfile::TempDir,
 }
 
-/// Starts a 2x2 cluster in a temp dir and loads `items` through Distributed.
+/// Starts a 2x2 cluster in a temp dir and loads [`ROWS`] rows of `items` through Distributed.
 pub fn start_cluster() -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::new(dir.path().join("cluster"), 2, 2);
@@ -40,30 +51,40 @@ pub fn start_cluster() -> Env {
 }
 
 impl Env {
-    /// The generated gateway.yaml, with `edit` applied to its text and listening on a free port.
-    pub fn gateway_with(&self, edit: impl Fn(String) -> String) -> (Gateway, String) {
-        let text = std::fs::read_to_string(&self.cluster.topology().gateway_config).unwrap();
-        let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
-        let text = edit(text.replace(&listen, "listen: 127.0.0.1:0"));
-        let path = self.dir.path().join(format!("gw-{}.yaml", rand_suffix()));
-        std::fs::write(&path, text).unwrap();
-        let gw = self.rt.block_on(Gateway::start(path)).unwrap();
-        let url = format!("http://{}", gw.addr);
-        (gw, url)
+    /// Writes the cluster's generated gateway.yaml, listening on a free port (`127.0.0.1:0`) and
+    /// with `edit` applied to its text, to a new file in the env's dir; returns its path.
+    pub fn gateway_config(&self, edit: impl Fn(String) -> String) -> PathBuf {
+        let path = self.dir.path().join(format!("gw-{}.yaml", next_id()));
+        std::fs::write(&path, self.gateway_config_text(edit)).unwrap();
+        path
     }
 
+    /// The text [`Env::gateway_config`] writes.
+    pub fn gateway_config_text(&self, edit: impl Fn(String) -> String) -> String {
+        let text = std::fs::read_to_string(&self.cluster.topology().gateway_config).unwrap();
+        let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
+        edit(text.replace(&listen, "listen: 127.0.0.1:0"))
+    }
+
+    /// `http://127.0.0.1:PORT` of a node (1-based shard and replica).
     pub fn node_url(&self, shard: usize, replica: usize) -> String {
         self.cluster.topology().node(shard, replica).unwrap().http_url.clone()
     }
+
+    /// Every node's URL, shard by shard.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.cluster.topology().nodes.iter().map(|n| n.http_url.clone()).collect()
+    }
 }
 
-fn rand_suffix() -> u64 {
+fn next_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);
     N.fetch_add(1, Ordering::Relaxed)
 }
 
-/// An HTTP exchange with curl: (status, headers lower-cased, body).
+/// An HTTP exchange with curl (20 s at most): (status, headers lower-cased, body). Status 0
+/// when curl got no answer.
 pub fn curl(args: &[&str]) -> (u16, String, String) {
     let out = Command::new("curl").args(["-sS", "-i", "--max-time", "20"]).args(args).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
