@@ -12,13 +12,18 @@
 //!   from a shared total; RAII grants.
 //! * [`upstream`]: the kept-alive backend pool.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
-//! * [`server`]: the listener, TLS and SIGHUP reload.
+//! * [`server`]: the listeners, TLS and SIGHUP reload; [`conn`]: one client connection, its
+//!   timeouts, and where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`);
+//!   [`client_body`]: request bodies with an idle timeout.
 
 pub mod admission;
 pub mod balancer;
 pub mod body;
 pub mod budget;
+pub mod client_body;
 pub mod config;
+pub mod conn;
+pub mod endpoints;
 pub mod health;
 pub mod layers;
 pub mod log;

@@ -8,6 +8,7 @@
 
 use crate::balancer::Replica;
 use crate::body::{KillGuard, Streamed};
+use crate::client_body::ClientBody as Incoming;
 use crate::config::User;
 use crate::log::log;
 use crate::metrics::{RequestLabels, RouteLabel};
@@ -17,7 +18,6 @@ use crate::upstream::{full, GBody};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tower::retry::budget::Budget;
