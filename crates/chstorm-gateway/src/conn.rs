@@ -139,9 +139,10 @@ impl Listener {
             }
             Endpoint::Metrics => self.metrics_answer(&state, accept()),
             Endpoint::NotFound => {
+                // ClickHouse also closes the connection here, only because it sends this body
+                // without a length; this one has a length, so the connection stays open.
                 let mut r = Response::new(full(not_found_text(&target)));
                 *r.status_mut() = StatusCode::NOT_FOUND;
-                r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
             Endpoint::NotImplemented => {

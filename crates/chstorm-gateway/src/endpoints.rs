@@ -10,7 +10,7 @@
 //! | GET/HEAD with the target exactly `/ping` | 200 `Ok.\n` |
 //! | GET/HEAD with a target starting with `/replicas_status` | the replicas' status |
 //! | any method with a `?` in the target, or POST to any path | a query |
-//! | other GET/HEAD | 404, `There is no handle <target>` and a help text, `Connection: Close` |
+//! | other GET/HEAD | 404, `There is no handle <target>` and a help text |
 //! | anything else | 501 Not Implemented, `Connection: Close` |
 //!
 //! So `GET /ping?x=1` is a query (and fails on the unknown setting `x`), and `POST /ping` with a

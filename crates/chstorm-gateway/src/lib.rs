@@ -10,13 +10,15 @@
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
 //! * [`budget`]: the per-replica thread budget (`threads:`): each query's `max_threads` granted
 //!   from a shared total; RAII grants.
-//! * [`upstream`]: the kept-alive backend pool.
+//! * [`upstream`]: the kept-alive backend pool; [`backend_io`]: its connections, reset when
+//!   dropped mid-exchange so a server never takes a cut-short body for a whole one.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //! * [`server`]: the listeners, TLS and SIGHUP reload; [`conn`]: one client connection, its
 //!   timeouts, and where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`);
 //!   [`client_body`]: request bodies with an idle timeout.
 
 pub mod admission;
+pub mod backend_io;
 pub mod balancer;
 pub mod body;
 pub mod budget;

@@ -34,8 +34,11 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
+type Connector = crate::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
+
 pub struct Upstream {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>,
+    /// Its connections are reset, not closed, when dropped mid-exchange ([`crate::backend_io`]).
+    client: Client<Connector, GBody>,
     /// For health probes: no pooling, so every probe tests the replica's listener. A server in
     /// graceful shutdown closes its listener but still answers on open connections; a probe over
     /// a pooled connection would call it healthy.
@@ -79,7 +82,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(idle_timeout)
             .pool_max_idle_per_host(cfg.max_idle_per_replica)
-            .build(https.clone());
+            .build(crate::backend_io::ResetIfAbandoned(https.clone()));
         let probe_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
         Ok(Upstream { client, probe_client, idle_timeout })
     }
