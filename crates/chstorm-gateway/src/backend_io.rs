@@ -48,7 +48,7 @@ where
         let connecting = self.0.call(uri);
         Box::pin(async move {
             let stream = connecting.await.map_err(Into::into)?;
-            Ok(ResetIfAbandonedIo { inner: stream, unanswered: false })
+            Ok(ResetIfAbandonedIo::new(stream))
         })
     }
 }
@@ -71,6 +71,19 @@ impl Socket for Stream {
             MaybeHttpsStream::Http(io) => io.inner(),
             MaybeHttpsStream::Https(io) => io.inner().get_ref().0.inner().inner(),
         }
+    }
+}
+
+impl Socket for TokioIo<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.inner()
+    }
+}
+
+impl<T: Socket> ResetIfAbandonedIo<T> {
+    /// Wraps a connected stream (nothing written yet).
+    pub fn new(inner: T) -> ResetIfAbandonedIo<T> {
+        ResetIfAbandonedIo { inner, unanswered: false }
     }
 }
 
@@ -147,5 +160,78 @@ impl<T: Socket + Write + Unpin> Write for ResetIfAbandonedIo<T> {
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A loopback connection: (the wrapped client side, the server side).
+    async fn pair() -> (ResetIfAbandonedIo<TokioIo<TcpStream>>, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (server, _) = l.accept().await.unwrap();
+        (ResetIfAbandonedIo::new(TokioIo::new(client)), server)
+    }
+
+    async fn write(io: &mut ResetIfAbandonedIo<TokioIo<TcpStream>>, b: &[u8]) {
+        std::future::poll_fn(|cx| Pin::new(&mut *io).poll_write(cx, b)).await.unwrap();
+    }
+
+    async fn read(io: &mut ResetIfAbandonedIo<TokioIo<TcpStream>>) -> usize {
+        let mut mem = [std::mem::MaybeUninit::<u8>::uninit(); 64];
+        let mut buf = hyper::rt::ReadBuf::uninit(&mut mem);
+        std::future::poll_fn(|cx| Pin::new(&mut *io).poll_read(cx, buf.unfilled())).await.unwrap();
+        buf.filled().len()
+    }
+
+    async fn shutdown(io: &mut ResetIfAbandonedIo<TokioIo<TcpStream>>) {
+        std::future::poll_fn(|cx| Pin::new(&mut *io).poll_shutdown(cx)).await.unwrap();
+    }
+
+    /// What the server sees after the client's last bytes: Ok(0) for a close, Err for a reset.
+    async fn server_sees_end(server: &mut TcpStream, expect: &[u8]) -> std::io::Result<usize> {
+        let mut got = vec![0u8; expect.len()];
+        within(server.read_exact(&mut got)).await.unwrap();
+        assert_eq!(got, expect);
+        let mut more = [0u8; 8];
+        within(server.read(&mut more)).await
+    }
+
+    /// `f`, or a panic after 10 s.
+    async fn within<F: Future>(f: F) -> F::Output {
+        tokio::time::timeout(std::time::Duration::from_secs(10), f).await.expect("no answer within 10 s")
+    }
+
+    #[tokio::test]
+    async fn dropped_with_a_request_unanswered_the_server_sees_a_reset() {
+        let (mut io, mut server) = pair().await;
+        write(&mut io, b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\n1\n2\n").await;
+        shutdown(&mut io).await; // hyper's shutdown before the drop: no FIN may go out
+        drop(io);
+        let e = server_sees_end(&mut server, b"POST / HTTP/1.1\r\nContent-Length: 1000\r\n\r\n1\n2\n").await;
+        assert_eq!(e.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset);
+    }
+
+    #[tokio::test]
+    async fn dropped_after_its_answer_the_server_sees_a_normal_close() {
+        let (mut io, mut server) = pair().await;
+        let req = b"GET /ping HTTP/1.1\r\n\r\n";
+        write(&mut io, req).await;
+        within(server.read_exact(&mut vec![0u8; req.len()])).await.unwrap();
+        server.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nOk.\n").await.unwrap();
+        assert!(within(read(&mut io)).await > 0);
+        shutdown(&mut io).await;
+        drop(io);
+        assert_eq!(within(server.read(&mut [0u8; 8])).await.unwrap(), 0, "a FIN, not a reset");
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_closes_normally() {
+        let (io, mut server) = pair().await;
+        drop(io);
+        assert_eq!(within(server.read(&mut [0u8; 8])).await.unwrap(), 0);
     }
 }

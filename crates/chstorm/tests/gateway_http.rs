@@ -205,10 +205,22 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
 
     // A request head at one byte a second: closed after client_header_timeout (2 s), without an
     // answer, long before its 80 bytes are through.
+    // Meanwhile a connection that sends nothing at all is closed after the same time.
+    let silent = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        (n, t.elapsed())
+    });
     let head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-ClickHouse-User: uploader\r\nContent-Length: 8\r\n\r\n";
     let (after, sent) = one_byte_a_second(addr, head);
     assert!(after >= Duration::from_secs(2), "closed after {after:?}, before the timeout");
     assert!(sent < head.len() / 2, "{sent} of {} bytes went through", head.len());
+    let (n, after) = silent.join().unwrap();
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(after >= Duration::from_secs(2) && after < Duration::from_secs(20), "closed after {after:?}");
 
     // Two uploads of user `uploader` (max_concurrency 2) stall mid-body: one with its query in
     // the URL and the data streamed to a replica, one with its query in the body.
@@ -274,6 +286,7 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     }
     let m = ro_text(&url);
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"header\"}"), 1.0, "{m}");
+    assert!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"idle\"}") >= 1.0, "{m}");
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 2.0, "{m}");
     assert_eq!(metric(&m, "chstorm_gateway_requests_total{user=\"uploader\",status=\"408\",route=\"rejected\"}"), 2.0);
 
@@ -371,5 +384,42 @@ fn metrics_stay_bounded_and_promtool_accepts_them() {
     assert_eq!(s, 200);
     assert!(h.contains("content-type: application/openmetrics-text; version=1.0.0"), "{h}");
     assert!(b.ends_with("# EOF\n") && b.contains("# TYPE chstorm_gateway_requests counter\n"), "{b}");
+    gw.stop();
+}
+
+#[test]
+fn a_tls_handshake_that_never_comes_is_dropped_after_the_header_timeout() {
+    let s = chstorm_local::shared_tls_server();
+    let info = s.info();
+    let ca = info.ca_cert.clone().unwrap();
+    let key = ca.with_file_name("server.key");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tls.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}\nlimits:\n  client_header_timeout: 1s\npool:\n  tls_ca: {}\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\nusers:\n  - name: default\n    cluster: one\n",
+            ca.display(),
+            key.display(),
+            ca.display(),
+            info.https_url.as_deref().unwrap()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    let mut c = TcpStream::connect(gw.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 64];
+    assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "closed without a byte");
+    let after = t.elapsed();
+    assert!(after >= Duration::from_secs(1) && after < Duration::from_secs(20), "closed after {after:?}");
+    // A client that does the handshake is served as before.
+    let url = format!("https://127.0.0.1:{}/", gw.addr.port());
+    let (status, _, body) = curl(&["--cacert", ca.to_str().unwrap(), "--data-binary", "SELECT 1", &url]);
+    assert_eq!((status, body.as_str()), (200, "1\n"));
+    let m = curl(&["--cacert", ca.to_str().unwrap(), &format!("{url}metrics")]).2;
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"tls\"}"), 1.0, "{m}");
     gw.stop();
 }
