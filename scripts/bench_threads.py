@@ -116,7 +116,7 @@ def main():
                 try:
                     one = bench(chstorm, url, 1, args.n1, settings, tmp)
                     twenty = bench(chstorm, url, 20, args.n20, settings, tmp)
-                    total_threads = metric(url, "chstorm_gateway_threads_total")
+                    total_threads = metric(url, "chstorm_gateway_threads_budget")
                 finally:
                     gw.send_signal(signal.SIGTERM)
                     gw.wait()

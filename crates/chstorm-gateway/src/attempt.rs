@@ -157,6 +157,8 @@ enum AttemptEnd {
 
 struct Running {
     hedge: bool,
+    /// It carries the client's streamed body: a broken exchange may be the client's fault.
+    streamed: bool,
     started: Instant,
     inflight: InFlight,
     grant: Option<Grant>,
@@ -312,7 +314,10 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                         } else {
                             lost_once.push(id);
                         }
-                        if ctx.balancer.report_failure(&replica) {
+                        // A streamed body that broke may be the client's doing (it left, or
+                        // stalled past its idle timeout): only a refused connection blames the
+                        // replica then.
+                        if (e.connect || !a.streamed) && ctx.balancer.report_failure(&replica) {
                             went_down(ctx, &replica, &e.message, &plan.query_id);
                         }
                         let detail = format!("replica {} ({}) failed: {}", replica.label(), replica.addr.base, e);
@@ -440,6 +445,7 @@ async fn start(
         _ => None,
     };
     let uri = format!("{}{}", replica.addr.base, plan.path_and_query(grant.as_ref().map(Grant::threads)));
+    let streamed = matches!(body, SendBody::Once(_));
     let req_body = match body {
         SendBody::Held(b) => match &plan.replace_body {
             Some(text) => full(Bytes::from(text.clone())),
@@ -480,7 +486,7 @@ async fn start(
             None => sent.await,
         }
     });
-    Some(Running { hedge, started: Instant::now(), inflight, grant, guard, fut })
+    Some(Running { hedge, streamed, started: Instant::now(), inflight, grant, guard, fut })
 }
 
 #[cfg(test)]

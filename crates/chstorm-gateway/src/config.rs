@@ -60,11 +60,30 @@ pub struct Limits {
     pub queue_size: usize,
     /// Longest wait for a slot. Default 1 s. Past it: 503.
     pub queue_max_wait: Dur,
+    /// A client must send a request's line and headers within this time, counted from the
+    /// connection's first read (a new connection, or the end of the previous answer on a kept-alive
+    /// one), or the gateway closes the connection without an answer. So it also closes kept-alive
+    /// client connections idle this long. Default 10 s; at least 100 ms. Also bounds the TLS
+    /// handshake.
+    pub client_header_timeout: Dur,
+    /// A request whose body sends no byte for this long while the gateway waits for it fails with
+    /// 408: its backend request is abandoned (and its query killed), its admission slots are freed
+    /// and the connection is closed. Default 30 s; at least 100 ms.
+    pub client_body_idle_timeout: Dur,
 }
+
+/// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).
+pub const MIN_CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_concurrency: 256, queue_size: 1024, queue_max_wait: Dur(Duration::from_secs(1)) }
+        Limits {
+            max_concurrency: 256,
+            queue_size: 1024,
+            queue_max_wait: Dur(Duration::from_secs(1)),
+            client_header_timeout: Dur(Duration::from_secs(10)),
+            client_body_idle_timeout: Dur(Duration::from_secs(30)),
+        }
     }
 }
 
@@ -397,6 +416,7 @@ fn any_setting() -> Vec<String> {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: String,
+    metrics_listen: Option<String>,
     tls: Option<TlsFiles>,
     #[serde(default)]
     limits: Limits,
@@ -480,6 +500,9 @@ pub struct User {
 pub struct Config {
     pub source: PathBuf,
     pub listen: SocketAddr,
+    /// Where `/metrics` is served (plain HTTP, only `/metrics`). None (the default): on `listen`.
+    /// When set, `listen` answers `/metrics` as ClickHouse does (404).
+    pub metrics_listen: Option<SocketAddr>,
     pub tls: Option<TlsFiles>,
     pub limits: Limits,
     pub health: Health,
@@ -494,6 +517,24 @@ pub struct Config {
     pub users: BTreeMap<String, User>,
     /// Thread budgets by cluster name (clusters without a `threads` section have none).
     pub threads: BTreeMap<String, Threads>,
+}
+
+/// The longest user name the gateway accepts, in a request or in the config: 128 bytes.
+pub const MAX_USER_NAME: usize = 128;
+
+/// Why `name` cannot be a user name (the same rule for the config and for requests): empty,
+/// longer than [`MAX_USER_NAME`] bytes, or holding a control character.
+pub fn check_user_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("the user name is empty".into());
+    }
+    if name.len() > MAX_USER_NAME {
+        return Err(format!("the user name is {} bytes long; at most {MAX_USER_NAME}", name.len()));
+    }
+    if name.chars().any(char::is_control) {
+        return Err("the user name holds a control character".into());
+    }
+    Ok(())
 }
 
 fn scalar(v: &serde_yaml::Value) -> Option<String> {
@@ -534,6 +575,29 @@ impl Config {
             .listen
             .parse()
             .map_err(|_| err("listen:", format!("listen: '{}' is not an address like 127.0.0.1:8124", raw.listen)))?;
+        let metrics_listen = match &raw.metrics_listen {
+            None => None,
+            Some(m) => Some(m.parse::<SocketAddr>().map_err(|_| {
+                err("metrics_listen:", format!("metrics_listen: '{m}' is not an address like 127.0.0.1:9363"))
+            })?),
+        };
+        if metrics_listen.is_some_and(|m| m == listen && m.port() != 0) {
+            return Err(err(
+                "metrics_listen:",
+                format!("metrics_listen: {listen} is also `listen`; give /metrics its own port, or remove metrics_listen to serve it on `listen`"),
+            ));
+        }
+        for (field, d) in [
+            ("client_header_timeout", raw.limits.client_header_timeout.0),
+            ("client_body_idle_timeout", raw.limits.client_body_idle_timeout.0),
+        ] {
+            if d < MIN_CLIENT_TIMEOUT {
+                return Err(err(
+                    field,
+                    format!("limits.{field}: {} is too short; at least 100ms", humantime::format_duration(d)),
+                ));
+            }
+        }
         if raw.limits.max_concurrency == 0 {
             return Err(err("max_concurrency", "limits.max_concurrency: must be at least 1".into()));
         }
@@ -665,6 +729,15 @@ impl Config {
         let mut users = BTreeMap::new();
         for (i, u) in raw.users.into_iter().enumerate() {
             let at = format!("name: {}", u.name);
+            if let Err(why) = check_user_name(&u.name) {
+                return Err(err(&at, format!("users[{i}].name: {why}")));
+            }
+            if u.name == crate::metrics::UNKNOWN_USER {
+                return Err(err(
+                    &at,
+                    format!("users[{i}].name: '{}' is reserved: it is the metrics label of requests from unauthenticated or unknown users", u.name),
+                ));
+            }
             if users.contains_key(&u.name) {
                 return Err(err(&at, format!("users[{i}].name: '{}' appears twice", u.name)));
             }
@@ -731,6 +804,7 @@ impl Config {
         Ok(Config {
             source: source.to_path_buf(),
             listen,
+            metrics_listen,
             tls: raw.tls,
             limits: raw.limits,
             health: raw.health,
@@ -794,6 +868,46 @@ mod tests {
         assert!(e.contains("routing: routing.database: 'a.b' is not a database name"), "{e}");
         let e = bad(&EXAMPLE.replace("listen: 127.0.0.1:8124", "listen: everywhere"));
         assert!(e.contains("listen: 'everywhere'") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn client_timeouts_metrics_listen_and_user_names() {
+        let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
+        assert_eq!(c.limits.client_header_timeout.0, Duration::from_secs(10));
+        assert_eq!(c.limits.client_body_idle_timeout.0, Duration::from_secs(30));
+        assert_eq!(c.metrics_listen, None, "the example leaves metrics_listen commented out");
+        let defaults = Limits::default();
+        assert_eq!(
+            (defaults.client_header_timeout.0, defaults.client_body_idle_timeout.0),
+            (Duration::from_secs(10), Duration::from_secs(30)),
+            "the example states the defaults"
+        );
+        let uncommented = EXAMPLE.replace("# metrics_listen: ", "metrics_listen: ");
+        let c = Config::parse(&uncommented, Path::new("g.yaml")).unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9363".parse().unwrap()));
+        let e = bad(&EXAMPLE.replace("# metrics_listen: 127.0.0.1:9363", "metrics_listen: somewhere"));
+        assert!(e.contains("metrics_listen: 'somewhere' is not an address") && e.contains("line "), "{e}");
+        let e = bad(&EXAMPLE.replace("# metrics_listen: 127.0.0.1:9363", "metrics_listen: 127.0.0.1:8124"));
+        assert!(e.contains("is also `listen`"), "{e}");
+        let e = bad(&EXAMPLE.replace("client_body_idle_timeout: 30s", "client_body_idle_timeout: 10ms"));
+        assert!(
+            e.contains("limits.client_body_idle_timeout: 10ms is too short; at least 100ms") && e.contains("line "),
+            "{e}"
+        );
+        let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: 0s"));
+        assert!(e.contains("limits.client_header_timeout: 0s is too short"), "{e}");
+        let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: later"));
+        assert!(e.contains("limits.client_header_timeout") && e.contains("'later' is not a duration"), "{e}");
+        let e = bad(&EXAMPLE.replace("- name: default", "- name: unknown"));
+        assert!(e.contains("users[0].name: 'unknown' is reserved"), "{e}");
+        let long = "u".repeat(MAX_USER_NAME + 1);
+        let e = bad(&EXAMPLE.replace("- name: default", &format!("- name: {long}")));
+        assert!(e.contains("users[0].name: the user name is 129 bytes long; at most 128"), "{e}");
+        assert!(check_user_name(&"u".repeat(MAX_USER_NAME)).is_ok());
+        assert!(
+            check_user_name("").is_err() && check_user_name("a\nb").is_err() && check_user_name("a\u{7f}").is_err()
+        );
+        assert!(check_user_name("analyst-7").is_ok() && check_user_name("имя").is_ok());
     }
 
     #[test]

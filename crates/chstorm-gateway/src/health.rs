@@ -48,9 +48,9 @@ pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, 
 }
 
 /// Runs futures concurrently and collects their outputs in order.
-async fn futures_join_all<F: std::future::Future>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
+async fn futures_join_all<F>(futs: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futs.map(tokio::spawn).collect();

@@ -3,7 +3,9 @@
 //! 1. [`GlobalAdmission`]: the gateway-wide concurrency limit with its FIFO queue and maximum
 //!    wait. Over it: 503 at once. First, so an overloaded gateway spends nothing else.
 //! 2. [`Authenticate`]: user and password (basic auth, `X-ClickHouse-User`/`-Key`, or the `user`
-//!    and `password` parameters), then the user's networks. 401 / 403.
+//!    and `password` parameters), then the user's networks. 401 (with `WWW-Authenticate`, as
+//!    ClickHouse sends it) / 403. A user name that no configured user could have (empty, over
+//!    [`crate::config::MAX_USER_NAME`] bytes, control characters) gets a 401 that says so.
 //! 3. [`UserAdmission`]: the user's requests per second (429), then the user's concurrency limit
 //!    and queue (429).
 //! 4. [`Proxy`]: rules on settings and writes, routing, replica choice, retries, streaming
@@ -11,14 +13,19 @@
 //!
 //! Every permit taken on the way travels with the response body and is released when the body
 //! ends or is dropped (RAII), so a slot is held exactly as long as the client is being served.
+//! The request body is a [`ClientBody`]: the server drops the whole stack's future when the client
+//! stops sending it (`limits.client_body_idle_timeout`), which frees the permits held meanwhile.
+//!
+//! Metrics label a request with its user only once the user is authenticated; before that, and
+//! for unknown users, the label is [`UNKNOWN_USER`].
 
 use crate::body::Guarded;
-use crate::metrics::RequestLabels;
+use crate::client_body::ClientBody;
+use crate::metrics::{RequestLabels, UNKNOWN_USER};
 use crate::proxy::reply;
 use crate::state::State;
 use crate::upstream::GBody;
 use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
 use sha2::Digest;
 use std::convert::Infallible;
 use std::future::Future;
@@ -34,17 +41,42 @@ type Fut = Pin<Box<dyn Future<Output = Result<Response<GBody>, Infallible>> + Se
 #[derive(Clone, Copy, Debug)]
 pub struct ClientAddr(pub SocketAddr);
 
+/// Filled by [`Authenticate`] with the authenticated user's name, for the server, which counts
+/// a request it gives up on (a stalled body) under that user.
+#[derive(Clone, Debug, Default)]
+pub struct AuthenticatedAs(pub Arc<std::sync::OnceLock<String>>);
+
+impl AuthenticatedAs {
+    /// The metrics label: the authenticated user, or [`UNKNOWN_USER`].
+    pub fn label(&self) -> String {
+        self.0.get().cloned().unwrap_or_else(|| UNKNOWN_USER.to_string())
+    }
+}
+
 fn state_of<B>(req: &Request<B>) -> Arc<State> {
     req.extensions().get::<Arc<State>>().cloned().expect("the server puts the state in every request")
 }
 
+/// The realm ClickHouse names in its 401 answers (18.16 and current releases).
+pub const WWW_AUTHENTICATE: &str = "Basic realm=\"ClickHouse server HTTP API\"";
+
+/// Counts a rejection under `user` (a configured user's name, or [`UNKNOWN_USER`]) and answers
+/// `msg` in one line; a 401 carries `WWW-Authenticate`.
 fn rejected(state: &State, user: &str, status: StatusCode, msg: String) -> Response<GBody> {
     state
         .metrics
         .requests
         .get_or_create(&RequestLabels { user: user.to_string(), status: status.as_u16(), route: "rejected" })
         .inc();
-    reply(status, msg)
+    with_www_authenticate(reply(status, msg))
+}
+
+/// Adds `WWW-Authenticate` to a 401 that lacks it; other answers pass unchanged.
+pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
+    if resp.status() == StatusCode::UNAUTHORIZED && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static(WWW_AUTHENTICATE));
+    }
+    resp
 }
 
 macro_rules! layer {
@@ -61,9 +93,9 @@ macro_rules! layer {
         pub struct $svc<S> {
             inner: S,
         }
-        impl<S> Service<Request<Incoming>> for $svc<S>
+        impl<S> Service<Request<ClientBody>> for $svc<S>
         where
-            S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+            S: Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut>
                 + Clone
                 + Send
                 + 'static,
@@ -74,7 +106,7 @@ macro_rules! layer {
             fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
                 Poll::Ready(Ok(()))
             }
-            fn call(&mut self, req: Request<Incoming>) -> Fut {
+            fn call(&mut self, req: Request<ClientBody>) -> Fut {
                 $svc::serve(self.inner.clone(), req)
             }
         }
@@ -93,12 +125,12 @@ layer!(UserAdmissionLayer, UserAdmission);
 
 impl<S> GlobalAdmission<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+    S: Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut>
         + Clone
         + Send
         + 'static,
 {
-    fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
+    fn serve(mut inner: S, req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             state.metrics.queued.set(state.global.queued() as i64);
@@ -107,7 +139,7 @@ where
                 Err(why) => {
                     return Ok(rejected(
                         &state,
-                        "",
+                        UNKNOWN_USER,
                         StatusCode::SERVICE_UNAVAILABLE,
                         format!("chstorm gateway: overloaded: {why}"),
                     ))
@@ -144,19 +176,22 @@ fn credentials<B>(req: &Request<B>) -> (String, String) {
 
 impl<S> Authenticate<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+    S: Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut>
         + Clone
         + Send
         + 'static,
 {
-    fn serve(mut inner: S, mut req: Request<Incoming>) -> Fut {
+    fn serve(mut inner: S, mut req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let (name, password) = credentials(&req);
+            if let Err(why) = crate::config::check_user_name(&name) {
+                return Ok(rejected(&state, UNKNOWN_USER, StatusCode::UNAUTHORIZED, format!("chstorm gateway: {why}")));
+            }
             let Some(user) = state.users.get(&name) else {
                 return Ok(rejected(
                     &state,
-                    &name,
+                    UNKNOWN_USER,
                     StatusCode::UNAUTHORIZED,
                     "chstorm gateway: unknown user or wrong password".into(),
                 ));
@@ -168,7 +203,7 @@ where
             if !ok {
                 return Ok(rejected(
                     &state,
-                    &name,
+                    UNKNOWN_USER,
                     StatusCode::UNAUTHORIZED,
                     "chstorm gateway: unknown user or wrong password".into(),
                 ));
@@ -190,6 +225,9 @@ where
                     format!("chstorm gateway: user '{name}' may not connect from {from}"),
                 ));
             }
+            if let Some(who) = req.extensions().get::<AuthenticatedAs>() {
+                let _ = who.0.set(name.clone());
+            }
             req.extensions_mut().insert(UserName(name));
             inner.call(req).await
         })
@@ -203,17 +241,22 @@ pub struct UserName(pub String);
 
 impl<S> UserAdmission<S>
 where
-    S: Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut>
+    S: Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut>
         + Clone
         + Send
         + 'static,
 {
-    fn serve(mut inner: S, req: Request<Incoming>) -> Fut {
+    fn serve(mut inner: S, req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
             let Some(user) = state.users.get(&name) else {
-                return Ok(rejected(&state, &name, StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user".into()));
+                return Ok(rejected(
+                    &state,
+                    UNKNOWN_USER,
+                    StatusCode::UNAUTHORIZED,
+                    "chstorm gateway: unknown user".into(),
+                ));
             };
             if let Some(rate) = &user.rate {
                 if let Err(why) = rate.check() {
@@ -245,19 +288,19 @@ where
 #[derive(Clone, Default)]
 pub struct Proxy;
 
-impl Service<Request<Incoming>> for Proxy {
+impl Service<Request<ClientBody>> for Proxy {
     type Response = Response<GBody>;
     type Error = Infallible;
     type Future = Fut;
     fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
-    fn call(&mut self, req: Request<Incoming>) -> Fut {
+    fn call(&mut self, req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
             let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
             let Some(user) = state.users.get(&name).map(|u| u.cfg.clone()) else {
-                return Ok(reply(StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user"));
+                return Ok(with_www_authenticate(reply(StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user")));
             };
             Ok(crate::proxy::handle(state, user, req).await)
         })
@@ -266,7 +309,7 @@ impl Service<Request<Incoming>> for Proxy {
 
 /// The stack, in the order documented above.
 pub fn stack(
-) -> impl Service<Request<Incoming>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static
+) -> impl Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static
 {
     tower::ServiceBuilder::new().layer(GlobalAdmissionLayer).layer(AuthLayer).layer(UserAdmissionLayer).service(Proxy)
 }

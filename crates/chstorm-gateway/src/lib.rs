@@ -1,27 +1,40 @@
 //! chstorm's HTTP gateway in front of a ClickHouse cluster.
 //!
-//! * [`config`]: the YAML config, validated.
-//! * [`layers`]: the request path as tower layers (global admission, authentication, per-user
-//!   admission, proxy), in that order.
-//! * [`proxy`]: rules, routing, replica choice, safe retries, streaming, KILL QUERY on disconnect.
+//! The request path, in small pieces:
+//! * [`server`], [`listen`], [`conn`], [`drain`]: the listeners (TLS, SO_REUSEPORT), one client
+//!   connection with its timeouts ([`client_body`]: request bodies with an idle timeout), where
+//!   each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`), and the graceful
+//!   stop on SIGTERM; SIGHUP reloads.
+//! * [`layers`]: tower layers, built once per config: global admission, authentication, user
+//!   admission, then [`proxy`].
+//! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
+//!   (pure: user rules, [`sql_rules`], routing, parameters), [`attempt`] (retries and hedged
+//!   reads under one policy and one budget; per-try deadlines from [`hedge`]), and [`respond`],
+//!   the one exit that records every outcome.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
-//! * [`balancer`] + [`health`]: replica selection over snapshots published by active probes and
-//!   passive failure detection.
+//! * [`replica`] (runtime state and the health state machine), [`balancer`] (selection over
+//!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
-//! * [`budget`]: the per-replica thread budget (`threads:`): each query's `max_threads` granted
-//!   from a shared total; RAII grants.
-//! * [`upstream`]: the kept-alive backend pool.
+//! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
+//! * [`upstream`]: one kept-alive pool per replica behind the `Backend` trait; [`backend_io`]: its
+//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
+//!   whole one.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
-//! * [`server`]: the listener, TLS and SIGHUP reload.
-//! * [`sql_rules`]: the settings and table functions a query names, for the user rules.
+//!
+//! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
+//! `chstorm_proto::rules`. This crate must not import the load engine, the outputs or the CLI.
 
 pub mod admission;
 pub mod attempt;
+pub mod backend_io;
 pub mod balancer;
 pub mod body;
 pub mod budget;
+pub mod client_body;
 pub mod config;
+pub mod conn;
 pub mod drain;
+pub mod endpoints;
 pub mod health;
 pub mod hedge;
 pub mod layers;

@@ -1,8 +1,16 @@
-//! `/metrics` in Prometheus text format (prometheus-client).
+//! `/metrics` (prometheus-client), in two formats chosen by the scraper's `Accept` header:
+//! OpenMetrics 1.0 when it asks for `application/openmetrics-text` (Prometheus does), else the
+//! Prometheus text format 0.0.4 (curl, `promtool check metrics`), derived from the OpenMetrics text
+//! by [`openmetrics_to_text`] (prometheus-client 0.22 writes only OpenMetrics, whose counter
+//! families are named without `_total`, which 0.0.4 parsers read as a second, untyped family).
+//!
+//! Every label value comes from a bounded set: configured names (users, clusters, replicas),
+//! HTTP status codes, or fixed words. A request from an unauthenticated or unknown user is
+//! counted as user [`UNKNOWN_USER`], so made-up user names cannot grow the output.
 //!
 //! | metric | labels | meaning |
 //! |---|---|---|
-//! | `chstorm_gateway_requests_total` | user, status, route | requests answered; route = routed, fanout, local, rejected |
+//! | `chstorm_gateway_requests_total` | user, status, route | requests answered; user = a configured user or `unknown`; route = routed, fanout, rejected |
 //! | `chstorm_gateway_request_duration_seconds` | route | time to the response head |
 //! | `chstorm_gateway_in_flight` | | queries holding a global slot |
 //! | `chstorm_gateway_queued` | | queries waiting for a global slot |
@@ -14,6 +22,8 @@
 //! | `chstorm_gateway_hedges_total` | | hedged copies sent (within the retry budget) |
 //! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
 //! | `chstorm_gateway_threads_total` | cluster, replica | the replica's thread budget |
+//! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`) |
+//! | `chstorm_gateway_threads_budget` | cluster, replica | the replica's thread budget (`threads.total`) |
 //! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
 //! | `chstorm_gateway_threads_external` | cluster, replica | threads of other queries on the server (`observe`) |
 //! | `chstorm_gateway_threads_queued` | cluster, replica | queries waiting for a thread (`queue` mode) |
@@ -28,6 +38,14 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+
+/// The `user` label of requests whose user is not authenticated or not configured.
+pub const UNKNOWN_USER: &str = "unknown";
+
+/// Content type of the Prometheus text format 0.0.4.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// Content type of OpenMetrics 1.0.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -50,6 +68,12 @@ pub struct ReplicaLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KillLabel {
     pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PhaseLabel {
+    /// `header` or `body`.
+    pub phase: &'static str,
 }
 
 fn grant_histogram() -> Histogram {
@@ -81,6 +105,7 @@ pub struct Metrics {
     pub per_try_timeouts: Counter,
     pub hedges: Counter,
     pub hedge_wins: Counter,
+    pub client_timeouts: Family<PhaseLabel, Counter>,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
     pub threads_external: Family<ReplicaLabels, Gauge>,
@@ -126,6 +151,12 @@ impl Default for Metrics {
         );
         registry.register("chstorm_gateway_hedges", "Hedged copies sent", hedges.clone());
         registry.register("chstorm_gateway_hedge_wins", "Hedged copies that answered first", hedge_wins.clone());
+        let client_timeouts = Family::<PhaseLabel, Counter>::default();
+        registry.register(
+            "chstorm_gateway_client_timeouts",
+            "Client connections dropped for sending their headers or body too slowly",
+            client_timeouts.clone(),
+        );
         let threads_total = Family::<ReplicaLabels, Gauge>::default();
         let threads_in_use = Family::<ReplicaLabels, Gauge>::default();
         let threads_external = Family::<ReplicaLabels, Gauge>::default();
@@ -138,7 +169,7 @@ impl Default for Metrics {
             wait_histogram as fn() -> Histogram,
         );
         let thread_queue_timeouts = Family::<ReplicaLabels, Counter>::default();
-        registry.register("chstorm_gateway_threads_total", "The replica's thread budget", threads_total.clone());
+        registry.register("chstorm_gateway_threads_budget", "The replica's thread budget", threads_total.clone());
         registry.register(
             "chstorm_gateway_threads_in_use",
             "Threads granted to queries in flight through this gateway",
@@ -183,6 +214,7 @@ impl Default for Metrics {
             per_try_timeouts,
             hedges,
             hedge_wins,
+            client_timeouts,
             threads_total,
             threads_in_use,
             threads_external,
@@ -196,10 +228,126 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// The text exposition.
+    /// The OpenMetrics 1.0 exposition.
     pub fn render(&self) -> String {
         let mut s = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut s, &self.registry);
         s
+    }
+
+    /// The exposition a scraper asks for with `accept`, and its content type.
+    pub fn render_for(&self, accept: Option<&str>) -> (String, &'static str) {
+        if wants_openmetrics(accept) {
+            (self.render(), OPENMETRICS_CONTENT_TYPE)
+        } else {
+            (openmetrics_to_text(&self.render()), TEXT_CONTENT_TYPE)
+        }
+    }
+}
+
+/// True when an `Accept` header asks for OpenMetrics (with a non-zero quality).
+pub fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("");
+            let zero_q = parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.parse::<f32>().is_ok_and(|q| q <= 0.0)));
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !zero_q
+        })
+    })
+}
+
+/// Rewrites prometheus-client's OpenMetrics text as the Prometheus text format 0.0.4: a counter
+/// family `x` (samples `x_total`) becomes family `x_total`, type `unknown` becomes `untyped`,
+/// `# UNIT` and `# EOF` lines go. Samples are left as they are (same syntax and escaping in both
+/// formats for what the gateway exports: no exemplars, no `_created` samples).
+pub fn openmetrics_to_text(om: &str) -> String {
+    let mut out = String::with_capacity(om.len() + 256);
+    let mut help: Option<&str> = None;
+    let flush = |out: &mut String, help: &mut Option<&str>| {
+        if let Some(h) = help.take() {
+            out.push_str("# HELP ");
+            out.push_str(h);
+            out.push('\n');
+        }
+    };
+    for line in om.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            flush(&mut out, &mut help);
+            help = Some(rest);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap_or((rest, "untyped"));
+            let (family, kind) = match kind {
+                "counter" => (format!("{name}_total"), "counter"),
+                "unknown" => (name.to_string(), "untyped"),
+                other => (name.to_string(), other),
+            };
+            if let Some(h) = help.take() {
+                match h.split_once(' ') {
+                    Some((n, text)) if n == name => out.push_str(&format!("# HELP {family} {text}\n")),
+                    _ => out.push_str(&format!("# HELP {h}\n")),
+                }
+            }
+            out.push_str(&format!("# TYPE {family} {kind}\n"));
+        } else if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        } else {
+            flush(&mut out, &mut help);
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    flush(&mut out, &mut help);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_get_their_total_family_and_eof_goes() {
+        let m = Metrics::default();
+        m.requests.get_or_create(&RequestLabels { user: "u".into(), status: 200, route: "routed" }).inc();
+        m.retries.inc();
+        m.in_flight.set(3);
+        m.duration.get_or_create(&RouteLabel { route: "routed" }).observe(0.01);
+        let om = m.render();
+        assert!(om.contains("# TYPE chstorm_gateway_requests counter\n") && om.ends_with("# EOF\n"), "{om}");
+        let text = openmetrics_to_text(&om);
+        assert!(text.contains("# HELP chstorm_gateway_requests_total Requests answered.\n# TYPE chstorm_gateway_requests_total counter\nchstorm_gateway_requests_total{user=\"u\",status=\"200\",route=\"routed\"} 1\n"), "{text}");
+        assert!(
+            text.contains("# TYPE chstorm_gateway_retries_total counter\nchstorm_gateway_retries_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE chstorm_gateway_in_flight gauge\nchstorm_gateway_in_flight 3\n"), "{text}");
+        assert!(text.contains("# TYPE chstorm_gateway_request_duration_seconds histogram\n"), "{text}");
+        assert!(
+            text.contains("chstorm_gateway_request_duration_seconds_bucket{le=\"+Inf\",route=\"routed\"} 1\n"),
+            "{text}"
+        );
+        assert!(!text.contains("EOF") && !text.contains("# TYPE chstorm_gateway_requests counter"), "{text}");
+        // Every sample line is kept, in order.
+        let samples = |s: &str| s.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(samples(&om), samples(&text));
+    }
+
+    #[test]
+    fn unknown_types_units_and_a_lone_help_are_rewritten_or_kept() {
+        let om = "# HELP a Some a.\n# TYPE a unknown\n# UNIT a seconds\na 1\n# HELP b Orphan.\nb 2\n# EOF\n";
+        assert_eq!(openmetrics_to_text(om), "# HELP a Some a.\n# TYPE a untyped\na 1\n# HELP b Orphan.\nb 2\n");
+    }
+
+    #[test]
+    fn openmetrics_only_when_asked_for() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert!(wants_openmetrics(Some(prometheus)));
+        assert!(!wants_openmetrics(None));
+        assert!(!wants_openmetrics(Some("*/*")));
+        assert!(!wants_openmetrics(Some("text/plain;version=0.0.4")));
+        assert!(!wants_openmetrics(Some("application/openmetrics-text;q=0, text/plain")));
+        let m = Metrics::default();
+        assert_eq!(m.render_for(Some(prometheus)).1, OPENMETRICS_CONTENT_TYPE);
+        assert_eq!(m.render_for(Some("*/*")).1, TEXT_CONTENT_TYPE);
     }
 }

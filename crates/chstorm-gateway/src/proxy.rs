@@ -2,6 +2,7 @@
 //! ([`crate::attempt`]) and answered ([`crate::respond`]). Nothing else happens here.
 
 use crate::attempt::{Ctx, SendBody};
+use crate::client_body::ClientBody as ClientBodyIn;
 use crate::config::User;
 use crate::plan::{PlanInput, Refusal};
 use crate::read::ClientBody;
@@ -10,7 +11,6 @@ use crate::state::State;
 use crate::upstream::{BoxError, GBody};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ fn new_query_id() -> String {
 }
 
 /// Handles one authenticated, admitted request of user `u`.
-pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<Incoming>) -> Response<GBody> {
+pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>) -> Response<GBody> {
     let exit = Exit { metrics: &state.metrics, user: &u.name, started: Instant::now() };
     let Some(cluster) = state.clusters.get(&u.cluster) else {
         let why = format!("user '{}' names cluster '{}', which is gone", u.name, u.cluster);

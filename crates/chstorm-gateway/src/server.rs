@@ -1,21 +1,16 @@
-//! The listener: HTTP or HTTPS, `/ping` and `/metrics` answered by the gateway itself, every
-//! other request through the layer stack; SIGHUP reloads the config.
+//! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::conn`] serves each
+//! connection), and `/metrics` on `listen` or on its own `metrics_listen`; SIGHUP reloads the
+//! config.
 
 use crate::config::Config;
-use crate::layers::{stack, ClientAddr};
+use crate::conn::{Listener, Role};
 use crate::log::log;
 use crate::metrics::Metrics;
-use crate::proxy::reply;
 use crate::state::State;
-use crate::upstream::full;
 use arc_swap::ArcSwap;
-use http::{Request, Response, StatusCode};
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tower::Service;
 
 /// Errors that stop the gateway from starting.
 #[derive(Debug, thiserror::Error)]
@@ -54,90 +49,78 @@ fn tls_acceptor(cfg: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, Gatew
 /// A running gateway.
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served when `metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
     state: Arc<ArcSwap<State>>,
     config_path: PathBuf,
     metrics: Arc<Metrics>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Listen { addr, source: e })?;
+    let bound = listener.local_addr().map_err(|e| GatewayError::Listen { addr, source: e })?;
+    Ok((listener, bound))
+}
+
+/// Accepts connections until the task is aborted; each is served on its own task.
+fn accept_loop(
+    listener: tokio::net::TcpListener,
+    serve: Listener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, peer)) = listener.accept().await else { continue };
+            tokio::spawn(serve.clone().serve_tcp(tcp, peer, tls.clone()));
+        }
+    })
 }
 
 impl Gateway {
-    /// Loads the config, starts health checks and listens. Returns once the socket is bound.
+    /// Loads the config, starts health checks and listens. Returns once the sockets are bound.
     pub async fn start(config_path: PathBuf) -> Result<Gateway, GatewayError> {
         let cfg = Config::load(&config_path)?;
         let metrics = Arc::new(Metrics::default());
         let acceptor = tls_acceptor(&cfg)?;
-        let listener = tokio::net::TcpListener::bind(cfg.listen)
-            .await
-            .map_err(|e| GatewayError::Listen { addr: cfg.listen, source: e })?;
-        let addr = listener.local_addr().map_err(|e| GatewayError::Listen { addr: cfg.listen, source: e })?;
+        let (listener, addr) = bind(cfg.listen).await?;
+        let metrics_listener = match cfg.metrics_listen {
+            Some(m) => Some(bind(m).await?),
+            None => None,
+        };
+        let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
         let state =
             Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
-        let st = state.clone();
-        let m = metrics.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((tcp, peer)) = listener.accept().await else { continue };
-                let _ = tcp.set_nodelay(true);
-                let (st, m, acceptor) = (st.clone(), m.clone(), acceptor.clone());
-                tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-                        let state = st.load_full();
-                        let m = m.clone();
-                        async move {
-                            let path = req.uri().path();
-                            let no_query =
-                                req.uri().query().map_or(true, |q| !q.split('&').any(|p| p.starts_with("query=")));
-                            if path == "/ping" || (path == "/" && req.method() == http::Method::GET && no_query) {
-                                return Ok::<_, std::convert::Infallible>(Response::new(full("Ok.\n")));
-                            }
-                            if path == "/metrics" {
-                                let mut r = Response::new(full(m.render()));
-                                r.headers_mut().insert(
-                                    "content-type",
-                                    http::HeaderValue::from_static(
-                                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                    ),
-                                );
-                                return Ok(r);
-                            }
-                            if path != "/" {
-                                return Ok(reply(
-                                    StatusCode::NOT_FOUND,
-                                    format!("chstorm gateway: no handler for {path}; queries go to /"),
-                                ));
-                            }
-                            req.extensions_mut().insert(state);
-                            req.extensions_mut().insert(ClientAddr(peer));
-                            stack().call(req).await
-                        }
-                    });
-                    let builder = hyper::server::conn::http1::Builder::new();
-                    let res = match acceptor {
-                        Some(a) => match a.accept(tcp).await {
-                            Ok(tls) => builder.serve_connection(TokioIo::new(tls), svc).await,
-                            Err(_) => return,
-                        },
-                        None => builder.serve_connection(TokioIo::new(tcp), svc).await,
-                    };
-                    let _ = res;
-                });
-            }
-        });
+        let main = Listener {
+            state: state.clone(),
+            metrics: metrics.clone(),
+            role: Role::Main { metrics_here: metrics_listener.is_none() },
+        };
+        let mut tasks = vec![accept_loop(listener, main, acceptor)];
+        if let Some((l, _)) = metrics_listener {
+            let only = Listener { state: state.clone(), metrics: metrics.clone(), role: Role::MetricsOnly };
+            tasks.push(accept_loop(l, only, None));
+        }
         let idle = state.load().upstream.idle_timeout;
         log(
             "info",
             "gateway listening",
-            serde_json::json!({"addr": addr.to_string(), "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
+            serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
+                "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, state, config_path, metrics, task })
+        Ok(Gateway { addr, metrics_addr, state, config_path, metrics, tasks })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
     /// on the config they started with.
     pub async fn reload(&self) -> Result<(), GatewayError> {
         let cfg = Config::load(&self.config_path)?;
-        if cfg.listen != self.state.load().config.listen {
+        let running = &self.state.load().config;
+        if cfg.listen != running.listen {
             log("warn", "listen address changed in the config; restart the gateway to apply it", serde_json::json!({}));
+        }
+        if cfg.metrics_listen != running.metrics_listen {
+            log("warn", "metrics_listen changed in the config; restart the gateway to apply it", serde_json::json!({}));
         }
         let new = State::build(cfg, self.metrics.clone()).await.map_err(GatewayError::Setup)?;
         self.state.store(Arc::new(new));
@@ -169,12 +152,15 @@ impl Gateway {
                 _ = tokio::signal::ctrl_c() => break,
             }
         }
-        self.task.abort();
+        self.stop();
         log("info", "gateway stopped", serde_json::json!({}));
         Ok(())
     }
 
+    /// Stops accepting connections (connections already open are served to their end).
     pub fn stop(&self) {
-        self.task.abort();
+        for t in &self.tasks {
+            t.abort();
+        }
     }
 }

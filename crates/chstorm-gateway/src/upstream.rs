@@ -41,7 +41,9 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
-type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, GBody>;
+type Connector = crate::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
+/// Its connections are reset, not closed, when dropped mid-exchange ([`crate::backend_io`]).
+type HttpsClient = Client<Connector, GBody>;
 /// A boxed future, as the [`Backend`] trait returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
@@ -126,11 +128,13 @@ impl Upstream {
                 .pool_idle_timeout(idle_timeout)
                 .pool_max_idle_per_host(max_idle)
                 .pool_timer(hyper_util::rt::TokioTimer::new())
-                .build(pooled.clone())
+                .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();
         let pools = replicas.iter().map(|r| (r.base.clone(), ArcSwap::from_pointee(make_pool()))).collect();
-        let probe_client = Client::builder(TokioExecutor::new()).pool_max_idle_per_host(0).build(https);
+        let probe_client = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
+            .build(crate::backend_io::ResetIfAbandoned(https));
         Ok(Upstream { client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
     }
 

@@ -168,7 +168,7 @@ fn granted_max_threads_reaches_the_server_and_falls_with_concurrency() {
     }
     assert!(mean.windows(2).all(|w| w[1] < w[0]), "the mean grant falls as concurrency rises: {mean:?}");
     assert_eq!(metric(&g.url, "chstorm_gateway_threads_in_use"), 0.0, "every grant came back");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_total"), 4.0);
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), 4.0);
     g.gw.stop();
 }
 
@@ -238,7 +238,7 @@ fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         .unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let g = gateway(&rt, dir.path(), "auto", server, "      total: auto\n      max_per_query: 64\n      mode: queue\n");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_total"), (2 * cores) as f64, "auto = 2 x {cores} cores");
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64, "auto = 2 x {cores} cores");
     let (_, head, _) = curl(&g.url, "max_threads=3", "SELECT 1", "10");
     assert_eq!(
         header(&head, "x-chstorm-threads").as_deref(),

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 #[command(after_long_help = "The config is YAML; docs/gateway.example.yaml documents every key, and
 `chstorm local up --shards 2 --replicas 2 --dir D` writes a working D/gateway.yaml.
 
-Endpoints: / (ClickHouse's HTTP interface), /ping (answered by the gateway), /metrics (Prometheus).
+Endpoints: ClickHouse's HTTP interface with its paths (/, /ping, /replicas_status from the gateway's
+health view, queries on any path), /metrics (Prometheus; on `metrics_listen` instead when set).
 Signals: SIGHUP reloads the config (a bad file keeps the running one), SIGTERM/SIGINT stop.")]
 pub struct GatewayArgs {
     /// The gateway's YAML config.

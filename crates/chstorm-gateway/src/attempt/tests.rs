@@ -272,6 +272,7 @@ async fn a_streamed_body_is_never_sent_twice() {
         Outcome::Answer { .. } => panic!("answered"),
     }
     assert_eq!(fake.sent_to().len(), 1);
+    assert!(w.balancer.replicas().all(|r| r.is_healthy()), "a broken upload may be the client's fault");
 }
 
 #[tokio::test(start_paused = true)]

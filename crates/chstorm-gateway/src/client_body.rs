@@ -1,0 +1,311 @@
+//! Request bodies from clients, with an idle deadline: a client whose upload stops sending
+//! bytes must not hold its admission slots, its backend connection and its query for ever.
+//!
+//! [`IdleBody`] wraps the body hyper hands the server. Its clock runs only while the gateway waits
+//! for the client: it starts when a poll finds no frame ready, and a frame stops it. Time spent
+//! before the first poll (queued for admission, say) or while the consumer is busy elsewhere (a
+//! slow backend) never counts. When the clock reaches the limit, the body
+//!
+//! 1. marks itself expired and wakes the [`IdleWatch`] the server holds for this request; the
+//!    server then drops the whole request future (the layers' admission permits, the proxy's
+//!    backend request, whose KILL guard cancels the query on the replica) and answers 408;
+//! 2. stays pending while that watch lives (so no layer below sees a body error first and takes
+//!    it for a backend failure), and fails with [`ClientBodyError::Idle`] once the watch is gone
+//!    (a backend connection still sending it, after the answer went out, is then closed).
+//!
+//! Written here because neither hyper nor tower-http has a per-frame idle timeout on a request
+//! body that also cancels the request handling it.
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::{Instant, Sleep};
+
+/// The request body type the layers and the proxy see.
+pub type ClientBody = IdleBody<hyper::body::Incoming>;
+
+/// Why a client's request body failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientBodyError {
+    /// The client sent no byte for the whole idle timeout. The client's fault; retrying the same
+    /// way will fail the same way.
+    #[error("the client sent no request body byte for {} ms (limits.client_body_idle_timeout)", .0.as_millis())]
+    Idle(Duration),
+    /// Reading the body failed (the client closed the connection mid-body, or sent a malformed
+    /// chunk).
+    #[error("reading the request body: {0}")]
+    Read(Box<dyn std::error::Error + Send + Sync>),
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<SharedState>,
+    expired: Notify,
+}
+
+#[derive(Default)]
+struct SharedState {
+    watched: bool,
+    expired: bool,
+    /// The body's waker while it waits for its watch to go.
+    body: Option<Waker>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SharedState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A body that fails, and wakes its [`IdleWatch`], when its inner body yields no frame for
+/// `idle` while polled. See the module doc.
+pub struct IdleBody<B> {
+    inner: B,
+    idle: Duration,
+    /// Runs while the consumer waits for a frame; `None` while it does not.
+    clock: Option<Pin<Box<Sleep>>>,
+    expired: bool,
+    done: bool,
+    shared: Arc<Shared>,
+}
+
+/// The server's side of an [`IdleBody`]: resolves [`IdleWatch::expired`] when the body's idle
+/// timeout passes. While it lives the expired body stays pending; dropping it lets the body fail.
+pub struct IdleWatch {
+    shared: Arc<Shared>,
+}
+
+impl<B> IdleBody<B> {
+    /// Wraps `inner` with an idle timeout of `idle`, and returns the watch for the server.
+    pub fn new(inner: B, idle: Duration) -> (IdleBody<B>, IdleWatch) {
+        let shared = Arc::new(Shared::default());
+        shared.lock().watched = true;
+        let body = IdleBody { inner, idle, clock: None, expired: false, done: false, shared: shared.clone() };
+        (body, IdleWatch { shared })
+    }
+
+    /// The body once its time is up: pending while the watch lives, then one error.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, ClientBodyError>>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let mut s = self.shared.lock();
+        if s.watched {
+            s.body = Some(cx.waker().clone());
+            return Poll::Pending;
+        }
+        drop(s);
+        self.done = true;
+        Poll::Ready(Some(Err(ClientBodyError::Idle(self.idle))))
+    }
+}
+
+impl IdleWatch {
+    /// Resolves once the body's idle timeout has passed (at once if it already has).
+    pub async fn expired(&self) {
+        loop {
+            // `Notify` keeps one permit, so an expiry between the check and the wait is not lost.
+            if self.shared.lock().expired {
+                return;
+            }
+            self.shared.expired.notified().await;
+        }
+    }
+}
+
+impl Drop for IdleWatch {
+    fn drop(&mut self) {
+        let waker = {
+            let mut s = self.shared.lock();
+            s.watched = false;
+            s.body.take()
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+    }
+}
+
+impl<B> Body for IdleBody<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Data = Bytes;
+    type Error = ClientBodyError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        if this.expired {
+            return this.poll_expired(cx);
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                this.clock = None;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                this.clock = None;
+                this.done = true;
+                Poll::Ready(Some(Err(ClientBodyError::Read(e.into()))))
+            }
+            Poll::Ready(None) => {
+                this.clock = None;
+                this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                let idle = this.idle;
+                let clock = this.clock.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + idle)));
+                if clock.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.clock = None;
+                this.expired = true;
+                this.shared.lock().expired = true;
+                this.shared.expired.notify_one();
+                this.poll_expired(cx)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done || (!self.expired && self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use tokio::sync::mpsc;
+
+    /// A body fed by a channel: each message is a frame, closing the channel ends the body.
+    struct Fed(mpsc::Receiver<Bytes>);
+
+    impl Body for Fed {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+        }
+    }
+
+    fn fed(idle: Duration) -> (mpsc::Sender<Bytes>, IdleBody<Fed>, IdleWatch) {
+        let (tx, rx) = mpsc::channel(16);
+        let (body, watch) = IdleBody::new(Fed(rx), idle);
+        (tx, body, watch)
+    }
+
+    const IDLE: Duration = Duration::from_secs(30);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_keeps_sending_within_the_timeout_is_read_whole() {
+        let (tx, body, watch) = fed(IDLE);
+        let sender = tokio::spawn(async move {
+            for i in 0..10u8 {
+                tokio::time::sleep(IDLE - Duration::from_millis(1)).await;
+                tx.send(Bytes::from(vec![i])).await.unwrap();
+            }
+        });
+        let t = Instant::now();
+        let all = body.collect().await.unwrap().to_bytes();
+        assert_eq!(&all[..], &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(t.elapsed(), (IDLE - Duration::from_millis(1)) * 10, "no frame came early or late");
+        sender.await.unwrap();
+        // The watch never fires for a body that finished.
+        assert!(tokio::time::timeout(IDLE * 2, watch.expired()).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_body_wakes_its_watch_stays_pending_then_fails_once_the_watch_is_gone() {
+        let (tx, mut body, watch) = fed(IDLE);
+        tx.send(Bytes::from_static(b"INSERT half")).await.unwrap();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"INSERT half");
+        let t = Instant::now();
+        let reader = tokio::spawn(async move {
+            let r = body.frame().await;
+            (r.map(|r| r.map(|f| f.into_data().ok())), Instant::now())
+        });
+        watch.expired().await;
+        assert_eq!(t.elapsed(), IDLE, "the watch fires exactly one idle timeout after the last frame");
+        // While the watch lives the body does not fail: whoever reads it is about to be dropped.
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!reader.is_finished());
+        drop(watch);
+        let (r, at) = reader.await.unwrap();
+        assert!(matches!(r, Some(Err(ClientBodyError::Idle(d))) if d == IDLE), "{r:?}");
+        assert_eq!(at - t, IDLE + Duration::from_secs(3600));
+        drop(tx);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_watch_a_stalled_body_fails_after_the_timeout_and_then_ends() {
+        let (_tx, mut body, watch) = fed(IDLE);
+        drop(watch);
+        let t = Instant::now();
+        let e = body.frame().await.unwrap().unwrap_err();
+        assert_eq!(t.elapsed(), IDLE);
+        assert_eq!(
+            e.to_string(),
+            "the client sent no request body byte for 30000 ms (limits.client_body_idle_timeout)"
+        );
+        assert!(body.frame().await.is_none(), "one error, then the end");
+        assert!(body.is_end_stream());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_before_the_first_poll_does_not_count() {
+        let (tx, mut body, watch) = fed(IDLE);
+        // Queued for admission for longer than the timeout: the body was not being read.
+        tokio::time::sleep(IDLE * 3).await;
+        let t = Instant::now();
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(IDLE - Duration::from_secs(1)).await;
+            tx.send(Bytes::from_static(b"late but in time")).await.unwrap();
+        });
+        let f = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&f[..], b"late but in time");
+        assert_eq!(t.elapsed(), IDLE - Duration::from_secs(1));
+        feeder.await.unwrap();
+        assert!(tokio::time::timeout(Duration::ZERO, watch.expired()).await.is_err(), "not expired");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_frame_restarts_the_clock() {
+        let (tx, mut body, watch) = fed(IDLE);
+        tx.send(Bytes::from_static(b"a")).await.unwrap();
+        body.frame().await.unwrap().unwrap();
+        let feeder = tokio::spawn(async move {
+            tokio::time::sleep(IDLE / 2).await;
+            tx.send(Bytes::from_static(b"b")).await.unwrap();
+            // ... then nothing more, the sender kept open.
+            tokio::time::sleep(IDLE * 10).await;
+            drop(tx);
+        });
+        let t = Instant::now();
+        body.frame().await.unwrap().unwrap();
+        let reader = tokio::spawn(async move { body.frame().await.map(|r| r.is_err()) });
+        watch.expired().await;
+        assert_eq!(t.elapsed(), IDLE / 2 + IDLE, "the clock restarted at the second frame");
+        drop(watch);
+        assert_eq!(reader.await.unwrap(), Some(true));
+        feeder.abort();
+    }
+}

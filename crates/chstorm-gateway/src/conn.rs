@@ -1,0 +1,278 @@
+//! One client connection: HTTP/1 with the client timeouts, and the requests on it sent where
+//! ClickHouse would send them ([`crate::endpoints`]).
+//!
+//! * `limits.client_header_timeout`: hyper's header read timeout (its timer is tokio's). It runs
+//!   from the moment the connection waits for a request head, so it also closes kept-alive
+//!   connections that stay idle that long; a TLS handshake gets the same time. The connection is
+//!   closed without an answer, as ClickHouse closes a connection on its receive timeout.
+//! * `limits.client_body_idle_timeout`: every query's body is a [`ClientBody`] with that idle
+//!   timeout; when it passes, the request's whole future (admission permits, backend request, KILL
+//!   guard) is dropped and the client gets a 408 and a closed connection.
+//!
+//! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
+//! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
+//! `tls` (no TLS handshake in time), `body`. To tell `header` from `idle` the connection counts
+//! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
+
+use crate::client_body::{ClientBody, IdleBody};
+use crate::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
+use crate::layers::{stack, with_www_authenticate, AuthenticatedAs, ClientAddr};
+use crate::log::log;
+use crate::metrics::{Metrics, PhaseLabel, RequestLabels};
+use crate::proxy::reply;
+use crate::state::State;
+use crate::upstream::{full, GBody};
+use arc_swap::ArcSwap;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tower::Service;
+
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// ClickHouse's HTTP interface; `/metrics` too when `metrics_here`.
+    Main { metrics_here: bool },
+    /// `metrics_listen`: `GET /metrics` only.
+    MetricsOnly,
+}
+
+/// What the connections of one listener share.
+#[derive(Clone)]
+pub struct Listener {
+    pub state: Arc<ArcSwap<State>>,
+    pub metrics: Arc<Metrics>,
+    pub role: Role,
+}
+
+impl Listener {
+    fn timed_out(&self, phase: &'static str) {
+        self.metrics.client_timeouts.get_or_create(&PhaseLabel { phase }).inc();
+    }
+
+    /// Serves one accepted TCP connection (TLS first when `tls` is given) until it closes.
+    pub async fn serve_tcp(self, tcp: tokio::net::TcpStream, peer: SocketAddr, tls: Option<tokio_rustls::TlsAcceptor>) {
+        let _ = tcp.set_nodelay(true);
+        let header_timeout = self.state.load().config.limits.client_header_timeout.0;
+        match tls {
+            None => self.serve(tcp, peer, header_timeout).await,
+            Some(a) => match tokio::time::timeout(header_timeout, a.accept(tcp)).await {
+                Ok(Ok(stream)) => self.serve(stream, peer, header_timeout).await,
+                Ok(Err(_)) => {}
+                Err(_) => self.timed_out("tls"),
+            },
+        }
+    }
+
+    async fn serve<IO>(self, io: IO, peer: SocketAddr, header_timeout: std::time::Duration)
+    where
+        IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let reads = Arc::new(Reads::default());
+        let this = self.clone();
+        let marks = reads.clone();
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (this, marks) = (this.clone(), marks.clone());
+            async move {
+                let resp = this.respond(req, peer).await;
+                // Note the bytes read once this answer has gone out (its body dropped).
+                let (parts, body) = resp.into_parts();
+                Ok::<_, std::convert::Infallible>(Response::from_parts(
+                    parts,
+                    crate::body::Guarded::wrap(body, AnswerSent(marks)),
+                ))
+            }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        let io = TokioIo::new(Counted { inner: io, reads: reads.clone() });
+        if let Err(e) = builder.serve_connection(io, svc).await {
+            if e.is_timeout() {
+                if reads.partial() {
+                    self.timed_out("header");
+                    log(
+                        "warn",
+                        "client too slow sending its request head; connection closed",
+                        serde_json::json!({"peer": peer.to_string(), "timeout_ms": header_timeout.as_millis() as u64}),
+                    );
+                } else {
+                    self.timed_out("idle");
+                }
+            }
+        }
+    }
+
+    async fn respond(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<GBody> {
+        let state = self.state.load_full();
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let get = req.method() == Method::GET || req.method() == Method::HEAD;
+        let accept = || req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
+        if self.role == Role::MetricsOnly {
+            if get && req.uri().path() == "/metrics" {
+                return self.metrics_answer(&state, accept());
+            }
+            return reply(
+                StatusCode::NOT_FOUND,
+                format!("chstorm gateway: no handler for {target} here; this listener (metrics_listen) serves GET /metrics only"),
+            );
+        }
+        let metrics_here = self.role == (Role::Main { metrics_here: true });
+        match endpoint(req.method(), &target, metrics_here) {
+            Endpoint::Root => {
+                let mut r = Response::new(full("Ok.\n"));
+                r.headers_mut()
+                    .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=UTF-8"));
+                r
+            }
+            Endpoint::Ping => Response::new(full("Ok.\n")),
+            Endpoint::ReplicasStatus => {
+                let (status, text) = replicas_status(state.clusters.values().map(|c| &*c.balancer), verbose(&target));
+                let mut r = Response::new(full(text));
+                *r.status_mut() = status;
+                r
+            }
+            Endpoint::Metrics => self.metrics_answer(&state, accept()),
+            Endpoint::NotFound => {
+                // ClickHouse also closes the connection here, only because it sends this body
+                // without a length; this one has a length, so the connection stays open.
+                let mut r = Response::new(full(not_found_text(&target)));
+                *r.status_mut() = StatusCode::NOT_FOUND;
+                r
+            }
+            Endpoint::NotImplemented => {
+                let mut r = reply(
+                    StatusCode::NOT_IMPLEMENTED,
+                    format!(
+                        "chstorm gateway: {} {target}: ClickHouse's HTTP interface takes GET, HEAD and POST, or any method with the query in the URL",
+                        req.method()
+                    ),
+                );
+                r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                r
+            }
+            Endpoint::Query => with_www_authenticate(self.query(req, peer, state).await),
+        }
+    }
+
+    fn metrics_answer(&self, state: &State, accept: Option<&str>) -> Response<GBody> {
+        self.metrics.in_flight.set(state.global.in_flight() as i64);
+        self.metrics.queued.set(state.global.queued() as i64);
+        let (text, content_type) = self.metrics.render_for(accept);
+        let mut r = Response::new(full(text));
+        r.headers_mut().insert(http::header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        r
+    }
+
+    /// A query through the layer stack, given up (408) when its body stalls.
+    async fn query(&self, req: Request<Incoming>, peer: SocketAddr, state: Arc<State>) -> Response<GBody> {
+        let idle = state.config.limits.client_body_idle_timeout.0;
+        let (parts, body) = req.into_parts();
+        let (body, watch) = IdleBody::new(body, idle);
+        let mut req: Request<ClientBody> = Request::from_parts(parts, body);
+        let who = AuthenticatedAs::default();
+        req.extensions_mut().insert(state.clone());
+        req.extensions_mut().insert(ClientAddr(peer));
+        req.extensions_mut().insert(who.clone());
+        let resp = tokio::select! {
+            biased;
+            _ = watch.expired() => {
+                self.timed_out("body");
+                let user = who.label();
+                state
+                    .metrics
+                    .requests
+                    .get_or_create(&RequestLabels { user: user.clone(), status: 408, route: "rejected" })
+                    .inc();
+                log(
+                    "warn",
+                    "client stopped sending the request body; request abandoned",
+                    serde_json::json!({"peer": peer.to_string(), "user": user, "idle_ms": idle.as_millis() as u64}),
+                );
+                let mut r = reply(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "chstorm gateway: no request body byte for {} ms (limits.client_body_idle_timeout); the request was abandoned",
+                        idle.as_millis()
+                    ),
+                );
+                r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                r
+            }
+            r = stack().call(req) => match r {
+                Ok(r) => r,
+                Err(never) => match never {},
+            },
+        };
+        drop(watch);
+        resp
+    }
+}
+
+/// Bytes read on a connection, and their count when its last answer had gone out.
+#[derive(Default)]
+struct Reads {
+    total: AtomicU64,
+    at_last_answer: AtomicU64,
+}
+
+impl Reads {
+    /// Some bytes came since the last answer (part of a request head, when hyper times out).
+    fn partial(&self) -> bool {
+        self.total.load(Ordering::Acquire) > self.at_last_answer.load(Ordering::Acquire)
+    }
+}
+
+/// Notes the read count when dropped (with the answer's body: once it has gone out).
+struct AnswerSent(Arc<Reads>);
+
+impl Drop for AnswerSent {
+    fn drop(&mut self) {
+        self.0.at_last_answer.store(self.0.total.load(Ordering::Acquire), Ordering::Release);
+    }
+}
+
+/// An I/O stream that counts the bytes read from it.
+struct Counted<T> {
+    inner: T,
+    reads: Arc<Reads>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let n = buf.filled().len() - before;
+        if n > 0 {
+            self.reads.total.fetch_add(n as u64, Ordering::AcqRel);
+        }
+        r
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

@@ -1,0 +1,430 @@
+//! The gateway's HTTP side against a real 2x2 cluster: ClickHouse's paths and 401s, compared
+//! with a node's answers; slow clients dropped and their slots freed; bounded metrics that
+//! `promtool check metrics` accepts; `/metrics` on its own listener.
+
+use chstorm_testenv::{curl, start_cluster, Env};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(start_cluster)
+}
+
+/// A gateway on the env's cluster with `edit` applied to the generated config: (gateway, url).
+fn gateway_with(env: &Env, edit: impl Fn(String) -> String) -> (chstorm_gateway::Gateway, String) {
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(edit))).unwrap();
+    let url = format!("http://{}", gw.addr);
+    (gw, url)
+}
+
+fn addr_of(url: &str) -> SocketAddr {
+    url.trim_start_matches("http://").trim_end_matches('/').parse().unwrap()
+}
+
+/// Sends `head` and `body` on a fresh connection and reads the whole answer (the connection is
+/// closed by the server or after 20 s).
+fn raw(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A metric's value from the text exposition (0 when the series is absent).
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
+fn ro_text(url: &str) -> String {
+    curl(&[&format!("{url}/metrics")]).2
+}
+
+/// Status, content type, whether the connection is closed, body.
+fn answer(args: &[&str]) -> (u16, String, bool, String) {
+    let (s, h, b) = curl(args);
+    let content_type = h.lines().find_map(|l| l.strip_prefix("content-type: ")).unwrap_or("").trim().to_string();
+    (s, content_type, h.contains("\nconnection: close"), b)
+}
+
+#[test]
+fn paths_and_401s_answer_as_clickhouse_does() {
+    let env = env();
+    let (gw, url) =
+        gateway_with(env, |t| t.replace("listen: 127.0.0.1:0\n", "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n"));
+    let node = env.node_url(1, 1);
+    // (method, target, compare bodies). The same answer, byte for byte, from the gateway and a node.
+    let cases: &[(&str, &str, bool)] = &[
+        ("GET", "/", true),
+        ("GET", "/ping", true),
+        ("GET", "/replicas_status", true),
+        ("GET", "/nope", true),
+        ("GET", "//", true),
+        ("GET", "/ping/", true),
+        ("GET", "/favicon.ico", true),
+        ("GET", "/a%20b/c", true),
+        ("GET", "/metrics", true),
+        ("GET", "/?query=SELECT%201", true),
+        ("GET", "/ping?query=SELECT%202", true),
+        ("GET", "/nope?query=SELECT%203", true),
+        ("GET", "/?unknown_setting_x=1", true),
+        ("HEAD", "/", true),
+        ("HEAD", "/ping", true),
+        ("HEAD", "/nope", true),
+        ("POST", "/", true),
+        ("POST", "/ping", true),
+        ("POST", "/nope", true),
+        ("POST", "/replicas_status", true),
+        ("DELETE", "/?query=SELECT%205", true),
+        // ClickHouse answers 501 with no body; the gateway says why in one line.
+        ("PUT", "/nope", false),
+        ("OPTIONS", "/", false),
+    ];
+    for &(method, target, same_body) in cases {
+        let run = |base: &str| {
+            let u = format!("{base}{target}");
+            match method {
+                "HEAD" => answer(&["-I", &u]),
+                "POST" => answer(&["--data-binary", "SELECT 4", &u]),
+                m => answer(&["-X", m, &u]),
+            }
+        };
+        let (g, d) = (run(&url), run(&node));
+        assert_ne!(d.0, 0, "{method} {target}: the node did not answer");
+        assert_eq!(g.0, d.0, "{method} {target}: status");
+        if same_body {
+            assert_eq!(g.1, d.1, "{method} {target}: content type");
+            assert_eq!(g.3, d.3, "{method} {target}");
+        } else {
+            assert!(g.2 && d.2, "{method} {target}: both close the connection");
+            assert_eq!(g.3.lines().count(), 1, "{method} {target}: {}", g.3);
+        }
+    }
+    // Every 401 carries ClickHouse's WWW-Authenticate.
+    let realm = "www-authenticate: basic realm=\"clickhouse server http api\"";
+    let (s, h, _) = curl(&["-u", "nobody:x", "--data-binary", "SELECT 1", &node]);
+    assert!(s == 401 && h.contains(realm), "18.16 itself: {h}");
+    for args in [
+        vec!["-u", "nobody:x", "--data-binary", "SELECT 1"],
+        vec!["-u", "default:wrong", "--data-binary", "SELECT 1"],
+        vec!["-H", "X-ClickHouse-User: nobody", "--data-binary", "SELECT 1"],
+    ] {
+        let mut a = args.clone();
+        a.push(&url);
+        let (s, h, b) = curl(&a);
+        assert_eq!(s, 401, "{args:?}: {b}");
+        assert!(h.contains(realm), "{args:?}: {h}");
+        assert_eq!(b, "chstorm gateway: unknown user or wrong password\n");
+    }
+    let (s, h, b) = curl(&[&format!("{url}/?user=nobody&query=SELECT%201")]);
+    assert!(s == 401 && h.contains(realm), "{h}{b}");
+    // An absurd user name: one line that says what is wrong.
+    let long = "x".repeat(5000);
+    let (s, h, b) = curl(&["-H", &format!("X-ClickHouse-User: {long}"), "--data-binary", "SELECT 1", &url]);
+    assert_eq!((s, b.as_str()), (401, "chstorm gateway: the user name is 5000 bytes long; at most 128\n"));
+    assert!(h.contains(realm));
+    // /metrics lives on metrics_listen only; that listener serves nothing else.
+    let murl = format!("http://{}", gw.metrics_addr.expect("metrics_listen is set"));
+    let (s, h, b) = curl(&[&format!("{murl}/metrics")]);
+    assert_eq!(s, 200);
+    assert!(h.contains("content-type: text/plain; version=0.0.4"), "{h}");
+    assert!(b.contains("chstorm_gateway_requests_total{user=\"default\",status=\"200\""), "{b}");
+    for target in ["/", "/ping", "/?query=SELECT%201"] {
+        let (s, _, b) = curl(&[&format!("{murl}{target}")]);
+        assert_eq!(s, 404, "{target}");
+        assert!(b.contains("serves GET /metrics only") && b.lines().count() == 1, "{b}");
+    }
+    gw.stop();
+}
+
+#[test]
+fn replicas_status_reports_shards_without_a_healthy_replica() {
+    let env = env();
+    // Shard 2 made of two replicas that refuse connections.
+    let (gw, url) = gateway_with(env, |t| {
+        let second = t.match_indices("replicas: [").nth(1).unwrap().0;
+        let end = second + t[second..].find(']').unwrap();
+        format!("{}replicas: [http://127.0.0.1:1, http://127.0.0.1:2{}", &t[..second], &t[end..])
+    });
+    let t = Instant::now();
+    let (status, body) = loop {
+        let (s, _, b) = curl(&[&format!("{url}/replicas_status")]);
+        if s != 200 || t.elapsed() > Duration::from_secs(10) {
+            break (s, b);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("storm.2.1:\tdown. http://127.0.0.1:1\n"), "{body}");
+    assert!(body.ends_with("storm.2:\tno healthy replica.\n"), "{body}");
+    assert!(body.contains("storm.1.1:\tup. ") && body.contains("storm.1.2:\tup. "), "{body}");
+    let (s, _, b) = curl(&["-I", &format!("{url}/replicas_status?verbose=1")]);
+    assert_eq!(s, 503, "{b}");
+    gw.stop();
+}
+
+/// Sends a request head one byte a second; returns (seconds until the gateway closed the
+/// connection, bytes sent by then). Panics on an answer.
+fn one_byte_a_second(addr: SocketAddr, head: &[u8]) -> (Duration, usize) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 512];
+    for (sent, b) in head.iter().enumerate() {
+        if s.write_all(&[*b]).is_err() {
+            return (t.elapsed(), sent);
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return (t.elapsed(), sent + 1),
+            Ok(n) => panic!("an answer to half a request: {}", String::from_utf8_lossy(&buf[..n])),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return (t.elapsed(), sent + 1),
+        }
+    }
+    panic!("the whole head went through at one byte a second without the connection being closed");
+}
+
+#[test]
+fn slow_clients_are_dropped_and_give_their_slots_back() {
+    let env = env();
+    for s in 1..=2 {
+        for r in 1..=2 {
+            let (st, b) = chstorm_testenv::post(
+                &env.node_url(s, r),
+                "CREATE TABLE IF NOT EXISTS default.gw_stall (x UInt32) ENGINE = Memory",
+            );
+            assert_eq!(st, 200, "{b}");
+        }
+    }
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_header_timeout: 2s\n  client_body_idle_timeout: 1s\n").replace(
+            "users:\n",
+            "users:\n  - name: uploader\n    cluster: storm\n    max_concurrency: 2\n    queue_size: 0\n    queue_max_wait: 50ms\n",
+        )
+    });
+    let addr = addr_of(&url);
+
+    // A request head at one byte a second: closed after client_header_timeout (2 s), without an
+    // answer, long before its 80 bytes are through.
+    // Meanwhile a connection that sends nothing at all is closed after the same time.
+    let silent = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let t = Instant::now();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap_or(0);
+        (n, t.elapsed())
+    });
+    let head = b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-ClickHouse-User: uploader\r\nContent-Length: 8\r\n\r\n";
+    let (after, sent) = one_byte_a_second(addr, head);
+    assert!(after >= Duration::from_secs(2), "closed after {after:?}, before the timeout");
+    assert!(sent < head.len() / 2, "{sent} of {} bytes went through", head.len());
+    let (n, after) = silent.join().unwrap();
+    assert_eq!(n, 0, "closed without an answer");
+    assert!(after >= Duration::from_secs(2) && after < Duration::from_secs(20), "closed after {after:?}");
+
+    // Two uploads of user `uploader` (max_concurrency 2) stall mid-body: one with its query in
+    // the URL and the data streamed to a replica, one with its query in the body.
+    let stalled = [
+        "POST /?query=INSERT%20INTO%20gw_stall%20FORMAT%20TSV HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: uploader\r\nContent-Length: 1000\r\n\r\n1\n2\n3\n",
+        "POST / HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: uploader\r\nContent-Length: 100\r\n\r\nSELECT count() FROM gw_stall WHERE x = ",
+    ];
+    let uploads: Vec<_> = stalled
+        .iter()
+        .map(|req| {
+            let req = req.to_string();
+            std::thread::spawn(move || {
+                let t = Instant::now();
+                let answer = raw(addr, req.as_bytes());
+                (answer, t.elapsed())
+            })
+        })
+        .collect();
+    // While they stall they hold both of the user's slots: a third query is refused.
+    let t = Instant::now();
+    while metric(&ro_text(&url), "chstorm_gateway_in_flight") < 2.0 {
+        assert!(t.elapsed() < Duration::from_secs(5), "the uploads never got their slots");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: uploader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 429, "{b}");
+    // After client_body_idle_timeout (1 s) without a byte, each gets a 408 and a closed connection.
+    for u in uploads {
+        let (answer, took) = u.join().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
+        assert!(answer.contains("connection: close\r\n"), "{answer}");
+        assert!(
+            answer.ends_with("chstorm gateway: no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
+            "{answer}"
+        );
+        assert!(took >= Duration::from_secs(1), "answered after {took:?}, before the timeout");
+    }
+    // The slots are back.
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: uploader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!((s, b.as_str()), (200, "1\n"));
+    // The INSERT was abandoned on its replica: it stops running and leaves no row.
+    let running = || {
+        (1..=2).flat_map(|s| (1..=2).map(move |r| (s, r))).any(|(s, r)| {
+            chstorm_testenv::post(
+                &env.node_url(s, r),
+                "SELECT count() FROM system.processes WHERE query LIKE 'INSERT INTO gw_stall%'",
+            )
+            .1
+            .trim()
+                != "0"
+        })
+    };
+    let t = Instant::now();
+    while running() {
+        assert!(t.elapsed() < Duration::from_secs(5), "the abandoned INSERT still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for s in 1..=2 {
+        for r in 1..=2 {
+            let rows = chstorm_testenv::post(&env.node_url(s, r), "SELECT count() FROM default.gw_stall").1;
+            assert_eq!(rows.trim(), "0", "s{s}r{r}");
+        }
+    }
+    let m = ro_text(&url);
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"header\"}"), 1.0, "{m}");
+    assert!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"idle\"}") >= 1.0, "{m}");
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 2.0, "{m}");
+    assert_eq!(metric(&m, "chstorm_gateway_requests_total{user=\"uploader\",status=\"408\",route=\"rejected\"}"), 2.0);
+
+    // An upload that keeps sending, a chunk every 250 ms for 3 s (longer than the 1 s idle
+    // timeout, each gap well inside it), is not dropped.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let chunks: Vec<String> = (0..12).map(|i| format!("{i}\n")).collect();
+    let len: usize = chunks.iter().map(String::len).sum();
+    s.write_all(format!("POST /?query=INSERT%20INTO%20gw_stall%20FORMAT%20TSV HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: uploader\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n").as_bytes()).unwrap();
+    for c in &chunks {
+        std::thread::sleep(Duration::from_millis(250));
+        s.write_all(c.as_bytes()).unwrap();
+    }
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    gw.stop();
+}
+
+#[test]
+fn metrics_stay_bounded_and_promtool_accepts_them() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_header_timeout: 1s\n  client_body_idle_timeout: 1s\n")
+            .replace("    routing:\n", "    threads:\n      total: 4\n    routing:\n")
+            .replace("users:\n", "users:\n  - name: limited\n    cluster: storm\n    requests_per_second: 1\n")
+    });
+    let addr = addr_of(&url);
+    // Traffic of every kind: routed and fanned-out reads, a server error, a rate-limited user, a
+    // wrong password, unknown users, a stalled body, a slow head.
+    for i in 0..10 {
+        assert_eq!(
+            curl(&["--data-binary", &format!("SELECT count() FROM items FINAL WHERE shop_id = {i}"), &url]).0,
+            200
+        );
+    }
+    assert_eq!(curl(&["--data-binary", "SELECT 1", &url]).0, 200);
+    assert_ne!(curl(&["--data-binary", "SELECT no_such_column", &url]).0, 200);
+    let limited: Vec<u16> = (0..5).map(|_| curl(&["-u", "limited:", "--data-binary", "SELECT 1", &url]).0).collect();
+    assert!(limited.contains(&429), "{limited:?}");
+    assert_eq!(curl(&["-u", "default:wrong", "--data-binary", "SELECT 1", &url]).0, 401);
+    let answer = raw(addr, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nSELECT ");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert_eq!(raw(addr, b"POST / HTTP/1.1\r\nHost"), "", "a head that stops: closed without an answer");
+    let unknown = |name: &str| {
+        let a = raw(
+            addr,
+            format!(
+                "GET /?query=SELECT%201 HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: {name}\r\nConnection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert!(a.starts_with("HTTP/1.1 401"), "{a}");
+    };
+    unknown("stranger");
+    let series = |m: &str| m.lines().filter(|l| !l.starts_with('#')).count();
+    let before = ro_text(&url);
+    // 300 made-up user names and one of 5,000 characters add no series.
+    for i in 0..300 {
+        unknown(&format!("made-up-{i}-{}", i * 7919));
+    }
+    unknown(&"y".repeat(5000));
+    let after = ro_text(&url);
+    assert_eq!(series(&after), series(&before), "made-up users grew /metrics:\n{after}");
+    assert!(after.len() < before.len() + 64, "{} bytes, then {}", before.len(), after.len());
+    let users: std::collections::BTreeSet<&str> =
+        after.lines().filter_map(|l| l.split("user=\"").nth(1)?.split('"').next()).collect();
+    assert_eq!(users.into_iter().collect::<Vec<_>>(), vec!["default", "limited", "unknown"], "{after}");
+    assert_eq!(
+        metric(&after, "chstorm_gateway_requests_total{user=\"unknown\",status=\"401\",route=\"rejected\"}"),
+        303.0
+    );
+    for phase in ["body", "header"] {
+        assert!(after.contains(&format!("chstorm_gateway_client_timeouts_total{{phase=\"{phase}\"}} 1\n")), "{after}");
+    }
+    assert!(after.contains("chstorm_gateway_threads_budget{cluster=\"storm\",replica=\"1.1\"} 4\n"), "{after}");
+
+    // promtool (Debian's prometheus package, scripts/install-deps) finds nothing to complain about.
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("promtool: {e}; scripts/install-deps installs it (package prometheus)"));
+    promtool.stdin.take().unwrap().write_all(after.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && said.trim().is_empty(), "promtool check metrics: {said}\n{after}");
+
+    // Prometheus asks for OpenMetrics and gets it.
+    let (s, h, b) =
+        curl(&["-H", "Accept: application/openmetrics-text;version=1.0.0,text/plain;q=0.5", &format!("{url}/metrics")]);
+    assert_eq!(s, 200);
+    assert!(h.contains("content-type: application/openmetrics-text; version=1.0.0"), "{h}");
+    assert!(b.ends_with("# EOF\n") && b.contains("# TYPE chstorm_gateway_requests counter\n"), "{b}");
+    gw.stop();
+}
+
+#[test]
+fn a_tls_handshake_that_never_comes_is_dropped_after_the_header_timeout() {
+    let s = chstorm_local::shared_tls_server();
+    let info = s.info();
+    let ca = info.ca_cert.clone().unwrap();
+    let key = ca.with_file_name("server.key");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("tls.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}\nlimits:\n  client_header_timeout: 1s\npool:\n  tls_ca: {}\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\nusers:\n  - name: default\n    cluster: one\n",
+            ca.display(),
+            key.display(),
+            ca.display(),
+            info.https_url.as_deref().unwrap()
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    let mut c = TcpStream::connect(gw.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let t = Instant::now();
+    let mut buf = [0u8; 64];
+    assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "closed without a byte");
+    let after = t.elapsed();
+    assert!(after >= Duration::from_secs(1) && after < Duration::from_secs(20), "closed after {after:?}");
+    // A client that does the handshake is served as before.
+    let url = format!("https://127.0.0.1:{}/", gw.addr.port());
+    let (status, _, body) = curl(&["--cacert", ca.to_str().unwrap(), "--data-binary", "SELECT 1", &url]);
+    assert_eq!((status, body.as_str()), (200, "1\n"));
+    let m = curl(&["--cacert", ca.to_str().unwrap(), &format!("{url}metrics")]).2;
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"tls\"}"), 1.0, "{m}");
+    gw.stop();
+}
