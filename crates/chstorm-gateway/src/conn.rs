@@ -16,7 +16,7 @@
 
 use crate::client_body::{ClientBody, IdleBody};
 use crate::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
-use crate::layers::{stack, with_www_authenticate, AuthenticatedAs, ClientAddr};
+use crate::layers::{with_www_authenticate, AuthenticatedAs, ClientAddr};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel, RequestLabels};
 use crate::proxy::reply;
@@ -49,6 +49,8 @@ pub struct Listener {
     pub state: Arc<ArcSwap<State>>,
     pub metrics: Arc<Metrics>,
     pub role: Role,
+    /// The gateway's graceful stop: counts this listener's connections, and tells them to close.
+    pub drain: Arc<crate::drain::Drain>,
 }
 
 impl Listener {
@@ -80,7 +82,11 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, marks) = (this.clone(), marks.clone());
             async move {
-                let resp = this.respond(req, peer).await;
+                let mut resp = this.respond(req, peer).await;
+                if this.drain.is_draining() {
+                    // Stopping: the client reconnects for its next query (to the new gateway).
+                    resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
@@ -92,7 +98,18 @@ impl Listener {
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
         let io = TokioIo::new(Counted { inner: io, reads: reads.clone() });
-        if let Err(e) = builder.serve_connection(io, svc).await {
+        let _open = self.drain.conn();
+        let conn = builder.serve_connection(io, svc);
+        tokio::pin!(conn);
+        let served = tokio::select! {
+            r = conn.as_mut() => r,
+            _ = self.drain.forced() => {
+                // The gateway is stopping: an idle connection closes now, a busy one after its answer.
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = served {
             if e.is_timeout() {
                 if reads.partial() {
                     self.timed_out("header");
@@ -129,6 +146,10 @@ impl Listener {
                 r.headers_mut()
                     .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=UTF-8"));
                 r
+            }
+            Endpoint::Ping if self.drain.is_draining() => {
+                // A load balancer takes this instance out; queries still work until it stops.
+                reply(StatusCode::SERVICE_UNAVAILABLE, "chstorm gateway: stopping (draining connections)")
             }
             Endpoint::Ping => Response::new(full("Ok.\n")),
             Endpoint::ReplicasStatus => {
@@ -204,7 +225,7 @@ impl Listener {
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
-            r = stack().call(req) => match r {
+            r = state.stack.clone().call(req) => match r {
                 Ok(r) => r,
                 Err(never) => match never {},
             },

@@ -228,16 +228,16 @@ where
             if let Some(who) = req.extensions().get::<AuthenticatedAs>() {
                 let _ = who.0.set(name.clone());
             }
-            req.extensions_mut().insert(UserName(name));
+            req.extensions_mut().insert(Authed(user.clone()));
             inner.call(req).await
         })
     }
 }
 
-/// The authenticated user's name, put into request extensions by [`Authenticate`]; its rules
-/// and limits are looked up in the request's state.
+/// The authenticated user, resolved once by [`Authenticate`] and carried in the request's
+/// extensions to the layers below.
 #[derive(Clone)]
-pub struct UserName(pub String);
+pub struct Authed(pub Arc<crate::state::UserRt>);
 
 impl<S> UserAdmission<S>
 where
@@ -249,8 +249,7 @@ where
     fn serve(mut inner: S, req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
-            let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
-            let Some(user) = state.users.get(&name) else {
+            let Some(Authed(user)) = req.extensions().get::<Authed>().cloned() else {
                 return Ok(rejected(
                     &state,
                     UNKNOWN_USER,
@@ -258,6 +257,7 @@ where
                     "chstorm gateway: unknown user".into(),
                 ));
             };
+            let name = &user.cfg.name;
             if let Some(rate) = &user.rate {
                 if let Err(why) = rate.check() {
                     return Ok(rejected(
@@ -298,8 +298,7 @@ impl Service<Request<ClientBody>> for Proxy {
     fn call(&mut self, req: Request<ClientBody>) -> Fut {
         Box::pin(async move {
             let state = state_of(&req);
-            let name = req.extensions().get::<UserName>().map(|n| n.0.clone()).unwrap_or_default();
-            let Some(user) = state.users.get(&name).map(|u| u.cfg.clone()) else {
+            let Some(user) = req.extensions().get::<Authed>().map(|u| u.0.cfg.clone()) else {
                 return Ok(with_www_authenticate(reply(StatusCode::UNAUTHORIZED, "chstorm gateway: unknown user")));
             };
             Ok(crate::proxy::handle(state, user, req).await)
@@ -307,9 +306,10 @@ impl Service<Request<ClientBody>> for Proxy {
     }
 }
 
-/// The stack, in the order documented above.
-pub fn stack(
-) -> impl Service<Request<ClientBody>, Response = Response<GBody>, Error = Infallible, Future = Fut> + Clone + Send + 'static
-{
+/// The whole stack's type: zero-sized services, so a copy per request costs nothing.
+pub type Stack = GlobalAdmission<Authenticate<UserAdmission<Proxy>>>;
+
+/// The stack, in the order documented above; built once per config (`State::stack`).
+pub fn stack() -> Stack {
     tower::ServiceBuilder::new().layer(GlobalAdmissionLayer).layer(AuthLayer).layer(UserAdmissionLayer).service(Proxy)
 }

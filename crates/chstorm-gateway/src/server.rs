@@ -1,6 +1,7 @@
 //! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::conn`] serves each
 //! connection), and `/metrics` on `listen` or on its own `metrics_listen`; SIGHUP reloads the
-//! config.
+//! config; SIGTERM stops gracefully ([`crate::drain`]), and with `reuse_port` a new gateway can
+//! take over the port first ([`crate::listen`]).
 
 use crate::config::Config;
 use crate::conn::{Listener, Role};
@@ -55,10 +56,11 @@ pub struct Gateway {
     config_path: PathBuf,
     metrics: Arc<Metrics>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    drain: Arc<crate::drain::Drain>,
 }
 
-async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| GatewayError::Listen { addr, source: e })?;
+fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
+    let listener = crate::listen::bind(addr, reuse_port).map_err(|e| GatewayError::Listen { addr, source: e })?;
     let bound = listener.local_addr().map_err(|e| GatewayError::Listen { addr, source: e })?;
     Ok((listener, bound))
 }
@@ -83,22 +85,32 @@ impl Gateway {
         let cfg = Config::load(&config_path)?;
         let metrics = Arc::new(Metrics::default());
         let acceptor = tls_acceptor(&cfg)?;
-        let (listener, addr) = bind(cfg.listen).await?;
-        let metrics_listener = match cfg.metrics_listen {
-            Some(m) => Some(bind(m).await?),
+        // The state first (health checks, pools, budgets), then the sockets: with reuse_port a
+        // new gateway takes the port's new connections from the moment it binds.
+        let (listen, reuse_port, metrics_listen) = (cfg.listen, cfg.reuse_port, cfg.metrics_listen);
+        let state =
+            Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
+        let (listener, addr) = bind(listen, reuse_port)?;
+        let metrics_listener = match metrics_listen {
+            Some(m) => Some(bind(m, reuse_port)?),
             None => None,
         };
         let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
-        let state =
-            Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
+        let drain = Arc::new(crate::drain::Drain::default());
         let main = Listener {
             state: state.clone(),
             metrics: metrics.clone(),
             role: Role::Main { metrics_here: metrics_listener.is_none() },
+            drain: drain.clone(),
         };
         let mut tasks = vec![accept_loop(listener, main, acceptor)];
         if let Some((l, _)) = metrics_listener {
-            let only = Listener { state: state.clone(), metrics: metrics.clone(), role: Role::MetricsOnly };
+            let only = Listener {
+                state: state.clone(),
+                metrics: metrics.clone(),
+                role: Role::MetricsOnly,
+                drain: drain.clone(),
+            };
             tasks.push(accept_loop(l, only, None));
         }
         let idle = state.load().upstream.idle_timeout;
@@ -108,7 +120,7 @@ impl Gateway {
             serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
                 "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, metrics_addr, state, config_path, metrics, tasks })
+        Ok(Gateway { addr, metrics_addr, state, config_path, metrics, tasks, drain })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
@@ -137,7 +149,8 @@ impl Gateway {
         self.state.load().config.users.keys().cloned().collect()
     }
 
-    /// Serves until SIGINT/SIGTERM; SIGHUP reloads.
+    /// Serves until SIGINT/SIGTERM, then stops gracefully ([`Gateway::shutdown`]); SIGHUP
+    /// reloads.
     pub async fn run_until_signal(self) -> Result<(), GatewayError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(|e| GatewayError::Setup(e.to_string()))?;
@@ -152,12 +165,33 @@ impl Gateway {
                 _ = tokio::signal::ctrl_c() => break,
             }
         }
-        self.stop();
-        log("info", "gateway stopped", serde_json::json!({}));
+        self.shutdown().await;
         Ok(())
     }
 
-    /// Stops accepting connections (connections already open are served to their end).
+    /// Stops gracefully: closes the listeners, answers `/ping` with 503, closes each client
+    /// connection after its next answer, and waits for the queries in flight, at most
+    /// `shutdown.drain_timeout`. Returns the connections still open then (cut off).
+    pub async fn shutdown(&self) -> usize {
+        self.stop();
+        let timeout = self.state.load().config.shutdown.drain_timeout.0;
+        let open = self.drain.open();
+        log(
+            "info",
+            "gateway stopping: draining connections",
+            serde_json::json!({"open": open, "timeout_ms": timeout.as_millis() as u64}),
+        );
+        let t = std::time::Instant::now();
+        let left = self.drain.run(timeout).await;
+        log(
+            if left == 0 { "info" } else { "warn" },
+            "gateway stopped",
+            serde_json::json!({"drained": open.saturating_sub(left), "cut_off": left, "ms": t.elapsed().as_millis() as u64}),
+        );
+        left
+    }
+
+    /// Stops accepting connections at once (connections already open are served to their end).
     pub fn stop(&self) {
         for t in &self.tasks {
             t.abort();

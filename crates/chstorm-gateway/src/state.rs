@@ -43,8 +43,11 @@ pub struct UserRt {
 
 pub struct State {
     pub config: Config,
+    /// The tower stack, built once per config.
+    pub stack: crate::layers::Stack,
     pub clusters: BTreeMap<String, ClusterRt>,
-    pub users: BTreeMap<String, UserRt>,
+    /// Resolved once per request by authentication, then carried in the request's extensions.
+    pub users: BTreeMap<String, Arc<UserRt>>,
     pub global: Limiter,
     pub upstream: Arc<Upstream>,
     /// The same, as the attempt loop sees it.
@@ -105,11 +108,12 @@ impl State {
                     limiter: Limiter::new(u.max_concurrency, u.queue_size, u.queue_max_wait),
                     rate: (u.requests_per_second > 0).then(|| RateLimit::new(u.requests_per_second)),
                 };
-                (n.clone(), rt)
+                (n.clone(), Arc::new(rt))
             })
             .collect();
         let l = &config.limits;
         Ok(State {
+            stack: crate::layers::stack(),
             global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
             retry_budget: TpsBudget::new(
                 std::time::Duration::from_secs(10),

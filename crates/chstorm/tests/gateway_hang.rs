@@ -45,6 +45,23 @@ fn a_hung_replica_stalls_no_query() {
         "hang: queries {} errors {} late {:?} dropped {:?} p99 {:.4} p99.9 {:.4} max {:.4}",
         r.queries, r.errors, r.late, r.dropped, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
     );
+    eprintln!(
+        "hang: hedges {} wins {} per-try timeouts {} budget exhausted {} retries {}",
+        metric(&gw, "chstorm_gateway_hedges_total"),
+        metric(&gw, "chstorm_gateway_hedge_wins_total"),
+        metric(&gw, "chstorm_gateway_per_try_timeouts_total"),
+        metric(&gw, "chstorm_gateway_retry_budget_exhausted_total"),
+        metric(&gw, "chstorm_gateway_retries_total"),
+    );
+    eprintln!(
+        "{}",
+        curl(&[&format!("{gw}/metrics")])
+            .2
+            .lines()
+            .filter(|l| l.starts_with("chstorm_gateway_requests_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert_eq!(r.errors, 0, "failed queries across a 3 s hang: {:?}", r.errors_by_kind);
     assert!(r.queries >= 1500, "the load really ran: {} queries", r.queries);
     // A generous bound, so it never flakes on a loaded machine; the real figures are in
@@ -62,4 +79,40 @@ fn a_hung_replica_stalls_no_query() {
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+/// The gateway's own restart under load: a second gateway starts on the same port
+/// (`reuse_port: true`) and takes the new connections; the first drains (its clients' kept-alive
+/// connections close after their next answer) and stops. No query fails.
+#[test]
+fn a_gateway_restart_with_a_second_instance_on_the_port_fails_no_query() {
+    let env = start_cluster();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cfg = env.gateway_config(|t| {
+        t.replace("listen: 127.0.0.1:0\n", &format!("listen: 127.0.0.1:{port}\nreuse_port: true\n"))
+    });
+    let first = env.rt.block_on(chstorm_gateway::Gateway::start(cfg.clone())).unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let shops = (ROWS / 100).max(1);
+    let q = format!("SELECT * FROM items FINAL WHERE shop_id = {{s:zipf({shops},1.1)}}");
+    let (u, q2) = (url.clone(), q.clone());
+    let load = std::thread::spawn(move || {
+        common::bench(&["--url", &u, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "6s", "--timeout", "5s"]).1
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let second = env.rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let cut_off = env.rt.block_on(first.shutdown());
+    assert_eq!(cut_off, 0, "every connection of the old gateway drained");
+    let r = load.join().unwrap();
+    eprintln!(
+        "restart: queries {} errors {} p99 {:.4} p99.9 {:.4} max {:.4}",
+        r.queries, r.errors, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
+    );
+    assert_eq!(r.errors, 0, "failed queries across the gateway's restart: {:?}", r.errors_by_kind);
+    assert!(r.queries >= 1000, "the load really ran: {} queries", r.queries);
+    // The new gateway answered what came after the switch.
+    let served = metric(&url, "chstorm_gateway_requests_total");
+    assert!(served >= 500.0, "the new gateway served {served} requests");
+    second.stop();
 }
