@@ -5,8 +5,10 @@
 //! * [`text`]: the final summary, laid out like clickhouse-benchmark's.
 //! * [`csv`]: one row per run; the columns are Altinity clickhouse-sts's, then ours.
 //! * [`merge`]: combines runs made at the same time from several machines.
+//! * [`file`]: output files opened (and checked) before a run.
 
 pub mod csv;
+pub mod file;
 pub mod merge;
 pub mod omission;
 pub mod report;

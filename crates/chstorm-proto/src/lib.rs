@@ -5,7 +5,9 @@
 //! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412).
 //! * [`stream`]: TCP or TLS byte streams with connect timeouts.
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
+//! * [`cancel`]: giving up on a query without leaving it running on the server.
 
+pub mod cancel;
 pub mod error;
 pub mod http;
 pub mod native;
