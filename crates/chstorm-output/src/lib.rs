@@ -29,4 +29,8 @@ pub enum OutputError {
     MixedCorrection { path: String },
     #[error("--correct-omission: {0}")]
     Correction(String),
+    #[error("{path}: the same run as {other} (run id {run_id}); give each run once")]
+    Duplicate { path: String, other: String, run_id: String },
+    #[error("{path}: {field} is {value}, but {first_value} in {first}; merge runs of one workload, or give --allow-mixed to add them up anyway")]
+    Mixed { path: String, first: String, field: &'static str, first_value: String, value: String },
 }

@@ -103,6 +103,9 @@ fn run_suites(args: &DemoArgs, info: &chstorm_local::ServerInfo, stop: &StopHand
             store: None,
             seed: 1,
             timeout: Duration::from_secs(30),
+            // Each demo starts its own server (new ports): earlier results in DIR are of another
+            // server, so they are moved aside rather than reused.
+            restart: true,
         };
         eprintln!("demo: sweeping {name} (quick) into {}", out.display());
         let outcome = chstorm_sweep::sweep(&opts, stop, &mut |l| eprintln!("  {l}"))?;

@@ -108,6 +108,17 @@ fn errors_are_counted_by_code_and_the_run_goes_on() {
     assert_eq!((r.queries, r.errors), (20, 20));
     // 18.16 reports UNKNOWN_IDENTIFIER (47); current releases too.
     assert_eq!(r.errors_by_kind.get("clickhouse_47"), Some(&20), "{:?}", r.errors_by_kind);
+    // A query that fails every time: the reason, no percentiles, and a failing exit status.
+    for url in [s.http_url(), s.native_url()] {
+        let (code, r) = bench(&["--url", url, "-q", "SELECT 1 FROM no_such_table_i14", "-n", "30", "-c", "2"]);
+        assert_eq!(code, 3, "{url}: every query failed");
+        assert_eq!((r.queries, r.errors), (0, 30));
+        // UNKNOWN_TABLE (60), with the server's message.
+        let sample = r.errors_sample.get("clickhouse_60").unwrap_or_else(|| panic!("{url}: {:?}", r.errors_sample));
+        assert!(sample.contains("no_such_table_i14") && sample.contains("doesn't exist"), "{url}: {sample}");
+        let text = chstorm_output::text::summary(&r);
+        assert!(text.contains("no successful query") && !text.contains("0.000000 sec."), "{text}");
+    }
     let (code, r) = bench(&["--url", s.native_url(), "-q", "SELECT no_such_column", "-d", "10s", "--max-errors", "5"]);
     assert_eq!(code, 1, "--max-errors exits 1");
     assert_eq!(r.stop_reason, "max_errors");
