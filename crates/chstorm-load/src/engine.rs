@@ -500,7 +500,7 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
         };
         let done = Instant::now();
         let connect_failed = matches!(res, Err(ProtoError::Connect { .. }));
-        if measured && deadline.map_or(true, |d| done <= d) {
+        if measured && deadline.is_none_or(|d| done <= d) {
             let mut s = stats.borrow_mut();
             if late {
                 s.late += 1;

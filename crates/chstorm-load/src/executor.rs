@@ -16,6 +16,8 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// One per load connection, held for the run: the size difference of the variants is no cost.
+#[allow(clippy::large_enum_variant)]
 enum Conn {
     Http(HttpConn),
     Native(NativeConn),

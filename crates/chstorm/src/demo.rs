@@ -150,6 +150,36 @@ fn write_combined(dir: &Path, inputs: Vec<chstorm_report::ReportInput>) -> anyho
     Ok(path)
 }
 
+/// The best point of each scenario and variant: a table that pastes well into a ticket.
+fn print_summary(points: &[SweepPoint]) {
+    println!(
+        "\n{:<14} {:<48} {:>5} {:>10} {:>10} {:>10} {:>7}",
+        "scenario", "variant", "c", "QPS", "p50 ms", "p99 ms", "errors"
+    );
+    let mut seen: Vec<(&str, &str)> = Vec::new();
+    for p in points {
+        if seen.contains(&(p.scenario.as_str(), p.variant.as_str())) {
+            continue;
+        }
+        seen.push((&p.scenario, &p.variant));
+        let best = points
+            .iter()
+            .filter(|q| q.scenario == p.scenario && q.variant == p.variant)
+            .max_by(|a, b| a.result.qps.total_cmp(&b.result.qps))
+            .unwrap_or(p);
+        println!(
+            "{:<14} {:<48} {:>5} {:>10.0} {:>10.3} {:>10.3} {:>7}",
+            best.scenario,
+            best.variant,
+            best.concurrency,
+            best.result.qps,
+            best.result.latency_s.p50 * 1e3,
+            best.result.latency_s.p99 * 1e3,
+            best.result.errors
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,35 +214,5 @@ mod tests {
         let makefile = std::fs::read_to_string(format!("{root}/Makefile")).unwrap();
         assert!(makefile.contains("build --release -p chstorm"), "make release builds target/release/chstorm");
         assert_eq!(env!("CARGO_PKG_NAME"), "chstorm", "cargo install --path crates/chstorm installs chstorm");
-    }
-}
-
-/// The best point of each scenario and variant: a table that pastes well into a ticket.
-fn print_summary(points: &[SweepPoint]) {
-    println!(
-        "\n{:<14} {:<48} {:>5} {:>10} {:>10} {:>10} {:>7}",
-        "scenario", "variant", "c", "QPS", "p50 ms", "p99 ms", "errors"
-    );
-    let mut seen: Vec<(&str, &str)> = Vec::new();
-    for p in points {
-        if seen.contains(&(p.scenario.as_str(), p.variant.as_str())) {
-            continue;
-        }
-        seen.push((&p.scenario, &p.variant));
-        let best = points
-            .iter()
-            .filter(|q| q.scenario == p.scenario && q.variant == p.variant)
-            .max_by(|a, b| a.result.qps.total_cmp(&b.result.qps))
-            .unwrap_or(p);
-        println!(
-            "{:<14} {:<48} {:>5} {:>10.0} {:>10.3} {:>10.3} {:>7}",
-            best.scenario,
-            best.variant,
-            best.concurrency,
-            best.result.qps,
-            best.result.latency_s.p50 * 1e3,
-            best.result.latency_s.p99 * 1e3,
-            best.result.errors
-        );
     }
 }
