@@ -180,7 +180,7 @@ impl SideConn {
             let bound = CANCEL_TIMEOUT.min(timeout);
             match conn {
                 Conn::Native(c) => {
-                    c.cancel(bound).await;
+                    let _ = c.cancel(bound).await;
                 }
                 Conn::Http(c) => {
                     drop(c);

@@ -57,7 +57,8 @@ pub(crate) struct Executor {
     /// Set while a query is in flight; still set when its call was abandoned midway.
     in_flight: bool,
     /// Queries chstorm gave up on and tried to cancel on the server, and how many of those
-    /// cancellations failed or timed out.
+    /// cancellations could not be sent (HTTP: the KILL QUERY failed or timed out; native: the
+    /// Cancel packet could not be written).
     pub cancelled: u64,
     pub cancel_failures: u64,
 }
@@ -126,7 +127,7 @@ impl Executor {
     }
 
     /// Sends `query` (ignored for ping) and reads the whole answer. A query that times out is
-    /// cancelled on the server before this returns (bounded by [`CANCEL_TIMEOUT`]).
+    /// cancelled on the server before this returns (see [`Executor::abandon`]).
     pub async fn exec(&mut self, query: &[u8]) -> Result<QueryStats, ProtoError> {
         if self.conn.is_none() {
             self.conn = Some(self.connect().await?);
@@ -177,20 +178,30 @@ impl Executor {
 
     /// Cancels on the server the query whose call was abandoned (a timeout, or the run ended
     /// while it was in flight), and drops the connection. Does nothing when no query is in
-    /// flight. Bounded by [`CANCEL_TIMEOUT`].
+    /// flight. Bounded by [`CANCEL_TIMEOUT`] or the query timeout, whichever is shorter. If this call is itself abandoned midway, the query
+    /// stays in flight and the next call tries again (over HTTP, another KILL QUERY).
     pub async fn abandon(&mut self) {
-        if !std::mem::take(&mut self.in_flight) {
+        if !self.in_flight {
             return;
         }
-        self.cancelled += 1;
+        // A server that cannot answer a KILL QUERY within the query timeout is not answering:
+        // waiting longer would only stall this connection.
+        let bound = CANCEL_TIMEOUT.min(self.timeout);
         let ok = match self.conn.take() {
-            Some(Conn::Native(c)) => c.cancel(CANCEL_TIMEOUT).await,
+            Some(Conn::Native(c)) => c.cancel(bound).await.sent(),
             Some(Conn::Http(c)) => {
                 drop(c);
-                kill_over_http(&self.connector, &self.target, &self.query_id, CANCEL_TIMEOUT).await.is_ok()
+                kill_over_http(&self.connector, &self.target, &self.query_id, bound).await.is_ok()
             }
+            // A retry: the connection went with the interrupted attempt.
+            None if self.head.is_some() => {
+                kill_over_http(&self.connector, &self.target, &self.query_id, bound).await.is_ok()
+            }
+            // Native: the interrupted attempt wrote the Cancel packet or closed the connection.
             None => true,
         };
+        self.in_flight = false;
+        self.cancelled += 1;
         if !ok {
             self.cancel_failures += 1;
         }

@@ -1,7 +1,7 @@
 //! The native protocol client against a real clickhouse-server (started by chstorm-local).
 
 use chstorm_local::{shared_server, shared_tls_server, LocalServer};
-use chstorm_proto::native::{append_settings_clause, NativeConn, CLIENT_REVISION};
+use chstorm_proto::native::{append_settings_clause, Cancelled, NativeConn, CLIENT_REVISION};
 use chstorm_proto::stream::Connector;
 use chstorm_proto::{ProtoError, Target, TlsOptions};
 use std::time::{Duration, Instant};
@@ -295,7 +295,11 @@ fn cancel_stops_a_query_on_the_server() {
         assert!(matches!(r, Err(ProtoError::Timeout(..))), "{r:?}");
         assert!(conn.query_in_flight());
         let t = Instant::now();
-        assert!(conn.cancel(Duration::from_secs(5)).await, "the server closed after the Cancel packet");
+        assert_eq!(
+            conn.cancel(Duration::from_secs(5)).await,
+            Cancelled::Stopped,
+            "the server closed after the Cancel packet"
+        );
         assert!(t.elapsed() < Duration::from_secs(3), "cancelled in {:?}", t.elapsed());
         let mut conn = connect(server).await;
         let _ = tokio::time::timeout(Duration::from_millis(300), conn.query("chstorm-test-cancel-2", &sql, T)).await;
@@ -303,13 +307,13 @@ fn cancel_stops_a_query_on_the_server() {
     });
     assert_eq!(http(server, "SELECT count() FROM system.processes WHERE query_id = 'chstorm-test-cancel-1'"), "0");
     assert!(conn.query_in_flight(), "a dropped call leaves its query in flight");
-    assert!(rt.block_on(conn.cancel(Duration::from_secs(5))));
+    assert_eq!(rt.block_on(conn.cancel(Duration::from_secs(5))), Cancelled::Stopped);
     assert_eq!(running(server, &marker), 0, "both queries stopped on the server");
     // A connection with nothing in flight has nothing to cancel.
     rt.block_on(async {
         let mut conn = connect(server).await;
         conn.query("", "SELECT 1", T).await.unwrap();
         assert!(!conn.query_in_flight());
-        assert!(conn.cancel(Duration::from_secs(1)).await);
+        assert_eq!(conn.cancel(Duration::from_secs(1)).await, Cancelled::Nothing);
     });
 }

@@ -153,12 +153,9 @@ pub fn run(args: BenchArgs, stop: &StopHandle) -> anyhow::Result<i32> {
     sink.finish();
     if result.cancel_failures > 0 {
         eprintln!(
-            "chstorm: warning: {} of the {} queries given up on could not be cancelled on the server within {} s; \
+            "chstorm: warning: {} of the {} queries given up on could not be cancelled on the server; \
              they may still be running there (see system.processes, query_id LIKE 'chstorm-{}-%')",
-            result.cancel_failures,
-            result.cancelled,
-            chstorm_proto::cancel::CANCEL_TIMEOUT.as_secs(),
-            result.run_id
+            result.cancel_failures, result.cancelled, result.run_id
         );
     }
     let report = BenchReport::new(&meta, &result);

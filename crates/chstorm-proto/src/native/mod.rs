@@ -112,6 +112,27 @@ pub struct NativeConn {
     stage: Stage,
 }
 
+/// What [`NativeConn::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// No query was in flight.
+    Nothing,
+    /// The server stopped the query and closed the connection.
+    Stopped,
+    /// The Cancel packet went out, but the server did not close within the timeout (it stops
+    /// the query when it next checks for cancellation).
+    Requested,
+    /// The Cancel packet could not be sent: the query may still run.
+    Failed,
+}
+
+impl Cancelled {
+    /// False only when the Cancel packet could not be sent.
+    pub fn sent(self) -> bool {
+        self != Cancelled::Failed
+    }
+}
+
 /// Where a query call is, for [`NativeConn::cancel`]. A call abandoned midway (its future
 /// dropped, or its timeout fired) leaves the stage it reached.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,21 +243,27 @@ impl NativeConn {
     /// stopped (it reads the Cancel packet while the query runs, and the end of the stream
     /// after). A query whose packet was only partly written cannot run and needs nothing more.
     ///
-    /// Bounded by `timeout`. Returns true when nothing was left running, as far as the
-    /// connection tells: no query in flight, or the server closed in time. False when the server
-    /// did not close within `timeout` or the Cancel packet could not be written.
-    pub async fn cancel(mut self, timeout: Duration) -> bool {
+    /// Bounded by `timeout`: the server may take longer to stop a query than the client waits,
+    /// which [`Cancelled::Requested`] tells apart from a Cancel packet that never left.
+    pub async fn cancel(mut self, timeout: Duration) -> Cancelled {
         if self.stage != Stage::Running {
-            return true;
+            return Cancelled::Nothing;
         }
-        let run = async {
-            let mut packet = Vec::with_capacity(1);
-            wire::put_varuint(&mut packet, packets::client::CANCEL);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut packet = Vec::with_capacity(1);
+        wire::put_varuint(&mut packet, packets::client::CANCEL);
+        let sent = async {
             self.io.write_all(&packet).await?;
-            self.io.shutdown().await?;
-            self.io.discard_to_eof().await
+            self.io.shutdown().await
         };
-        matches!(tokio::time::timeout(timeout, run).await, Ok(Ok(_)))
+        match tokio::time::timeout_at(deadline, sent).await {
+            Ok(Ok(())) => {}
+            _ => return Cancelled::Failed,
+        }
+        match tokio::time::timeout_at(deadline, self.io.discard_to_eof()).await {
+            Ok(Ok(_)) => Cancelled::Stopped,
+            _ => Cancelled::Requested,
+        }
     }
 
     /// True while a query is in flight or was abandoned midway (see [`NativeConn::cancel`]).
