@@ -69,9 +69,10 @@ Closed loop (-c only): each connection sends its next query when the last answer
 latencies leave out queueing. Open loop (--rate): queries are due at a fixed rate and latency
 runs from the due time, so a stalled server shows in the percentiles.
 
-Braces that are not one of these are refused before the run ({x:unifrom(1,2)}, an unclosed
-{x:uniform(1,2), a {y} never defined), except ClickHouse query parameters, which name a type:
-{id:UInt64}, {d:DateTime64(3)}. They are sent as written.
+Mistakes are refused before the run: an unknown function ({x:unifrom(1,2)}), an unclosed
+{x:uniform(1,2), a {y} never defined. ClickHouse query parameters name a type, which starts with a
+capital letter ({id:UInt64}, {d:DateTime64(3)}): they are sent as written, and so is anything in
+braces inside a string literal or a comment.
 
 Limits: --duration and --ramp-over up to 7d, --warmup and --timeout up to 1d, -c up to 100000,
 -n up to 10^12, --rate up to 10000000, --threads up to 1024. Every output (--json, --csv) is
