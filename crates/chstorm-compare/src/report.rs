@@ -10,7 +10,7 @@
 //! stacks they came from (`.folded`), so a change can be looked into without running it again.
 
 use crate::flame;
-use crate::result::{CompareResult, FlameSide, QueryResult};
+use crate::result::{CompareResult, FlameSide, MetricResult, QueryResult};
 use crate::stats::Verdict;
 use crate::table::{figures, pct, pct_signed, sig, truncate};
 use crate::CompareError;
@@ -293,18 +293,22 @@ fn metrics_section(b: &mut String, r: &CompareResult, sorted: &[&QueryResult]) {
         b.push_str("<p>No metric moved.</p>\n");
         return;
     }
-    b.push_str("<div class=\"table-wrap\"><table><thead><tr><th class=\"num\">#</th><th>verdict</th><th>metric</th>\
-<th class=\"num\">old</th><th class=\"num\">new</th><th class=\"num\">diff</th><th class=\"num\">threshold</th><th>query</th></tr></thead><tbody>");
+    b.push_str("<div class=\"table-wrap\"><table><thead><tr><th class=\"num\">#</th><th>query verdict</th><th>metric</th>\
+<th>change</th><th class=\"num\">old</th><th class=\"num\">new</th><th class=\"num\">diff</th><th class=\"num\">threshold</th>\
+<th>query</th></tr></thead><tbody>");
     for q in with {
         for (i, m) in q.metrics.iter().enumerate() {
             let group = if i == 0 { " class=\"group\"" } else { "" };
+            // The query's verdict is about client time; a metric only went up or down.
+            let verdict = if i == 0 { q.verdict.as_str() } else { "" };
             let _ = write!(
                 b,
-                "<tr{group}><td class=\"num\">{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-<td class=\"num\">{}</td><td class=\"num\">{}</td>",
+                "<tr{group}><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"num\">{}</td>\
+<td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>",
                 q.index,
-                q.verdict.as_str(),
+                verdict,
                 escape(&m.name),
+                metric_change(m),
                 escape(&sig(m.old, 4)),
                 escape(&sig(m.new, 4)),
                 pct_signed(m.diff),
@@ -319,6 +323,18 @@ fn metrics_section(b: &mut String, r: &CompareResult, sorted: &[&QueryResult]) {
         }
     }
     b.push_str("</tbody></table></div>\n");
+}
+
+/// The direction of a metric's change on the new server: "higher" or "lower". Not "slower" or
+/// "faster": fewer Seeks or less memory is not a slower query.
+fn metric_change(m: &MetricResult) -> &'static str {
+    if m.new > m.old {
+        "higher"
+    } else if m.new < m.old {
+        "lower"
+    } else {
+        "same"
+    }
 }
 
 /// Left and right client times per run, with dashed medians.
@@ -456,7 +472,8 @@ const COLUMNS: &str = r#"<dl class="cols">
 Slower and error_right count as regressions against --fail-on.</dd>
 <dt>#</dt><dd>The query's position in the query file (or suite), from 0. Queries ran in a seeded random order.</dd>
 <dt>old (s), new (s)</dt><dd>Median client time of the measured runs on the left (old) and right (new) server, in seconds:
-the wall time from sending the query to reading the end of its result, on a kept-alive connection. The warm-up run is not counted.</dd>
+the wall time from sending the query to reading the end of its result, on a fresh connection opened before the clock starts
+(each run has its own). The warm-up run is not counted.</dd>
 <dt>ratio</dt><dd>new / old. Above 1 the new server is slower.</dd>
 <dt>diff</dt><dd>(new - old) / old, as a percentage. Positive: slower.</dd>
 <dt>threshold</dt><dd>How large a diff the noise alone gives: both sides' runs are pooled and split at random into two halves 10,000
@@ -466,7 +483,9 @@ statistically significant. Seeded, so the same runs give the same threshold.</dd
 at least --runs runs and --min-time of measured time; they stop at --max-time per side or 500 runs.</dd>
 <dt>query</dt><dd>The query as written; placeholders were rendered identically for both sides.</dd>
 <dt>metric, old, new (metrics table)</dt><dd>A server metric from system.query_log matched by query_id: query_duration_ms (ms),
-read_rows, memory_usage (bytes), or a ProfileEvent (missing in a run counts as 0); old and new are medians; diff and threshold as above.</dd>
+read_rows, memory_usage (bytes), or a ProfileEvent (missing in a run counts as 0); old and new are medians; diff and threshold as above.
+<b>change</b>: higher or lower on the new server. Only client time makes a query slower or faster; the query verdict column repeats
+that verdict for the query's first metric.</dd>
 <dt>flamegraphs</dt><dd>Samples of system.trace_log for the changed queries' runs: left, right, and differential (frames as wide as
 on the new server; red: a larger share of the time than on the old server, blue: a smaller one).</dd>
 </dl>
@@ -575,6 +594,39 @@ mod tests {
         assert!(html.contains("data-points=\"18\""));
         // The order of the sections' rows: slower before faster.
         assert!(html.find("SELECT sum(").unwrap() < html.find("SELECT 2").unwrap());
+    }
+
+    #[test]
+    fn metrics_go_higher_or_lower_and_runs_are_on_fresh_connections() {
+        let mut r = sample();
+        // A slower query whose Seeks vanished and whose memory fell: neither is "slower".
+        for (name, old, new) in [("Seek", 40.0, 0.0), ("memory_usage", 1000.0, 620.0)] {
+            r.queries[0].metrics.push(MetricResult {
+                name: name.into(),
+                old,
+                new,
+                diff: Some((new - old) / old),
+                threshold: Some(0.05),
+                verdict: Verdict::Faster,
+            });
+        }
+        let html = render(&r).html;
+        let metrics = &html[html.find("id=\"metrics\"").unwrap()..html.find("id=\"rest\"").unwrap()];
+        let row = |name: &str| {
+            let at = metrics.find(&format!("<td>{name}</td>")).unwrap();
+            let start = metrics[..at].rfind("<tr").unwrap();
+            metrics[start..at + metrics[at..].find("</tr>").unwrap()].to_string()
+        };
+        for (name, word) in [("query_duration_ms", "higher"), ("Seek", "lower"), ("memory_usage", "lower")] {
+            let tr = row(name);
+            assert!(tr.contains(&format!("<td>{word}</td>")), "{name}: {tr}");
+        }
+        for name in ["Seek", "memory_usage"] {
+            let tr = row(name);
+            assert!(!tr.contains("slower") && !tr.contains("faster"), "{name}: {tr}");
+        }
+        assert!(!html.contains("kept-alive"), "each run opens its own connection");
+        assert!(html.contains("fresh connection"));
     }
 
     #[test]

@@ -10,11 +10,14 @@
 //!
 //! Client time is the wall time from writing the query to reading the end of the answer (the
 //! result is read and discarded).
-//! Every wait is bounded by the timeout (`--timeout`, default 60 s).
+//! Every wait is bounded by the timeout (`--timeout`, default 60 s). A run that times out is
+//! cancelled on the server before the next run starts (native: the Cancel packet; HTTP:
+//! `KILL QUERY` by its query_id), so a leftover does not slow the runs measured after it.
 
 use crate::schedule::{Attempt, Executor, Run, Side};
 use crate::CompareError;
 use chstorm_load::{Renderer, Template};
+use chstorm_proto::cancel::{kill_over_http, CANCEL_TIMEOUT};
 use chstorm_proto::http::{HttpConn, RequestHead};
 use chstorm_proto::native::{append_settings_clause, NativeConn};
 use chstorm_proto::stream::Connector;
@@ -157,10 +160,8 @@ impl SideConn {
         let start = Instant::now();
         let result = match &mut conn {
             Conn::Http(c) => {
-                let mut extra = vec![("query_id".to_string(), query_id.to_string())];
-                extra.extend(self.extra.iter().cloned());
-                let head = RequestHead::query(&self.target, &extra, true);
-                c.send(&head, sql.as_bytes(), timeout).await.map(|_| ())
+                let head = RequestHead::query(&self.target, &self.extra, true);
+                c.send_with_id(&head, query_id, sql.as_bytes(), timeout).await.map(|_| ())
             }
             Conn::Native(c) => {
                 let settings: Vec<(String, String)> = self.target.settings.iter().chain(&self.extra).cloned().collect();
@@ -169,6 +170,26 @@ impl SideConn {
             }
         };
         let elapsed = start.elapsed().as_secs_f64();
+        // A run given up on must not keep the server busy while the next runs are measured.
+        let gave_up = match (&result, &conn) {
+            (Err(ProtoError::Timeout(..)), _) => true,
+            (Err(_), Conn::Native(c)) => c.query_in_flight(),
+            _ => false,
+        };
+        if gave_up {
+            let bound = CANCEL_TIMEOUT.min(timeout);
+            match conn {
+                Conn::Native(c) => {
+                    let _ = c.cancel(bound).await;
+                }
+                Conn::Http(c) => {
+                    drop(c);
+                    let _ = kill_over_http(&self.connector, &self.target, query_id, bound).await;
+                }
+            }
+            self.conn = None;
+            return result.map(|_| elapsed);
+        }
         // Every run gets a fresh connection (opened before the clock starts): a server serves a
         // connection from one handler thread, and on a small machine two long-lived connections
         // can settle on different CPUs and differ systematically, which broke A/A comparisons of

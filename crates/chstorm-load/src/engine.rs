@@ -12,7 +12,7 @@
 //!   merge the last intervals → RunResult   ◄─ final Interval when the loop ends
 //! ```
 
-use crate::executor::Executor;
+use crate::executor::{Executor, QueryIds};
 use crate::schedule::Schedule;
 use crate::spec::{LoadSpec, Work};
 use crate::template::Renderer;
@@ -35,6 +35,10 @@ use tokio_util::sync::CancellationToken;
 pub const LATE_AFTER: Duration = Duration::from_millis(1);
 /// Longest pause after consecutive connection failures, so a dead server does not spin a core.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_millis(500);
+/// When a run ends (its deadline, --requests, --max-errors or Ctrl-C), queries still in flight
+/// get this long to finish before they are cancelled on the server. Short queries, the usual
+/// case, finish within it and cost no KILL QUERY; their results are not recorded either way.
+pub const END_GRACE: Duration = Duration::from_millis(200);
 
 /// Lets another thread (a Ctrl-C handler) stop a run; what was measured is kept.
 #[derive(Clone, Default)]
@@ -106,6 +110,13 @@ pub struct RunResult {
     pub server_version: Option<String>,
     /// Wall-clock time at which measuring began.
     pub started_at: SystemTime,
+    /// This run's id (12 hex digits), part of every query_id it sent:
+    /// `chstorm-<run id>-<connection>-<n>`.
+    pub run_id: String,
+    /// Queries given up on (timed out, or in flight when the run ended) and cancelled on the
+    /// server; and how many of those cancellations failed or timed out.
+    pub cancelled: u64,
+    pub cancel_failures: u64,
 }
 
 impl RunResult {
@@ -133,6 +144,11 @@ struct Shared {
     stop_reason: OnceLock<StopReason>,
     /// Cancelled by the coordinator once the clock is set: the start signal for every task.
     start_gate: CancellationToken,
+    run_id: String,
+    /// The user's own query_id (the `query_id` setting), sent with every query instead of ours.
+    fixed_query_id: Option<String>,
+    cancelled: AtomicU64,
+    cancel_failures: AtomicU64,
 }
 
 impl Shared {
@@ -148,6 +164,16 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     spec.validate().map_err(LoadError::Invalid)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let mut spec = spec;
+    // A query_id is not a setting: it names each query (HTTP: a URL parameter; native: a field
+    // of the Query packet). The user's own wins over chstorm's numbered ones.
+    let fixed_query_id = [
+        chstorm_proto::cancel::take_query_id_setting(&mut spec.target.settings),
+        chstorm_proto::cancel::take_query_id_setting(&mut spec.settings),
+    ]
+    .into_iter()
+    .flatten()
+    .last();
+    let run_id = chstorm_proto::cancel::new_run_id();
     // Native settings travel as a SETTINGS clause inside the query text (portable to every
     // server version); HTTP settings are URL parameters, see `RequestHead::query`.
     if !spec.target.protocol.is_http() {
@@ -193,6 +219,10 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
         errors: AtomicU64::new(0),
         stop_reason: OnceLock::new(),
         start_gate: CancellationToken::new(),
+        run_id,
+        fixed_query_id,
+        cancelled: AtomicU64::new(0),
+        cancel_failures: AtomicU64::new(0),
     });
     let ready = Arc::new(Barrier::new(shared.spec.concurrency + 1));
     let (tx, mut rx) = mpsc::unbounded_channel::<(u64, Interval)>();
@@ -277,6 +307,7 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     let stop_reason = if stop.is_interrupted() {
         StopReason::Interrupted
     } else {
+        // Every stop sets its reason; a run whose loops all ended without one ran out of sends.
         shared.stop_reason.get().copied().unwrap_or(StopReason::Requests)
     };
     let spec = &shared.spec;
@@ -299,7 +330,18 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
             SecondStats::from_partial(i as u64 + 1, iv.as_ref().unwrap_or(&empty), span)
         })
         .collect();
-    Ok(RunResult { total, per_second, elapsed, dropped, stop_reason, server_version, started_at })
+    Ok(RunResult {
+        total,
+        per_second,
+        elapsed,
+        dropped,
+        stop_reason,
+        server_version,
+        started_at,
+        run_id: shared.run_id.clone(),
+        cancelled: shared.cancelled.load(Ordering::Relaxed),
+        cancel_failures: shared.cancel_failures.load(Ordering::Relaxed),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -324,7 +366,8 @@ fn worker_thread(
     local.block_on(&rt, async {
         let mut tasks = Vec::with_capacity(conns.len());
         for id in &conns {
-            let exec = Executor::new(&shared.spec, connector.clone(), target.clone(), head.clone());
+            let ids = QueryIds::new(&shared.run_id, *id, shared.fixed_query_id.as_deref());
+            let exec = Executor::new(&shared.spec, connector.clone(), target.clone(), head.clone(), ids);
             let rng = SmallRng::seed_from_u64(shared.spec.seed ^ (*id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let (shared, stats, ready) = (shared.clone(), stats.clone(), ready.clone());
             let id = *id;
@@ -406,6 +449,8 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
                 let Some(off) = spec.schedule.offset_of(k) else { break };
                 let due = t0 + off;
                 if deadline.is_some_and(|d| due >= d) {
+                    // The next send falls after the deadline: -d ends this run.
+                    let _ = shared.stop_reason.set(StopReason::Duration);
                     break;
                 }
                 if due > Instant::now() {
@@ -437,13 +482,25 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
             t.render(&mut renderer, &mut buf);
         }
         let late = spec.schedule.is_open() && Instant::now().saturating_duration_since(due) > LATE_AFTER;
-        let res = tokio::select! {
-            r = exec.exec(&buf) => r,
-            _ = shared.cancel.cancelled() => break,
+        let res = {
+            let call = exec.exec(&buf);
+            tokio::pin!(call);
+            tokio::select! {
+                r = &mut call => Some(r),
+                _ = shared.cancel.cancelled() => {
+                    // The run is over: let the query finish briefly, unrecorded, then give up.
+                    let _ = tokio::time::timeout(END_GRACE, &mut call).await;
+                    None
+                }
+            }
+        };
+        let Some(res) = res else {
+            exec.abandon().await;
+            break;
         };
         let done = Instant::now();
         let connect_failed = matches!(res, Err(ProtoError::Connect { .. }));
-        if measured && deadline.map_or(true, |d| done <= d) {
+        if measured && deadline.is_none_or(|d| done <= d) {
             let mut s = stats.borrow_mut();
             if late {
                 s.late += 1;
@@ -451,7 +508,7 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
             match &res {
                 Ok(q) => s.record_ok(done - due, q.bytes, q.rows),
                 Err(e) => {
-                    s.record_error(&e.kind_key());
+                    s.record_error_with(&e.kind_key(), || e.to_string());
                     let n = shared.errors.fetch_add(1, Ordering::Relaxed) + 1;
                     if spec.max_errors.is_some_and(|m| n >= m) {
                         drop(s);
@@ -473,4 +530,6 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
             connect_failures = 0;
         }
     }
+    shared.cancelled.fetch_add(exec.cancelled, Ordering::Relaxed);
+    shared.cancel_failures.fetch_add(exec.cancel_failures, Ordering::Relaxed);
 }

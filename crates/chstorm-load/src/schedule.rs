@@ -26,7 +26,7 @@ impl Schedule {
         !matches!(self, Schedule::Closed)
     }
 
-    /// The rate at the start of the run, for display; None for a closed loop.
+    /// The rate the run settles at (a ramp's final, held rate), for display; None for a closed loop.
     pub fn nominal_rate(&self) -> Option<f64> {
         match *self {
             Schedule::Closed => None,
@@ -85,10 +85,22 @@ impl Schedule {
         let ok = |r: f64| r.is_finite() && r > 0.0;
         match *self {
             Schedule::Closed => Ok(()),
-            Schedule::Fixed { rate } if ok(rate) => Ok(()),
+            Schedule::Fixed { rate } if ok(rate) && rate <= crate::spec::MAX_RATE => Ok(()),
+            Schedule::Fixed { rate } if ok(rate) => {
+                Err(format!("--rate {rate} is more than {}, the most chstorm accepts", crate::spec::MAX_RATE))
+            }
             Schedule::Fixed { rate } => {
                 Err(format!("--rate must be a positive number of queries per second, got {rate}"))
             }
+            Schedule::Ramp { from, to, .. } if from.max(to) > crate::spec::MAX_RATE => Err(format!(
+                "a ramp to {} queries per second is more than {}, the most chstorm accepts",
+                from.max(to),
+                crate::spec::MAX_RATE
+            )),
+            Schedule::Ramp { over, .. } if over > crate::spec::MAX_DURATION => Err(format!(
+                "--ramp-over is longer than {}, the most chstorm accepts",
+                crate::spec::describe_limit(crate::spec::MAX_DURATION)
+            )),
             Schedule::Ramp { from, to, over } if ok(from) && ok(to) && !over.is_zero() => Ok(()),
             Schedule::Ramp { .. } => Err("a ramp needs positive rates and a non-zero length".into()),
         }

@@ -6,6 +6,29 @@ use chstorm_proto::{Target, TlsOptions};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Longest measured run (`--duration`) and ramp (`--ramp-over`): 7 days.
+pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Longest warm-up (`--warmup`): 1 day.
+pub const MAX_WARMUP: Duration = Duration::from_secs(24 * 3600);
+/// Longest per-query timeout (`--timeout`): 1 day.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Most connections (`--concurrency`): 100,000.
+pub const MAX_CONCURRENCY: usize = 100_000;
+/// Most measured queries (`--requests`): 10^12.
+pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
+/// Highest arrival rate (`--rate`, `--ramp-to`): 10,000,000 queries per second.
+pub const MAX_RATE: f64 = 10_000_000.0;
+/// Most client threads (`--threads`): 1024.
+pub const MAX_THREADS: usize = 1024;
+
+/// "7 days", "1 day", "30s": a limit as people say it.
+pub fn describe_limit(d: Duration) -> String {
+    match d.as_secs() {
+        s if s % 86_400 == 0 && s > 0 => format!("{} day{}", s / 86_400, if s == 86_400 { "" } else { "s" }),
+        _ => humantime::format_duration(d).to_string(),
+    }
+}
+
 /// What each request is.
 #[derive(Debug, Clone)]
 pub enum Work {
@@ -67,6 +90,35 @@ impl LoadSpec {
         }
         if self.timeout.is_zero() {
             return Err("--timeout must be longer than 0s".into());
+        }
+        let too_long = |flag: &str, d: Duration, max: Duration| {
+            (d > max).then(|| {
+                format!(
+                    "{flag} {} is longer than {}, the most chstorm accepts",
+                    humantime::format_duration(d),
+                    describe_limit(max)
+                )
+            })
+        };
+        if let Some(e) = self
+            .duration
+            .and_then(|d| too_long("--duration", d, MAX_DURATION))
+            .or_else(|| too_long("--warmup", self.warmup, MAX_WARMUP))
+            .or_else(|| too_long("--timeout", self.timeout, MAX_TIMEOUT))
+        {
+            return Err(e);
+        }
+        if self.concurrency > MAX_CONCURRENCY {
+            return Err(format!(
+                "--concurrency {} is more than {MAX_CONCURRENCY}, the most chstorm accepts",
+                self.concurrency
+            ));
+        }
+        if self.threads > MAX_THREADS {
+            return Err(format!("--threads {} is more than {MAX_THREADS}, the most chstorm accepts", self.threads));
+        }
+        if let Some(n) = self.requests.filter(|n| *n > MAX_REQUESTS) {
+            return Err(format!("--requests {n} is more than {MAX_REQUESTS}, the most chstorm accepts"));
         }
         if let Work::Queries { templates, .. } = &self.work {
             if templates.is_empty() {

@@ -9,8 +9,14 @@
 //! | `seq(a)`           | `a`, `a+1`, `a+2`, ... shared by all connections of the run    |
 //! | `choice(file)`     | a random non-empty line of `file`, inserted verbatim (quote strings yourself) |
 //!
-//! `{name}` alone repeats the value that `name` got earlier in the same query. Anything else in
-//! braces, such as ClickHouse's own query parameters `{id:UInt64}`, is left as it is.
+//! `{name}` alone repeats the value that `name` got earlier in the same query.
+//!
+//! Mistakes are errors when the query is parsed, before any run: an unknown function
+//! (`{x:unifrom(1,2)}`), a placeholder without its closing brace (`{x:uniform(1,2)`), a `{y}`
+//! that no earlier placeholder defined. ClickHouse's own query parameters name a type, which
+//! starts with a capital letter (`{id:UInt64}`, `{d:DateTime64(3)}`, also the SQL aliases such as
+//! `{p:decimal(10,2)}`), and are left as they are. So is anything in braces inside a string
+//! literal, a quoted identifier or a comment (`'{x}'`), unless it is a valid placeholder.
 //!
 //! Values come from a per-connection RNG seeded from `--seed`, so a run is reproducible for the
 //! same seed and concurrency. Rendering writes into a reused buffer and does not allocate.
@@ -77,17 +83,36 @@ impl Template {
         let mut segments = Vec::new();
         let mut gens: Vec<(String, Gen)> = Vec::new();
         let mut lit = String::new();
+        let quoted = quoted_bytes(sql);
         let mut rest = sql;
         while let Some(open) = rest.find('{') {
             lit.push_str(&rest[..open]);
+            // Outside string literals, quoted identifiers and comments, mistakes are errors.
+            let strict = !quoted[sql.len() - rest.len() + open];
             let after = &rest[open + 1..];
-            let Some(close) = after.find('}') else {
+            let close = after.find('}');
+            let unclosed = match (close, after.find('{')) {
+                (None, _) => Some(after),
+                (Some(c), Some(o)) if o < c => Some(&after[..o]),
+                _ => None,
+            };
+            if let (true, Some(text)) = (strict, unclosed) {
+                if let Some(kind) = placeholder_kind(text).filter(|k| !is_clickhouse_type(k)) {
+                    let shown = text.lines().next().unwrap_or("").trim_end();
+                    let shown = &shown[..shown.find(')').map_or(shown.len(), |i| i + 1)];
+                    return Err(TemplateError {
+                        placeholder: format!("{{{shown}"),
+                        reason: format!("no closing '}}' after {kind}(...); write {{{shown}}}"),
+                    });
+                }
+            }
+            let Some(close) = close else {
                 lit.push_str(&rest[open..]);
                 rest = "";
                 break;
             };
             let inner = &after[..close];
-            match parse_placeholder(inner, &gens, base_dir)? {
+            match parse_placeholder(inner, &gens, base_dir, strict)? {
                 Some(Placeholder::New(name, gen)) => {
                     if gens.iter().any(|(n, _)| *n == name) {
                         return Err(err(
@@ -192,21 +217,157 @@ fn is_ident(s: &str) -> bool {
         && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
 }
 
+/// chstorm's placeholder functions.
+const KINDS: [&str; 4] = ["uniform", "zipf", "seq", "choice"];
+
+/// How to tell chstorm's placeholders from ClickHouse query parameters, for error messages.
+const TELL_APART: &str = "chstorm's placeholders are {name:uniform(a,b)}, {name:zipf(n,s)}, {name:seq(a)} and \
+{name:choice(file)}; a ClickHouse query parameter names a type, which starts with a capital letter \
+({id:UInt64}, {d:DateTime64(3)}), and is sent as written";
+
+/// SQL type aliases ClickHouse accepts in any case, so a query parameter may name them in
+/// lower case: `{p:decimal(10,2)}`, `{s:varchar(16)}`.
+const LOWER_CASE_TYPES: &[&str] = &[
+    "bigint",
+    "binary",
+    "bit",
+    "blob",
+    "bool",
+    "boolean",
+    "bytea",
+    "char",
+    "character",
+    "date",
+    "datetime",
+    "datetime64",
+    "dec",
+    "decimal",
+    "double",
+    "enum",
+    "fixed",
+    "float",
+    "int",
+    "integer",
+    "longblob",
+    "longtext",
+    "mediumint",
+    "nchar",
+    "numeric",
+    "nvarchar",
+    "real",
+    "smallint",
+    "text",
+    "time",
+    "timestamp",
+    "tinyint",
+    "varbinary",
+    "varchar",
+    "varchar2",
+];
+
+/// True when `kind` (the word after the colon) is a ClickHouse type name rather than a
+/// placeholder function: type names start with a capital letter, or are SQL aliases.
+fn is_clickhouse_type(kind: &str) -> bool {
+    kind.starts_with(|c: char| c.is_ascii_uppercase()) || LOWER_CASE_TYPES.contains(&kind.to_ascii_lowercase().as_str())
+}
+
+/// The function name of a placeholder-shaped text `name:kind(...`, or None.
+fn placeholder_kind(text: &str) -> Option<&str> {
+    let (name, spec) = text.trim_start().split_once(':')?;
+    let spec = spec.trim_start();
+    let kind = spec[..spec.find('(')?].trim_end();
+    (is_ident(name.trim()) && is_ident(kind)).then_some(kind)
+}
+
+/// The closest of chstorm's functions to a misspelt one, if it is close (edit distance <= 2).
+fn suggestion(kind: &str) -> Option<&'static str> {
+    fn distance(a: &str, b: &str) -> usize {
+        let b: Vec<char> = b.chars().collect();
+        let mut prev: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut cur = vec![i + 1; b.len() + 1];
+            for (j, cb) in b.iter().enumerate() {
+                cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+            }
+            prev = cur;
+        }
+        prev[b.len()]
+    }
+    let k = kind.to_ascii_lowercase();
+    KINDS.iter().map(|c| (distance(&k, c), *c)).filter(|(d, _)| *d <= 2).min().map(|(_, c)| c)
+}
+
+/// Which bytes of `sql` are inside a string literal (`'...'`), a quoted identifier (`"..."`,
+/// `` `...` ``) or a comment (`-- ...`, `/* ... */`). Backslash escapes and doubled quotes
+/// stay inside.
+fn quoted_bytes(sql: &str) -> Vec<bool> {
+    let b = sql.as_bytes();
+    let mut out = vec![false; b.len()];
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        let end = match b[i] {
+            q @ (b'\'' | b'"' | b'`') => {
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None => break b.len(),
+                        Some(b'\\') => i += 2,
+                        Some(&c) if c == q && b.get(i + 1) == Some(&q) => i += 2,
+                        Some(&c) if c == q => break i + 1,
+                        Some(_) => i += 1,
+                    }
+                }
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| i + n),
+            b'/' if b.get(i + 1) == Some(&b'*') => sql[i + 2..].find("*/").map_or(b.len(), |n| i + 2 + n + 2),
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let end = end.min(b.len());
+        out[start..end].iter_mut().for_each(|x| *x = true);
+        i = end;
+    }
+    out
+}
+
 /// Returns None when `inner` is not one of our placeholders (left verbatim in the query).
+/// `strict` (outside literals and comments): a `{name}` never defined and an unknown function
+/// are errors rather than text.
 fn parse_placeholder(
     inner: &str,
     gens: &[(String, Gen)],
     base_dir: &Path,
+    strict: bool,
 ) -> Result<Option<Placeholder>, TemplateError> {
     let inner_t = inner.trim();
     if is_ident(inner_t) {
-        return Ok(gens.iter().position(|(n, _)| n == inner_t).map(Placeholder::Ref));
+        return match gens.iter().position(|(n, _)| n == inner_t) {
+            Some(i) => Ok(Some(Placeholder::Ref(i))),
+            None if strict => Err(err(
+                inner,
+                format!(
+                    "'{inner_t}' has no value: define it earlier in the same query, e.g. {{{inner_t}:uniform(1,100)}}, \
+                     and {{{inner_t}}} repeats that value (a ClickHouse query parameter names its type: {{{inner_t}:UInt64}})"
+                ),
+            )),
+            None => Ok(None),
+        };
     }
     let Some((name, spec)) = inner_t.split_once(':') else { return Ok(None) };
     let (name, spec) = (name.trim(), spec.trim());
+    if is_ident(name) && KINDS.contains(&spec) {
+        return Err(err(inner, format!("{spec} needs its arguments in parentheses; {TELL_APART}")));
+    }
     let Some(open) = spec.find('(') else { return Ok(None) };
-    let kind = &spec[..open];
-    if !is_ident(name) || !matches!(kind, "uniform" | "zipf" | "seq" | "choice") {
+    let kind = spec[..open].trim_end();
+    if !is_ident(name) || !KINDS.contains(&kind) {
+        if strict && is_ident(name) && is_ident(kind) && !is_clickhouse_type(kind) {
+            let hint = suggestion(kind).map(|k| format!(" (did you mean {k}?)")).unwrap_or_default();
+            return Err(err(inner, format!("unknown placeholder function '{kind}'{hint}; {TELL_APART}")));
+        }
         return Ok(None);
     }
     let Some(args) = spec[open + 1..].strip_suffix(')') else {
@@ -226,7 +387,7 @@ fn parse_placeholder(
             if args.iter().any(|a| a.contains('.') || a.contains('e')) {
                 let p = |a: &str| a.parse::<f64>().map_err(|_| err(inner, format!("'{a}' is not a number")));
                 let (lo, hi) = (p(args[0])?, p(args[1])?);
-                if !(lo <= hi) || !lo.is_finite() || !hi.is_finite() {
+                if lo > hi || !lo.is_finite() || !hi.is_finite() {
                     return Err(err(inner, "expected uniform(a,b) with a <= b"));
                 }
                 Gen::UniformF { lo, hi }
@@ -331,11 +492,11 @@ mod tests {
         let mut chi2 = 0.0;
         let mut rest_expected = n as f64;
         let mut rest_seen = n as f64;
-        for k in 1..=10 {
+        for (k, &seen) in counts.iter().enumerate().take(11).skip(1) {
             let e = n as f64 * (k as f64).powf(-s) / h;
-            chi2 += (counts[k] as f64 - e).powi(2) / e;
+            chi2 += (seen as f64 - e).powi(2) / e;
             rest_expected -= e;
-            rest_seen -= counts[k] as f64;
+            rest_seen -= seen as f64;
         }
         chi2 += (rest_seen - rest_expected).powi(2) / rest_expected;
         // 10 degrees of freedom: P(chi2 > 29.59) = 0.001.
@@ -374,6 +535,39 @@ mod tests {
         let t = Template::parse("{a:uniform(1,1000000)} {b:zipf(100,1.2)} {c:uniform(0.5,1.5)}", here()).unwrap();
         assert_eq!(render_n(&t, 50, 9), render_n(&t, 50, 9));
         assert_ne!(render_n(&t, 50, 9), render_n(&t, 50, 10));
+    }
+
+    #[test]
+    fn typos_are_errors_and_clickhouse_parameters_are_not() {
+        for (sql, needle) in [
+            ("SELECT {x:unifrom(1,2)}", "unknown placeholder function 'unifrom' (did you mean uniform?)"),
+            ("SELECT {x:random(1,2)}", "unknown placeholder function 'random'"),
+            ("SELECT {x:uniform(1,2)", "no closing '}'"),
+            ("SELECT {x:uniform(1,2) AND y = {z:seq(1)}", "no closing '}'"),
+            ("SELECT {y}", "'y' has no value"),
+            ("SELECT {k} + {k:uniform(1,2)}", "'k' has no value"),
+            ("SELECT {x:uniform}", "needs its arguments"),
+        ] {
+            let e = Template::parse(sql, here()).unwrap_err().to_string();
+            assert!(e.contains(needle), "{sql}: {e}");
+        }
+        let e = Template::parse("SELECT {x:unifrom(1,2)}", here()).unwrap_err().to_string();
+        assert!(e.contains("{id:UInt64}") && e.contains("capital letter"), "says how to tell them apart: {e}");
+        // ClickHouse query parameters, literals and comments stay as written.
+        for sql in [
+            "SELECT {id:UInt64}",
+            "SELECT {d:DateTime64(3)}, {a:Array(String)}, {n:Nullable(UInt8)}, {m:Map(String, UInt64)}",
+            "SELECT {p:decimal(10,2)}, {s:varchar(16)}",
+            "SELECT '{y}', '{x:unifrom(1,2)}', \"{z}\", `{w}` -- {v}\n/* {u:foo(1)} */",
+            "SELECT 'it''s {y}', 'back\\'slash {y}'",
+            "SELECT '{'",
+        ] {
+            let t = Template::parse(sql, here()).unwrap_or_else(|e| panic!("{sql}: {e}"));
+            assert_eq!(render_n(&t, 1, 1)[0], sql);
+        }
+        // A placeholder inside a string literal is still one.
+        let t = Template::parse("SELECT '{k:seq(7)}'", here()).unwrap();
+        assert_eq!(render_n(&t, 1, 1)[0], "SELECT '7'");
     }
 
     #[test]

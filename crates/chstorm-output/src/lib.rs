@@ -5,8 +5,10 @@
 //! * [`text`]: the final summary, laid out like clickhouse-benchmark's.
 //! * [`csv`]: one row per run; the columns are Altinity clickhouse-sts's, then ours.
 //! * [`merge`]: combines runs made at the same time from several machines.
+//! * [`file`]: output files opened (and checked) before a run.
 
 pub mod csv;
+pub mod file;
 pub mod merge;
 pub mod omission;
 pub mod report;
@@ -27,4 +29,8 @@ pub enum OutputError {
     MixedCorrection { path: String },
     #[error("--correct-omission: {0}")]
     Correction(String),
+    #[error("{path}: the same run as {other} (run id {run_id}); give each run once")]
+    Duplicate { path: String, other: String, run_id: String },
+    #[error("{path}: {field} is {value}, but {first_value} in {first}; merge runs of one workload, or give --allow-mixed to add them up anyway")]
+    Mixed { path: String, first: String, field: &'static str, first_value: String, value: String },
 }

@@ -80,6 +80,7 @@ mod tests {
             keepalive: true,
             concurrency,
             rate,
+            ramp: None,
             settings: vec![],
             workload: vec!["SELECT 1".into()],
             warmup_s: 0.0,
@@ -93,6 +94,9 @@ mod tests {
             stop_reason: chstorm_load::StopReason::Duration,
             server_version: None,
             started_at: std::time::SystemTime::now(),
+            run_id: String::new(),
+            cancelled: 0,
+            cancel_failures: 0,
         };
         let mut r = BenchReport::new(&meta, &run);
         r.queries = queries;

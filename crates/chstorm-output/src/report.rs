@@ -16,8 +16,11 @@ pub struct RunMeta {
     pub protocol: String,
     pub keepalive: bool,
     pub concurrency: usize,
-    /// Open loop: the arrival rate in queries per second; None for a closed loop.
+    /// Open loop: the arrival rate in queries per second (a ramp's final, held rate); None for
+    /// a closed loop.
     pub rate: Option<f64>,
+    /// A ramp (`--rate A --ramp-to B --ramp-over D`): where it starts and ends, and its length.
+    pub ramp: Option<Ramp>,
     pub settings: Vec<(String, String)>,
     /// `ping`, or the query texts as written.
     pub workload: Vec<String>,
@@ -25,11 +28,30 @@ pub struct RunMeta {
     pub label: Option<String>,
 }
 
+/// A linear ramp of the arrival rate, then a hold at `to_qps`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq)]
+pub struct Ramp {
+    /// Queries per second at the start of the run (`--rate`).
+    pub from_qps: f64,
+    /// Queries per second at the end of the ramp, held after it (`--ramp-to`).
+    pub to_qps: f64,
+    /// Length of the ramp in seconds (`--ramp-over`), counted from the start of the run
+    /// (warm-up included).
+    pub over_s: f64,
+}
+
 /// One run. Every latency is in seconds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BenchReport {
     pub schema: String,
     pub chstorm_version: String,
+    /// This run's id, also in every query_id it sent (`chstorm-<run_id>-<connection>-<n>`).
+    /// `chstorm merge` refuses to count one run twice by it. Absent in files of older versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// A merge's inputs: the run ids it was made of (absent in a single run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub merged_from: Vec<String>,
     /// RFC 3339, UTC: when measuring began.
     pub started_at: String,
     pub label: Option<String>,
@@ -39,7 +61,11 @@ pub struct BenchReport {
     /// `closed` or `open`.
     pub mode: String,
     pub concurrency: u64,
+    /// Open loop: queries per second; a ramp's final, held rate (see `ramp`).
     pub rate: Option<f64>,
+    /// Open loop with `--ramp-to`: the ramp's start and end rates and length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp: Option<Ramp>,
     pub duration_s: f64,
     pub warmup_s: f64,
     pub settings: BTreeMap<String, String>,
@@ -60,6 +86,10 @@ pub struct BenchReport {
     pub dropped: u64,
     pub latency_s: Percentiles,
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// The first message of each error kind, e.g. the server's exception text (at most 500
+    /// characters each). Absent when nothing failed, and in files of older versions.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub errors_sample: BTreeMap<String, String>,
     pub per_second: Vec<SecondStats>,
     /// The HDR histogram (microseconds), V2-deflate, base64; `chstorm merge` adds these up.
     pub histogram: String,
@@ -84,6 +114,8 @@ impl BenchReport {
         BenchReport {
             schema: SCHEMA_ID.into(),
             chstorm_version: env!("CARGO_PKG_VERSION").into(),
+            run_id: Some(r.run_id.clone()).filter(|id| !id.is_empty()),
+            merged_from: Vec::new(),
             started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             label: meta.label.clone(),
             target: meta.target.clone(),
@@ -92,6 +124,7 @@ impl BenchReport {
             mode: if meta.rate.is_some() { "open" } else { "closed" }.into(),
             concurrency: meta.concurrency as u64,
             rate: meta.rate,
+            ramp: meta.ramp,
             duration_s: r.elapsed.as_secs_f64(),
             warmup_s: meta.warmup_s,
             settings: meta.settings.iter().cloned().collect(),
@@ -107,6 +140,7 @@ impl BenchReport {
             dropped: r.dropped,
             latency_s: r.total.hist.summary(),
             errors_by_kind: r.total.errors_by_kind.clone(),
+            errors_sample: r.total.errors_sample.clone(),
             per_second: r.per_second.clone(),
             histogram: r.total.hist.to_base64(),
             latency_note: if meta.rate.is_some() { OPEN_LOOP_NOTE } else { CLOSED_LOOP_NOTE }.into(),

@@ -15,9 +15,13 @@ use std::fmt::Write;
 /// ```
 pub fn summary(r: &BenchReport) -> String {
     let mut s = String::new();
-    let mode = match r.rate {
-        Some(rate) => format!("open loop at {rate} QPS, at most {} in flight", r.concurrency),
-        None => format!("closed loop, c={}", r.concurrency),
+    let mode = match (r.rate, r.ramp) {
+        (_, Some(ramp)) => format!(
+            "open loop ramping from {} to {} QPS over {} s then holding, at most {} in flight",
+            ramp.from_qps, ramp.to_qps, ramp.over_s, r.concurrency
+        ),
+        (Some(rate), None) => format!("open loop at {rate} QPS, at most {} in flight", r.concurrency),
+        (None, None) => format!("closed loop, c={}", r.concurrency),
     };
     let _ = writeln!(
         s,
@@ -36,7 +40,7 @@ pub fn summary(r: &BenchReport) -> String {
     }
     s.push('\n');
     let l = &r.latency_s;
-    for (p, v) in [
+    let percentiles = [
         ("0.000%", l.min),
         ("50.000%", l.p50),
         ("90.000%", l.p90),
@@ -45,12 +49,21 @@ pub fn summary(r: &BenchReport) -> String {
         ("99.900%", l.p99_9),
         ("99.990%", l.p99_99),
         ("100.000%", l.max),
-    ] {
-        let _ = writeln!(s, "{p:<10}\t{v:.6} sec.");
+    ];
+    if r.queries == 0 {
+        // Zero percentiles would read as an impossibly fast server.
+        let _ = writeln!(s, "no successful query: no latencies to show.");
+    } else {
+        for (p, v) in percentiles {
+            let _ = writeln!(s, "{p:<10}\t{v:.6} sec.");
+        }
     }
     if !r.errors_by_kind.is_empty() {
         let kinds: Vec<String> = r.errors_by_kind.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         let _ = writeln!(s, "\nerrors by kind: {}", kinds.join(", "));
+        for (k, m) in &r.errors_sample {
+            let _ = writeln!(s, "  first {k}: {m}");
+        }
     }
     let _ = writeln!(s, "\nnote: {}", r.latency_note);
     s

@@ -34,8 +34,12 @@ const URL_COMPONENT: &percent_encoding::AsciiSet =
 /// The fixed part of a request, rendered once per run.
 #[derive(Clone, Debug)]
 pub struct RequestHead {
-    /// Everything up to and including `Content-Length: ` (POST) or the final CRLF (GET).
-    prefix: Vec<u8>,
+    /// The request line up to the end of its target (`POST /?a=1`), without ` HTTP/1.1`.
+    line: Vec<u8>,
+    /// What joins one more URL parameter to `line`: `?` or `&`.
+    param_sep: u8,
+    /// From ` HTTP/1.1\r\n` up to and including `Content-Length: ` (POST) or the final CRLF (GET).
+    rest: Vec<u8>,
     has_body: bool,
 }
 
@@ -64,7 +68,8 @@ impl RequestHead {
     }
 
     fn build(target: &Target, line: &str, keepalive: bool, has_body: bool) -> RequestHead {
-        let mut h = format!("{line} HTTP/1.1\r\nHost: {}\r\n", target.authority());
+        let param_sep = if line.contains('?') { b'&' } else { b'?' };
+        let mut h = format!(" HTTP/1.1\r\nHost: {}\r\n", target.authority());
         if let Some(user) = &target.user {
             let creds = format!("{user}:{}", target.password.as_deref().unwrap_or(""));
             h.push_str(&format!(
@@ -80,7 +85,24 @@ impl RequestHead {
         } else {
             h.push_str("\r\n");
         }
-        RequestHead { prefix: h.into_bytes(), has_body }
+        RequestHead { line: line.as_bytes().to_vec(), param_sep, rest: h.into_bytes(), has_body }
+    }
+
+    /// Appends this head to `out`, with `query_id` as one more URL parameter when given.
+    fn render(&self, query_id: Option<&str>, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.line);
+        if let Some(id) = query_id {
+            out.push(self.param_sep);
+            out.extend_from_slice(b"query_id=");
+            out.extend(percent_encoding::utf8_percent_encode(id, URL_COMPONENT).flat_map(str::bytes));
+        }
+        out.extend_from_slice(&self.rest);
+    }
+
+    /// The URL parameters of the request line (`max_threads=1&query_id=x`), for tests and logs.
+    pub fn url_params(&self) -> &str {
+        let line = std::str::from_utf8(&self.line).unwrap_or("");
+        line.split_once('?').map_or("", |(_, p)| p)
     }
 }
 
@@ -118,7 +140,19 @@ impl HttpConn {
     /// Sends one request with `body` (ignored for GET) and reads the whole answer, discarding a
     /// successful body. Bounded by `timeout`.
     pub async fn send(&mut self, head: &RequestHead, body: &[u8], timeout: Duration) -> Result<QueryStats, ProtoError> {
-        self.exchange(head, body, timeout, None).await
+        self.exchange(head, None, body, timeout, None).await
+    }
+
+    /// Like [`HttpConn::send`], with `query_id` as the request's `query_id` URL parameter, so
+    /// the query can be found in `system.processes` and `system.query_log`, and killed.
+    pub async fn send_with_id(
+        &mut self,
+        head: &RequestHead,
+        query_id: &str,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<QueryStats, ProtoError> {
+        self.exchange(head, Some(query_id), body, timeout, None).await
     }
 
     /// Like [`HttpConn::send`] but returns the body of a successful answer as text (at most
@@ -131,18 +165,19 @@ impl HttpConn {
         limit: usize,
     ) -> Result<String, ProtoError> {
         let mut out = Vec::new();
-        self.exchange(head, body, timeout, Some((&mut out, limit))).await?;
+        self.exchange(head, None, body, timeout, Some((&mut out, limit))).await?;
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     async fn exchange(
         &mut self,
         head: &RequestHead,
+        query_id: Option<&str>,
         body: &[u8],
         timeout: Duration,
         keep: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<QueryStats, ProtoError> {
-        match tokio::time::timeout(timeout, self.exchange_inner(head, body, keep)).await {
+        match tokio::time::timeout(timeout, self.exchange_inner(head, query_id, body, keep)).await {
             Ok(Ok(stats)) => Ok(stats),
             Ok(Err(e)) => {
                 if e.breaks_connection() {
@@ -160,11 +195,12 @@ impl HttpConn {
     async fn exchange_inner(
         &mut self,
         head: &RequestHead,
+        query_id: Option<&str>,
         body: &[u8],
         mut keep: Option<(&mut Vec<u8>, usize)>,
     ) -> Result<QueryStats, ProtoError> {
         self.wbuf.clear();
-        self.wbuf.extend_from_slice(&head.prefix);
+        head.render(query_id, &mut self.wbuf);
         if head.has_body {
             self.wbuf.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
             self.wbuf.extend_from_slice(b"\r\n\r\n");
@@ -382,13 +418,23 @@ mod tests {
     fn renders_query_and_ping_heads() {
         let t = Target::parse("http://u:p@127.0.0.1:8123/?max_threads=2").unwrap();
         let h = RequestHead::query(&t, &[("log_comment".into(), "a b".into())], false);
-        let s = String::from_utf8(h.prefix.clone()).unwrap();
+        let render = |h: &RequestHead, id: Option<&str>| {
+            let mut out = Vec::new();
+            h.render(id, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let s = render(&h, None);
         assert!(s.starts_with("POST /?max_threads=2&log_comment=a%20b HTTP/1.1\r\nHost: 127.0.0.1:8123\r\n"), "{s}");
         assert!(s.contains("Authorization: Basic dTpw\r\n"));
         assert!(s.contains("Connection: close\r\n"));
         assert!(s.ends_with("Content-Length: "));
+        let s = render(&h, Some("chstorm-ab12-3"));
+        assert!(s.starts_with("POST /?max_threads=2&log_comment=a%20b&query_id=chstorm-ab12-3 HTTP/1.1\r\n"), "{s}");
+        let bare = Target::parse("http://127.0.0.1:8123").unwrap();
+        let s = render(&RequestHead::query(&bare, &[], true), Some("a b"));
+        assert!(s.starts_with("POST /?query_id=a%20b HTTP/1.1\r\n"), "{s}");
         let p = RequestHead::ping(&t, true);
-        let s = String::from_utf8(p.prefix).unwrap();
+        let s = render(&p, None);
         assert!(s.starts_with("GET /ping HTTP/1.1\r\n") && s.ends_with("\r\n\r\n"));
     }
 

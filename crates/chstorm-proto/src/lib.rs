@@ -7,7 +7,9 @@
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
 //! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,
 //!   exception parsing, statement kinds.
+//! * [`cancel`]: giving up on a query without leaving it running on the server.
 
+pub mod cancel;
 pub mod error;
 pub mod http;
 pub mod native;

@@ -1,7 +1,7 @@
 //! The native protocol client against a real clickhouse-server (started by chstorm-local).
 
 use chstorm_local::{shared_server, shared_tls_server, LocalServer};
-use chstorm_proto::native::{append_settings_clause, NativeConn, CLIENT_REVISION};
+use chstorm_proto::native::{append_settings_clause, Cancelled, NativeConn, CLIENT_REVISION};
 use chstorm_proto::stream::Connector;
 use chstorm_proto::{ProtoError, Target, TlsOptions};
 use std::time::{Duration, Instant};
@@ -263,5 +263,57 @@ fn unsupported_type_is_a_protocol_error() {
             }
             other => panic!("{other:?}"),
         }
+    });
+}
+
+/// How many queries with `marker` in their text the server runs, waiting up to 3 s for none.
+fn running(server: &LocalServer, marker: &str) -> u64 {
+    let sql = format!(
+        "SELECT count() FROM system.processes WHERE query LIKE '%{marker}%' AND query NOT LIKE '%system.processes%'"
+    );
+    let t = Instant::now();
+    loop {
+        let n: u64 = http(server, &sql).parse().unwrap();
+        if n == 0 || t.elapsed() > Duration::from_secs(3) {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn cancel_stops_a_query_on_the_server() {
+    let server = shared_server();
+    let marker = format!("native_cancel_{}", std::process::id());
+    let sql = format!("SELECT count() AS {marker} FROM system.numbers SETTINGS max_threads = 1");
+    // A timed-out query, then an abandoned one (its future dropped mid-call). One runtime: a
+    // connection lives in the runtime that opened it.
+    let rt = rt();
+    let conn = rt.block_on(async {
+        let mut conn = connect(server).await;
+        let r = conn.query("chstorm-test-cancel-1", &sql, Duration::from_millis(500)).await;
+        assert!(matches!(r, Err(ProtoError::Timeout(..))), "{r:?}");
+        assert!(conn.query_in_flight());
+        let t = Instant::now();
+        assert_eq!(
+            conn.cancel(Duration::from_secs(5)).await,
+            Cancelled::Stopped,
+            "the server closed after the Cancel packet"
+        );
+        assert!(t.elapsed() < Duration::from_secs(3), "cancelled in {:?}", t.elapsed());
+        let mut conn = connect(server).await;
+        let _ = tokio::time::timeout(Duration::from_millis(300), conn.query("chstorm-test-cancel-2", &sql, T)).await;
+        conn
+    });
+    assert_eq!(http(server, "SELECT count() FROM system.processes WHERE query_id = 'chstorm-test-cancel-1'"), "0");
+    assert!(conn.query_in_flight(), "a dropped call leaves its query in flight");
+    assert_eq!(rt.block_on(conn.cancel(Duration::from_secs(5))), Cancelled::Stopped);
+    assert_eq!(running(server, &marker), 0, "both queries stopped on the server");
+    // A connection with nothing in flight has nothing to cancel.
+    rt.block_on(async {
+        let mut conn = connect(server).await;
+        conn.query("", "SELECT 1", T).await.unwrap();
+        assert!(!conn.query_in_flight());
+        assert_eq!(conn.cancel(Duration::from_secs(1)).await, Cancelled::Nothing);
     });
 }

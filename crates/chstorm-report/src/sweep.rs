@@ -317,7 +317,9 @@ fn summary(b: &mut String, scenarios: &[Scenario<'_>]) {
             "Best QPS: the concurrency level with the most queries per second. Errors: all runs of the variant.".into(),
         ),
     };
-    let _ = writeln!(b, "<div class=\"grid2\"><figure>{}</figure>{}</div></section>", chart.to_svg(), table(&t));
+    // The chart, then the table at the page's full width: beside the chart, in half of it, the
+    // table's last columns were cut off (scrolled away) on a 1400 px wide window.
+    let _ = writeln!(b, "<figure class=\"summary-chart\">{}</figure>{}</section>", chart.to_svg(), table(&t));
 }
 
 /// What a variant is, from its runs: protocol, keep-alive, loop, and settings that are not common to all runs.

@@ -9,4 +9,4 @@ mod histogram;
 mod series;
 
 pub use histogram::{HistogramError, LatencyHistogram, Percentiles, PERCENTILES};
-pub use series::{Interval, SecondStats};
+pub use series::{Interval, SecondStats, MAX_SAMPLE_CHARS};

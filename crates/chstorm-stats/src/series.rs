@@ -4,6 +4,9 @@ use crate::LatencyHistogram;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// Longest error message kept in [`Interval::errors_sample`], in characters.
+pub const MAX_SAMPLE_CHARS: usize = 500;
+
 /// What one worker thread measured during one interval (normally one second).
 #[derive(Debug, Clone, Default)]
 pub struct Interval {
@@ -15,6 +18,9 @@ pub struct Interval {
     pub errors: u64,
     /// Failed queries by kind (`connect`, `timeout`, `io`, `http_<status>`, `clickhouse_<code>`).
     pub errors_by_kind: BTreeMap<String, u64>,
+    /// The first message of each error kind (the server's own text where there is one), at
+    /// most [`MAX_SAMPLE_CHARS`] characters: why queries failed, not only how many.
+    pub errors_sample: BTreeMap<String, String>,
     /// Result payload bytes received.
     pub bytes: u64,
     /// Result rows received, where the protocol reports them.
@@ -30,6 +36,20 @@ impl Interval {
         self.queries += 1;
         self.bytes += bytes;
         self.rows += rows;
+    }
+
+    /// Counts a failure of `kind`; `message` is asked for only when this interval has no
+    /// message of that kind yet (no formatting on the hot path of a failing run).
+    pub fn record_error_with(&mut self, kind: &str, message: impl FnOnce() -> String) {
+        if !self.errors_sample.contains_key(kind) {
+            let m = message();
+            let m = match m.char_indices().nth(MAX_SAMPLE_CHARS) {
+                Some((i, _)) => format!("{}...", &m[..i]),
+                None => m,
+            };
+            self.errors_sample.insert(kind.to_string(), m);
+        }
+        self.record_error(kind);
     }
 
     pub fn record_error(&mut self, kind: &str) {
@@ -53,6 +73,9 @@ impl Interval {
         for (k, v) in &other.errors_by_kind {
             *self.errors_by_kind.entry(k.clone()).or_default() += v;
         }
+        for (k, m) in &other.errors_sample {
+            self.errors_sample.entry(k.clone()).or_insert_with(|| m.clone());
+        }
     }
 
     /// Takes the contents, leaving an empty interval that keeps its histogram allocation.
@@ -65,6 +88,7 @@ impl Interval {
         self.rows = 0;
         self.late = 0;
         self.errors_by_kind.clear();
+        self.errors_sample.clear();
         out
     }
 }
@@ -125,17 +149,20 @@ mod tests {
         a.record_error("timeout");
         let mut b = Interval::default();
         b.record_ok(Duration::from_millis(4), 5, 1);
-        b.record_error("timeout");
-        b.record_error("clickhouse_202");
+        b.record_error_with("timeout", || "second".into());
+        b.record_error_with("clickhouse_202", || "x".repeat(600));
         a.merge(&b);
-        assert_eq!((a.queries, a.errors, a.bytes, a.rows), (2, 3, 15, 2));
-        assert_eq!(a.errors_by_kind["timeout"], 2);
+        assert_eq!(a.errors_sample.get("timeout").map(String::as_str), Some("second"));
+        assert_eq!(a.errors_sample["clickhouse_202"].chars().count(), MAX_SAMPLE_CHARS + 3);
+        a.record_error_with("timeout", || unreachable!("only the first message of a kind is made"));
+        assert_eq!((a.queries, a.errors, a.bytes, a.rows), (2, 4, 15, 2));
+        assert_eq!(a.errors_by_kind["timeout"], 3);
         let taken = a.take();
         assert_eq!(taken.queries, 2);
         assert_eq!(a.queries, 0);
-        assert!(a.hist.is_empty() && a.errors_by_kind.is_empty());
+        assert!(a.hist.is_empty() && a.errors_by_kind.is_empty() && a.errors_sample.is_empty());
         let s = SecondStats::from_interval(3, &taken);
-        assert_eq!((s.t, s.queries, s.errors), (3, 2, 3));
+        assert_eq!((s.t, s.queries, s.errors), (3, 2, 4));
         assert!((s.p99 - 0.004).abs() < 1e-5);
     }
 }

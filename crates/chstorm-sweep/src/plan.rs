@@ -264,6 +264,21 @@ mod tests {
     }
 
     #[test]
+    fn every_builtin_query_is_a_valid_template() {
+        let vars: BTreeMap<String, String> = ["items.rows", "items.shops", "kv.rows", "hits.rows"]
+            .iter()
+            .map(|k| (k.to_string(), "1000".into()))
+            .collect();
+        for (name, _) in crate::suite::BUILTIN {
+            let suite = Suite::load(name).unwrap();
+            let (points, _) = plan(&suite, false, &targets(), &vars).unwrap();
+            for q in points.iter().flat_map(|p| &p.queries) {
+                chstorm_load::Template::parse(q, Path::new(".")).unwrap_or_else(|e| panic!("{name}: {q}: {e}"));
+            }
+        }
+    }
+
+    #[test]
     fn substitution_needs_every_variable() {
         let vars: BTreeMap<String, String> = [("items.rows".to_string(), "100".to_string())].into();
         assert_eq!(substitute("x ${items.rows} ${g}", &[("g".into(), "7".into())], &vars).unwrap(), "x 100 7");

@@ -96,8 +96,9 @@ pub fn threads_table(scenario: &str, points: &[SweepPoint]) -> Table {
             "total time s".into(),
         ],
         rows,
-        note: Some(format!(
+        note: Some(
             "Each point sends the same fixed number of queries; time is how long that took. Lower total is better."
-        )),
+                .to_string(),
+        ),
     }
 }

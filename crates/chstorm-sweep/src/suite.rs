@@ -208,7 +208,7 @@ impl Suite {
             if !seen.insert(s.name.clone()) {
                 return Err(err(&at, format!("scenarios[{i}].name: '{}' appears twice", s.name)));
             }
-            if s.ping == !s.queries.is_empty() {
+            if s.ping != s.queries.is_empty() {
                 return Err(err(&at, format!("scenarios[{i}] ({}): give either queries or ping: true", s.name)));
             }
             if s.concurrency.is_none() && suite.concurrency.is_none() {

@@ -4,9 +4,11 @@ use crate::cli::BenchArgs;
 use crate::progress::ProgressSink;
 use anyhow::{bail, Context};
 use chstorm_load::{LoadSpec, RunResult, Schedule, StopHandle, StopReason, Template, Work};
+use chstorm_output::csv::CsvFile;
+use chstorm_output::file::JsonOut;
 use chstorm_output::{csv, text, BenchReport, RunMeta};
 use chstorm_proto::{Target, TlsOptions};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -89,6 +91,12 @@ pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
         keepalive: spec.keepalive,
         concurrency: spec.concurrency,
         rate: schedule.nominal_rate(),
+        ramp: match schedule {
+            Schedule::Ramp { from, to, over } => {
+                Some(chstorm_output::report::Ramp { from_qps: from, to_qps: to, over_s: over.as_secs_f64() })
+            }
+            _ => None,
+        },
         settings,
         workload,
         warmup_s: spec.warmup.as_secs_f64(),
@@ -97,28 +105,71 @@ pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
     Ok((spec, meta))
 }
 
+/// Exit status of a run in which no query succeeded (every one failed, or none finished).
+pub const EXIT_NO_SUCCESS: i32 = 3;
+
+/// The outputs of one bench, opened before the run.
+pub struct Outputs {
+    json: Option<JsonOut>,
+    csv: Option<CsvFile>,
+}
+
+impl Outputs {
+    /// Opens `--json` and `--csv` now, so a folder, a missing folder, an unwritable file or a
+    /// CSV with another header fails before the run instead of after it.
+    pub fn open(args: &BenchArgs) -> anyhow::Result<Outputs> {
+        let json = args.json.as_deref().map(JsonOut::open).transpose()?;
+        let csv = args.csv.as_deref().map(CsvFile::open).transpose()?;
+        Ok(Outputs { json, csv })
+    }
+
+    /// Prints the text summary (stdout, or stderr when JSON goes to stdout) and writes JSON and CSV.
+    pub fn write(self, report: &BenchReport) -> anyhow::Result<()> {
+        let summary = text::summary(report);
+        if self.json.as_ref().is_some_and(JsonOut::is_stdout) {
+            eprint!("{summary}");
+        } else {
+            print!("{summary}");
+        }
+        if let Some(json) = self.json {
+            json.write(&report.to_json())?;
+        }
+        if let Some(mut csv) = self.csv {
+            csv.append(&csv::row(report))?;
+        }
+        Ok(())
+    }
+}
+
 /// Runs one bench and writes its outputs; returns the exit code.
 pub fn run(args: BenchArgs, stop: &StopHandle) -> anyhow::Result<i32> {
     let (spec, meta) = build_spec(&args)?;
-    // Fail on unwritable outputs before spending minutes on a run.
-    for path in [&args.json, &args.csv].into_iter().flatten() {
-        check_writable(path)?;
-    }
+    // Open every output before spending minutes on a run.
+    let outputs = Outputs::open(&args)?;
     let planned = spec.duration;
     let mut sink = ProgressSink::new(args.quiet, planned);
     let result = chstorm_load::run(spec, stop, |p| sink.update(p))
         .with_context(|| format!("cannot run against {}", meta.target))?;
     sink.finish();
+    if result.cancel_failures > 0 {
+        eprintln!(
+            "chstorm: warning: {} of the {} queries given up on could not be cancelled on the server; \
+             they may still be running there (see system.processes, query_id LIKE 'chstorm-{}-%')",
+            result.cancel_failures, result.cancelled, result.run_id
+        );
+    }
     let report = BenchReport::new(&meta, &result);
-    write_outputs(&args, &report)?;
+    outputs.write(&report)?;
     Ok(exit_code(&result))
 }
 
-/// The exit code for a finished run.
+/// The exit code for a finished run: 130 interrupted, 1 stopped by --max-errors, 3 no query
+/// succeeded, else 0.
 pub fn exit_code(r: &RunResult) -> i32 {
     match r.stop_reason {
         StopReason::Interrupted => crate::EXIT_INTERRUPTED,
         StopReason::MaxErrors => 1,
+        _ if r.total.queries == 0 => EXIT_NO_SUCCESS,
         _ => 0,
     }
 }
@@ -131,26 +182,6 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     if !dir.is_dir() {
         bail!("cannot write {}: folder {} does not exist", path.display(), dir.display());
-    }
-    Ok(())
-}
-
-/// Prints the text summary (stdout, or stderr when JSON goes to stdout) and writes JSON and CSV.
-pub fn write_outputs(args: &BenchArgs, report: &BenchReport) -> anyhow::Result<()> {
-    let summary = text::summary(report);
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
-    if json_to_stdout {
-        eprint!("{summary}");
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{}", report.to_json())?;
-    } else {
-        print!("{summary}");
-    }
-    if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
-        std::fs::write(path, report.to_json() + "\n").with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    if let Some(path) = &args.csv {
-        csv::append(path, &csv::row(report))?;
     }
     Ok(())
 }

@@ -1,5 +1,8 @@
 //! The command line.
 
+use chstorm_load::spec::{
+    describe_limit, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS, MAX_TIMEOUT, MAX_WARMUP,
+};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -66,11 +69,70 @@ Closed loop (-c only): each connection sends its next query when the last answer
 latencies leave out queueing. Open loop (--rate): queries are due at a fixed rate and latency
 runs from the due time, so a stalled server shows in the percentiles.
 
-Exit status: 0 done, 1 stopped by --max-errors, 2 bad input or cannot start, 130 Ctrl-C
-(the results measured so far are still printed and written).";
+Mistakes are refused before the run: an unknown function ({x:unifrom(1,2)}), an unclosed
+{x:uniform(1,2), a {y} never defined. ClickHouse query parameters name a type, which starts with a
+capital letter ({id:UInt64}, {d:DateTime64(3)}): they are sent as written, and so is anything in
+braces inside a string literal or a comment.
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+Limits: --duration and --ramp-over up to 7d, --warmup and --timeout up to 1d, -c up to 100000,
+-n up to 10^12, --rate up to 10000000, --threads up to 1024. Every output (--json, --csv) is
+opened before the run, so a bad path fails at once instead of after it.
+
+Exit status: 0 done, 1 stopped by --max-errors, 2 bad input or cannot start, 3 no query succeeded
+(every one failed or none finished; the first error of each kind is printed), 130 Ctrl-C (the
+results measured so far are still printed and written).";
+
+/// Parses a duration such as `500ms`, `10s`, `2m`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 500ms, 10s, 2m"))
+}
+
+/// A duration of at most `max`.
+pub fn parse_duration_at_most(s: &str, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > max {
+        return Err(format!("'{s}' is longer than {}, the most chstorm accepts here", describe_limit(max)));
+    }
+    Ok(d)
+}
+
+fn parse_run_length(s: &str) -> Result<Duration, String> {
+    parse_duration_at_most(s, MAX_DURATION)
+}
+
+fn parse_warmup(s: &str) -> Result<Duration, String> {
+    parse_duration_at_most(s, MAX_WARMUP)
+}
+
+/// A per-query timeout: above 0, at most 1 day.
+pub fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration_at_most(s, MAX_TIMEOUT)?;
+    if d.is_zero() {
+        return Err(format!("'{s}' is no time at all; write e.g. 30s"));
+    }
+    Ok(d)
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    parse_count(s, 1, MAX_CONCURRENCY as u64).map(|n| n as usize)
+}
+
+fn parse_threads(s: &str) -> Result<usize, String> {
+    parse_count(s, 1, MAX_THREADS as u64).map(|n| n as usize)
+}
+
+fn parse_requests(s: &str) -> Result<u64, String> {
+    parse_count(s, 1, MAX_REQUESTS)
+}
+
+/// A whole number in `[min, max]`.
+pub fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        Ok(n) if n < min => Err(format!("{n} is less than {min}")),
+        Ok(n) => Err(format!("{n} is more than {max}, the most chstorm accepts")),
+        Err(_) => Err(format!("'{s}' is not a whole number")),
+    }
 }
 
 fn parse_setting(s: &str) -> Result<(String, String), String> {
@@ -82,6 +144,9 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
 
 fn parse_positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > MAX_RATE => {
+            Err(format!("'{s}' is more than {MAX_RATE} queries per second, the most chstorm accepts"))
+        }
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("'{s}' is not a positive number of queries per second")),
     }
@@ -120,12 +185,13 @@ pub struct BenchArgs {
     #[arg(long = "setting", value_name = "NAME=VALUE", value_parser = parse_setting)]
     pub settings: Vec<(String, String)>,
 
-    /// Connections. Closed loop: queries in flight. With --rate: the ceiling on queries in flight.
-    #[arg(short = 'c', long, default_value_t = 1)]
+    /// Connections (1 to 100000). Closed loop: queries in flight. With --rate: the ceiling on
+    /// queries in flight.
+    #[arg(short = 'c', long, default_value_t = 1, value_parser = parse_concurrency)]
     pub concurrency: usize,
 
-    /// Open loop: send this many queries per second, whatever the answers do; latency is measured
-    /// from each query's intended send time.
+    /// Open loop: send this many queries per second (at most 10000000), whatever the answers do;
+    /// latency is measured from each query's intended send time.
     #[arg(long, value_name = "QPS", value_parser = parse_positive_f64)]
     pub rate: Option<f64>,
 
@@ -133,47 +199,51 @@ pub struct BenchArgs {
     #[arg(long, value_name = "QPS", requires_all = ["rate", "ramp_over"], value_parser = parse_positive_f64)]
     pub ramp_to: Option<f64>,
 
-    /// Length of the ramp (e.g. 30s).
-    #[arg(long, value_name = "DURATION", requires = "ramp_to", value_parser = parse_duration)]
+    /// Length of the ramp (e.g. 30s; at most 7d).
+    #[arg(long, value_name = "DURATION", requires = "ramp_to", value_parser = parse_run_length)]
     pub ramp_over: Option<Duration>,
 
     /// Open a new connection for every query (default: keep connections alive).
     #[arg(long)]
     pub no_keepalive: bool,
 
-    /// Measured run length (e.g. 10s, 2m). Default 10s when --requests is not given.
-    #[arg(short = 'd', long, value_parser = parse_duration)]
+    /// Measured run length (e.g. 10s, 2m; at most 7d). Default 10s when --requests is not given.
+    #[arg(short = 'd', long, value_parser = parse_run_length)]
     pub duration: Option<Duration>,
 
-    /// Stop after this many measured queries (whichever of -d and -n comes first).
-    #[arg(short = 'n', long)]
+    /// Stop after this many measured queries (whichever of -d and -n comes first; at most 10^12).
+    #[arg(short = 'n', long, value_parser = parse_requests)]
     pub requests: Option<u64>,
 
-    /// Send queries for this long before measuring starts.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    /// Send queries for this long before measuring starts (at most 1d).
+    #[arg(long, default_value = "0s", value_parser = parse_warmup)]
     pub warmup: Duration,
 
-    /// Per-query timeout, connecting included.
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    /// Per-query timeout, connecting included (at most 1d). A query that times out, or is still
+    /// running when the run ends, is cancelled on the server (native: Cancel packet; HTTP: KILL
+    /// QUERY by the query_id chstorm set, chstorm-<run id>-<connection>-<n>).
+    #[arg(long, default_value = "30s", value_parser = parse_timeout)]
     pub timeout: Duration,
 
     /// Stop the run once this many queries have failed.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 
-    /// Client worker threads. Default: the smaller of the CPU count and --concurrency.
-    #[arg(long)]
+    /// Client worker threads (1 to 1024). Default: the smaller of the CPU count and --concurrency.
+    #[arg(long, value_parser = parse_threads)]
     pub threads: Option<usize>,
 
     /// No live progress on stderr.
     #[arg(long)]
     pub quiet: bool,
 
-    /// Write the result as JSON (schema chstorm.bench.v1) to FILE ('-' for stdout).
+    /// Write the result as JSON (schema chstorm.bench.v1) to FILE ('-' for stdout). Opened
+    /// before the run: a folder or an unwritable path is refused at once.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Append one result row to FILE (header written when the file is new).
+    /// Append one result row to FILE (header written when the file is new). Checked before the
+    /// run: an existing file must start with chstorm's header line.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
 
@@ -205,6 +275,10 @@ pub struct MergeArgs {
     /// what was measured. Open-loop runs (--rate) are refused; they need no model.
     #[arg(long, value_name = "auto|DURATION", value_parser = parse_interval)]
     pub correct_omission: Option<Interval>,
+    /// Merge runs that differ in workload, mode (closed/open loop), protocol, keep-alive or
+    /// settings. Without it such runs are refused: their sum would be labelled as the first.
+    #[arg(long)]
+    pub allow_mixed: bool,
 }
 
 /// An expected interval: `auto` (from the run) or a fixed duration.
@@ -219,6 +293,7 @@ fn parse_interval(s: &str) -> Result<Interval, String> {
         return Ok(Interval::Auto);
     }
     match parse_duration(s) {
+        Ok(d) if d > Duration::from_secs(3600) => Err(format!("'{s}' is longer than 1h, the longest latency recorded")),
         Ok(d) if d >= Duration::from_micros(1) => Ok(Interval::Fixed(d)),
         Ok(_) => Err(format!("'{s}' is shorter than 1us; write auto or e.g. 1ms")),
         Err(_) => Err(format!("'{s}' is neither auto nor a duration; write auto or e.g. 1ms")),
@@ -289,16 +364,105 @@ pub fn report_parse_error(e: clap::Error) -> i32 {
             }
         }
         _ => {
-            let rendered = e.render().to_string();
-            let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("bad arguments");
-            let first = first.trim_start_matches("error: ");
-            let tip = rendered
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("tip: "))
-                .map(|t| format!(" ({t})"))
-                .unwrap_or_default();
-            eprintln!("chstorm: error: {first}{tip}; see 'chstorm --help'");
+            eprintln!("chstorm: error: {}", one_line_parse_error(&e.render().to_string()));
             2
         }
+    }
+}
+
+/// A clap error on one line: its message with the lines that continue it (clap puts the names
+/// of missing arguments on the lines after "the following required arguments were not
+/// provided:"), and its tip; the usage and the help pointer give way to one short pointer.
+pub fn one_line_parse_error(rendered: &str) -> String {
+    let mut message: Vec<String> = Vec::new();
+    let mut tip = String::new();
+    for line in rendered.lines() {
+        let t = line.trim();
+        if t.is_empty() {
+            if message.is_empty() {
+                continue;
+            }
+            break;
+        }
+        if let Some(rest) = t.strip_prefix("tip: ") {
+            tip = format!(" ({rest})");
+            break;
+        }
+        if t.starts_with("Usage:") || t.starts_with("For more information") {
+            break;
+        }
+        message.push(t.trim_start_matches("error: ").to_string());
+    }
+    if tip.is_empty() {
+        if let Some(t) = rendered.lines().find_map(|l| l.trim().strip_prefix("tip: ")) {
+            tip = format!(" ({t})");
+        }
+    }
+    let mut text = String::new();
+    for (i, part) in message.iter().enumerate() {
+        if i > 0 {
+            text.push_str(if text.ends_with(':') { " " } else { ", " });
+        }
+        text.push_str(part);
+    }
+    if text.is_empty() {
+        text.push_str("bad arguments");
+    }
+    let subcommand = rendered
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Usage: chstorm "))
+        .and_then(|u| u.split_whitespace().next())
+        .filter(|w| !w.starts_with('[') && !w.starts_with('<') && !w.starts_with('-'))
+        .map(|w| format!(" {w}"))
+        .unwrap_or_default();
+    format!("{text}{tip}; see 'chstorm{subcommand} --help'")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn error_of(args: &[&str]) -> String {
+        let e = Cli::try_parse_from(args).expect_err("these arguments are wrong");
+        one_line_parse_error(&e.render().to_string())
+    }
+
+    #[test]
+    fn missing_arguments_are_named() {
+        for (args, needle) in [
+            (&["chstorm", "bench", "-q", "SELECT 1", "--rate", "5", "--ramp-to", "10"][..], "--ramp-over <DURATION>"),
+            (&["chstorm", "merge"][..], "<INPUTS>..."),
+            (&["chstorm", "sweep", "--out", "x"][..], "--suite <SUITE>"),
+            (&["chstorm", "compare", "--left", "http://a", "--queries", "q.sql"][..], "--right <URL>"),
+        ] {
+            let e = error_of(args);
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(e.starts_with("the following required arguments were not provided: "), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        let e = error_of(&["chstorm", "bench", "--bogus"]);
+        assert!(e.contains("--bogus") && e.ends_with("see 'chstorm bench --help'"), "{e}");
+    }
+
+    #[test]
+    fn absurd_values_are_refused_with_the_limit() {
+        for (args, needle) in [
+            (&["chstorm", "bench", "-q", "SELECT 1", "-d", "1y"][..], "7 days"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "-d", "100y"][..], "7 days"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "--timeout", "2d"][..], "1 day"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "--timeout", "0s"][..], "no time"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "--warmup", "30d"][..], "1 day"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "-c", "1000000"][..], "100000"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "-n", "10000000000000"][..], "1000000000000"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "--rate", "1e9"][..], "10000000"),
+            (&["chstorm", "bench", "-q", "SELECT 1", "--threads", "5000"][..], "1024"),
+            (&["chstorm", "merge", "a.json", "--correct-omission", "2h"][..], "1h"),
+        ] {
+            let e = error_of(args);
+            assert!(e.contains(needle), "{args:?}: {e}");
+            assert!(e.starts_with("invalid value") && e.contains(" for '-"), "the flag is named: {e}");
+        }
+        assert!(Cli::try_parse_from(["chstorm", "bench", "-q", "SELECT 1", "-d", "7d", "-c", "100000"]).is_ok());
     }
 }

@@ -5,7 +5,6 @@ use chstorm_compare::{queries, CompareOptions, Plan, QuerySpec, Rules};
 use chstorm_load::StopHandle;
 use chstorm_proto::{Target, TlsOptions};
 use clap::Args;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -30,8 +29,15 @@ Server metrics (query_log) and flamegraphs (trace_log) are read over HTTP: a nat
 Exit status: 0 no more regressions (slower, or error_right) than --fail-on; 1 more; 2 the
 comparison could not be made; 130 Ctrl-C. See docs/COMPARE.md.";
 
+/// Longest --min-time and --max-time: 1 day per query and side.
+const MAX_MEASURED_TIME: Duration = Duration::from_secs(24 * 3600);
+
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 500ms, 1s, 8s"))
+    crate::cli::parse_duration_at_most(s, MAX_MEASURED_TIME)
+}
+
+fn parse_runs(s: &str) -> Result<usize, String> {
+    crate::cli::parse_count(s, 1, chstorm_compare::schedule::MAX_RUNS as u64).map(|n| n as usize)
 }
 
 /// `5%` or `0.05`.
@@ -72,19 +78,20 @@ pub struct CompareArgs {
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 
-    /// Write the result as JSON (schema chstorm.compare.v1) to FILE ('-' for stdout).
+    /// Write the result as JSON (schema chstorm.compare.v1) to FILE ('-' for stdout). Opened
+    /// before the runs: a folder or an unwritable path is refused at once.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 
-    /// Measured runs per side, at least.
-    #[arg(long, default_value_t = chstorm_compare::schedule::DEFAULT_RUNS)]
+    /// Measured runs per side, at least (5 to 500).
+    #[arg(long, default_value_t = chstorm_compare::schedule::DEFAULT_RUNS, value_parser = parse_runs)]
     pub runs: usize,
 
-    /// Measured time per side, at least.
+    /// Measured time per side, at least (at most 1d).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub min_time: Duration,
 
-    /// Measured time per side, at most (runs also stop at 500 per side).
+    /// Measured time per side, at most (at most 1d; runs also stop at 500 per side).
     #[arg(long, default_value = "8s", value_parser = parse_duration)]
     pub max_time: Duration,
 
@@ -104,8 +111,10 @@ pub struct CompareArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub fail_on: usize,
 
-    /// Bound on every wait: connect, each query, each log read.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// Bound on every wait: connect, each query, each log read (at most 1d). A run that times out
+    /// is cancelled on the server before the next run (native: Cancel packet; HTTP: KILL QUERY
+    /// by its query_id).
+    #[arg(long, default_value = "60s", value_parser = crate::cli::parse_timeout)]
     pub timeout: Duration,
 
     /// Also write each query's metrics into chstorm.compare_results on this ClickHouse (HTTP URL).
@@ -142,10 +151,7 @@ pub fn run(args: CompareArgs, stop: &StopHandle) -> anyhow::Result<i32> {
     let tls = TlsOptions { insecure: args.insecure, ca_file: args.cacert.clone() };
     let (specs, base_dir, notes) = load_queries(&args, &tls)?;
     // Fail on unwritable outputs and an unreachable history table before the runs.
-    if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
-        let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        anyhow::ensure!(dir.is_dir(), "cannot write {}: folder {} does not exist", path.display(), dir.display());
-    }
+    let json_out = args.json.as_deref().map(chstorm_output::file::JsonOut::open).transpose()?;
     if let Some(out) = &args.out {
         std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     }
@@ -188,15 +194,14 @@ pub fn run(args: CompareArgs, stop: &StopHandle) -> anyhow::Result<i32> {
     )?;
 
     let table = chstorm_compare::table::render(&result);
-    let json_to_stdout = args.json.as_deref() == Some(Path::new("-"));
+    let json_to_stdout = json_out.as_ref().is_some_and(|j| j.is_stdout());
     if json_to_stdout {
         eprint!("{table}");
-        writeln!(std::io::stdout().lock(), "{}", result.to_json())?;
     } else {
         print!("{table}");
     }
-    if let Some(path) = args.json.as_deref().filter(|p| *p != Path::new("-")) {
-        std::fs::write(path, result.to_json() + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    if let Some(json) = json_out {
+        json.write(&result.to_json())?;
     }
     if let Some(out) = &args.out {
         let path = chstorm_compare::report::write(out, &result)?;

@@ -11,12 +11,20 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// How long `chstorm demo` takes on the 2-core development machine, release build, server and
+/// client sharing the cores (measured with `/usr/bin/time target/release/chstorm demo`; 92 s).
+/// docs/SWEEP.md says the same (a test checks).
+pub const DEMO_TIME: &str = "about 1.5 minutes";
+/// How long `chstorm demo --quick` takes there (measured the same way: 9.2 and 9.7 s).
+pub const QUICK_TIME: &str = "about 10 s";
+
 #[derive(Args, Debug, Clone)]
+#[command(after_long_help = "Takes about 1.5 minutes (--quick: about 10 s) on a 2-core machine, release build.")]
 pub struct DemoArgs {
     /// Folder for the server, the results and the report.
     #[arg(long, default_value = "./chstorm-demo")]
     pub dir: PathBuf,
-    /// Smoke size (about a minute): fewer points, shorter points, smaller data. For CI.
+    /// Smoke size (about 10 s): fewer points, shorter points, smaller data. For CI.
     #[arg(long)]
     pub quick: bool,
     /// Leave the server running at the end (stop it with chstorm local down --dir DIR/server).
@@ -103,6 +111,9 @@ fn run_suites(args: &DemoArgs, info: &chstorm_local::ServerInfo, stop: &StopHand
             store: None,
             seed: 1,
             timeout: Duration::from_secs(30),
+            // Each demo starts its own server (new ports): earlier results in DIR are of another
+            // server, so they are moved aside rather than reused.
+            restart: true,
         };
         eprintln!("demo: sweeping {name} (quick) into {}", out.display());
         let outcome = chstorm_sweep::sweep(&opts, stop, &mut |l| eprintln!("  {l}"))?;
@@ -166,5 +177,42 @@ fn print_summary(points: &[SweepPoint]) {
             best.result.latency_s.p99 * 1e3,
             best.result.errors
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// --help and docs/SWEEP.md give the demo's measured times, and the same ones.
+    #[test]
+    fn help_and_docs_agree_on_the_demo_time() {
+        let mut cmd = crate::cli::Cli::command();
+        let demo = cmd.find_subcommand_mut("demo").unwrap();
+        let help = demo.render_long_help().to_string();
+        let docs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/SWEEP.md")).unwrap();
+        let docs = docs.replace('\n', " ");
+        for time in [DEMO_TIME, QUICK_TIME] {
+            assert!(help.contains(time), "--help lacks {time}: {help}");
+            assert!(docs.contains(time), "docs/SWEEP.md lacks {time}");
+        }
+        assert!(!help.contains("about a minute") && !docs.contains("about 15 s"), "old figures");
+    }
+
+    /// README says how to get the binary every example runs, and the Makefile does what it says.
+    #[test]
+    fn readme_says_how_to_get_the_binary() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+        let getting = &readme[readme.find("## Getting the binary").expect("a section on getting the binary")..];
+        let getting = &getting[..getting[3..].find("\n## ").map_or(getting.len(), |i| i + 3)];
+        for needle in ["make release", "target/release/chstorm", "cargo install --path crates/chstorm"] {
+            assert!(getting.contains(needle), "README lacks {needle}");
+        }
+        assert!(readme.find("## Getting the binary").unwrap() < readme.find("## chstorm bench").unwrap());
+        let makefile = std::fs::read_to_string(format!("{root}/Makefile")).unwrap();
+        assert!(makefile.contains("build --release -p chstorm"), "make release builds target/release/chstorm");
+        assert_eq!(env!("CARGO_PKG_NAME"), "chstorm", "cargo install --path crates/chstorm installs chstorm");
     }
 }

@@ -1,17 +1,20 @@
 //! `chstorm merge`: combine bench JSON files from several client machines, and optionally
 //! re-weight a closed loop's latencies for coordinated omission (`--correct-omission`).
+//! Incompatible runs, the same run twice and files whose counts disagree with their histogram
+//! are refused (see `chstorm_output::merge::check`).
 
 use crate::cli::{Interval, MergeArgs};
-use anyhow::Context;
-use chstorm_output::merge::{merge, read_report};
-use std::path::Path;
+use chstorm_output::file::JsonOut;
+use chstorm_output::merge::{check, merge, read_report};
 
 pub fn run(args: MergeArgs) -> anyhow::Result<i32> {
+    let json = args.json.as_deref().map(JsonOut::open).transpose()?;
     let mut reports = Vec::new();
     for p in &args.inputs {
         let path = p.display().to_string();
         reports.push((path.clone(), read_report(&path)?));
     }
+    check(&reports, args.allow_mixed)?;
     let mut merged = merge(&reports)?;
     if let Some(i) = args.correct_omission {
         let fixed = match i {
@@ -21,16 +24,13 @@ pub fn run(args: MergeArgs) -> anyhow::Result<i32> {
         chstorm_output::omission::correct_omission(&mut merged, fixed)?;
     }
     let summary = chstorm_output::text::summary(&merged);
-    match args.json.as_deref() {
-        Some(p) if p == Path::new("-") => {
-            eprint!("{summary}");
-            println!("{}", merged.to_json());
-        }
-        Some(p) => {
-            print!("{summary}");
-            std::fs::write(p, merged.to_json() + "\n").with_context(|| format!("cannot write {}", p.display()))?;
-        }
-        None => print!("{summary}"),
+    if json.as_ref().is_some_and(JsonOut::is_stdout) {
+        eprint!("{summary}");
+    } else {
+        print!("{summary}");
+    }
+    if let Some(json) = json {
+        json.write(&merged.to_json())?;
     }
     Ok(0)
 }

@@ -16,7 +16,13 @@ Examples:
   chstorm dataset load items --url http://127.0.0.1:8123 && chstorm sweep --suite shopee --url http://127.0.0.1:8123 --out shopee-run --quick
   chstorm report storm-run      # rebuild storm-run/report.html
 
-A re-run with the same --out skips the points already there, so an interrupted sweep resumes."
+A re-run with the same --out skips the points already there, so an interrupted sweep resumes. A
+finished point is reused only if it was measured as it would be now (same suite, URL, settings,
+duration, warm-up, requests, concurrency, queries and seed); otherwise the sweep refuses and says
+what differs, or with --restart moves the earlier results into OUT/replaced-<time>/ and starts over.
+
+Exit status: 0 every point ran, 1 some points could not run or had no successful query (listed),
+2 bad input, 130 Ctrl-C."
 )]
 pub struct SweepArgs {
     /// A built-in suite name or a suite YAML file.
@@ -42,9 +48,13 @@ pub struct SweepArgs {
     /// Seed for placeholders.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Per-query timeout.
-    #[arg(long, default_value = "30s", value_parser = |s: &str| humantime::parse_duration(s).map_err(|e| e.to_string()))]
+    /// Per-query timeout (at most 1d); a query that times out is cancelled on the server.
+    #[arg(long, default_value = "30s", value_parser = crate::cli::parse_timeout)]
     pub timeout: Duration,
+    /// When --out holds points measured differently (another URL, duration, settings, ...),
+    /// move them into OUT/replaced-<time>/ and measure every point again, instead of refusing.
+    #[arg(long)]
+    pub restart: bool,
     /// TLS: accept any server certificate.
     #[arg(long)]
     pub insecure: bool,
@@ -83,6 +93,7 @@ pub fn run_sweep(args: SweepArgs, stop: &StopHandle) -> anyhow::Result<i32> {
         store: args.store.clone(),
         seed: args.seed,
         timeout: args.timeout,
+        restart: args.restart,
     };
     let outcome = sweep(&opts, stop, &mut |line| eprintln!("{line}"))?;
     println!(
@@ -94,6 +105,12 @@ pub fn run_sweep(args: SweepArgs, stop: &StopHandle) -> anyhow::Result<i32> {
         outcome.failed.len(),
         if outcome.interrupted { ", interrupted (re-run to resume)" } else { "" }
     );
+    for (key, why) in &outcome.failed {
+        println!("failed: {key}: {why}");
+    }
+    if let Some(dir) = &outcome.replaced {
+        println!("restarted: the earlier results measured differently are in {}", dir.display());
+    }
     println!("results: {}", args.out.join(chstorm_sweep::RESULTS_CSV).display());
     println!("report:  {}", args.out.join(chstorm_sweep::REPORT_HTML).display());
     Ok(if outcome.interrupted {

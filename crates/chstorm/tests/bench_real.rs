@@ -108,6 +108,17 @@ fn errors_are_counted_by_code_and_the_run_goes_on() {
     assert_eq!((r.queries, r.errors), (20, 20));
     // 18.16 reports UNKNOWN_IDENTIFIER (47); current releases too.
     assert_eq!(r.errors_by_kind.get("clickhouse_47"), Some(&20), "{:?}", r.errors_by_kind);
+    // A query that fails every time: the reason, no percentiles, and a failing exit status.
+    for url in [s.http_url(), s.native_url()] {
+        let (code, r) = bench(&["--url", url, "-q", "SELECT 1 FROM no_such_table_i14", "-n", "30", "-c", "2"]);
+        assert_eq!(code, 3, "{url}: every query failed");
+        assert_eq!((r.queries, r.errors), (0, 30));
+        // UNKNOWN_TABLE (60), with the server's message.
+        let sample = r.errors_sample.get("clickhouse_60").unwrap_or_else(|| panic!("{url}: {:?}", r.errors_sample));
+        assert!(sample.contains("no_such_table_i14") && sample.contains("doesn't exist"), "{url}: {sample}");
+        let text = chstorm_output::text::summary(&r);
+        assert!(text.contains("no successful query") && !text.contains("0.000000 sec."), "{text}");
+    }
     let (code, r) = bench(&["--url", s.native_url(), "-q", "SELECT no_such_column", "-d", "10s", "--max-errors", "5"]);
     assert_eq!(code, 1, "--max-errors exits 1");
     assert_eq!(r.stop_reason, "max_errors");
@@ -134,5 +145,61 @@ fn ping_works_on_both_protocols() {
         let (_, r) = bench(&["--url", url, "--ping", "-n", "100", "-c", "2"]);
         assert_eq!((r.queries, r.errors), (100, 0), "{url}");
         assert_eq!(r.workload, vec!["ping"]);
+    }
+}
+
+/// How many queries whose text contains `marker` the server is running now; waits up to `within`
+/// for the count to reach 0 and returns the last count.
+fn running_after(s: &chstorm_local::LocalServer, marker: &str, within: std::time::Duration) -> u64 {
+    let sql = format!(
+        "SELECT count() FROM system.processes WHERE query LIKE '%{marker}%' AND query NOT LIKE '%system.processes%'"
+    );
+    let t = std::time::Instant::now();
+    loop {
+        let n: u64 = s.query(&sql).unwrap().trim().parse().unwrap();
+        if n == 0 || t.elapsed() > within {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn queries_given_up_on_are_cancelled_on_the_server() {
+    let s = server();
+    for url in [s.http_url(), s.native_url()] {
+        let m = marker("cancel");
+        // Never finishes: the first query times out at 1 s, the second is in flight when -d ends
+        // the run at 1.5 s. Both must be gone from system.processes soon after.
+        let q = format!("SELECT count() AS {m} FROM system.numbers");
+        let (code, r) =
+            bench(&["--url", url, "-q", &q, "-d", "1500ms", "--timeout", "1s", "--setting", "max_threads=1"]);
+        assert_eq!(r.errors_by_kind.get("timeout"), Some(&1), "{url}: {:?}", r.errors_by_kind);
+        assert_eq!(r.queries, 0);
+        assert_eq!(code, 3, "{url}: no query succeeded");
+        let left = running_after(s, &m, std::time::Duration::from_secs(3));
+        assert_eq!(left, 0, "{url}: {left} queries still running on the server 3 s after the run");
+        // Every query carried chstorm's query_id.
+        let started = format!(
+            "SELECT count() FROM system.query_log WHERE type = 1 AND query LIKE '%{m}%' AND query_id LIKE 'chstorm-%' AND query NOT LIKE '%system.query_log%'"
+        );
+        common::flush_logs_until(s, &started, 2);
+        assert_eq!(s.query(&started).unwrap().trim(), "2", "{url}: two queries, each with a chstorm-... query_id");
+    }
+}
+
+#[test]
+fn a_query_id_setting_names_every_query() {
+    let s = server();
+    for url in [s.http_url(), s.native_url()] {
+        let m = marker("qid");
+        let (_, r) =
+            bench(&["--url", url, "-q", &format!("SELECT 1 AS {m}"), "-n", "3", "--setting", &format!("query_id={m}")]);
+        assert_eq!((r.queries, r.errors), (3, 0), "{url}: {:?}", r.errors_sample);
+        let sql = format!(
+            "SELECT count() FROM system.query_log WHERE type = 2 AND query_id = '{m}' AND query NOT LIKE '%system.query_log%'"
+        );
+        common::flush_logs_until(s, &sql, 3);
+        assert_eq!(s.query(&sql).unwrap().trim(), "3", "{url}: the user's query_id wins");
     }
 }

@@ -47,6 +47,114 @@ fn bad_input_is_one_line_and_exit_2() {
 }
 
 #[test]
+fn placeholder_typos_are_refused_before_the_run() {
+    for (q, needle) in [
+        ("SELECT {x:unifrom(1,2)}", "unknown placeholder function 'unifrom' (did you mean uniform?)"),
+        ("SELECT {x:uniform(1,2)", "no closing '}'"),
+        ("SELECT {y}", "'y' has no value"),
+    ] {
+        assert_one_line_error(&["bench", "-q", q], needle);
+    }
+    // How to tell a placeholder from a ClickHouse query parameter.
+    assert_one_line_error(&["bench", "-q", "SELECT {x:unifrom(1,2)}"], "{id:UInt64}");
+    assert_one_line_error(&["bench", "-q", "SELECT {y}"], "{y:UInt64}");
+}
+
+#[test]
+fn missing_arguments_are_named_on_the_one_line() {
+    assert_one_line_error(&["bench", "-q", "SELECT 1", "--rate", "5", "--ramp-to", "10"], "--ramp-over <DURATION>");
+    assert_one_line_error(&["merge"], "<INPUTS>");
+    assert_one_line_error(&["sweep", "--out", "x"], "--suite <SUITE>");
+    assert_one_line_error(&["compare", "--left", "http://127.0.0.1:1", "--queries", "q.sql"], "--right <URL>");
+}
+
+#[test]
+fn absurd_durations_and_counts_are_refused() {
+    assert_one_line_error(&["bench", "-q", "SELECT 1", "-d", "1y"], "longer than 7 days");
+    assert_one_line_error(&["bench", "-q", "SELECT 1", "-d", "100y"], "--duration");
+    assert_one_line_error(&["bench", "-q", "SELECT 1", "-c", "10000000"], "--concurrency");
+    assert_one_line_error(
+        &["compare", "--left", "http://a", "--right", "http://b", "--queries", "q", "--max-time", "30d"],
+        "--max-time",
+    );
+    assert_one_line_error(&["sweep", "--suite", "storm", "--out", "x", "--timeout", "1y"], "--timeout");
+}
+
+/// Runs chstorm with a time limit; returns the exit code, stderr and how long it took.
+fn chstorm_within(args: &[&str], limit: Duration) -> (i32, String, Duration) {
+    let t = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+            return (st.code().unwrap_or(-1), err, t.elapsed());
+        }
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("chstorm {args:?} still running after {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn outputs_are_checked_before_the_run() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "--url", s.http_url(), "-q", "SELECT 1", "-d", "5s", "--quiet"];
+        args.extend_from_slice(extra);
+        chstorm_within(&args, Duration::from_secs(20))
+    };
+    let folder = dir.path().to_str().unwrap();
+    let foreign = dir.path().join("foreign.csv");
+    std::fs::write(&foreign, "a,b\n1,2\n").unwrap();
+    for (extra, needle) in [
+        (vec!["--csv", "/dev/full"], "/dev/full"),
+        (vec!["--json", folder], "is a folder"),
+        (vec!["--csv", folder], "is a folder"),
+        (vec!["--csv", foreign.to_str().unwrap()], "header differs"),
+    ] {
+        let (code, err, took) = run(&extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(took < Duration::from_secs(3), "{extra:?}: refused only after the 5 s run ({took:?})");
+    }
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "a,b\n1,2\n", "a foreign CSV is left alone");
+}
+
+#[test]
+fn merge_refuses_what_would_make_the_sum_a_lie() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let path = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    for (name, q) in [("a.json", "SELECT 1"), ("b.json", "SELECT 1"), ("c.json", "SELECT 2")] {
+        let (code, _, err) =
+            chstorm(&["bench", "--url", s.http_url(), "-q", q, "-n", "20", "--quiet", "--json", &path(name)]);
+        assert_eq!(code, 0, "{err}");
+    }
+    let (code, out, err) = chstorm(&["merge", &path("a.json"), &path("b.json"), "--json", &path("ab.json")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("queries 40,"), "{out}");
+    assert_one_line_error(&["merge", &path("a.json"), &path("a.json")], "the same run as");
+    assert_one_line_error(&["merge", &path("ab.json"), &path("b.json")], "the same run as");
+    assert_one_line_error(&["merge", &path("a.json"), &path("c.json")], "workload is SELECT 2, but SELECT 1");
+    let (code, _, err) = chstorm(&["merge", &path("a.json"), &path("c.json"), "--allow-mixed"]);
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(path("a.json")).unwrap();
+    std::fs::write(path("edited.json"), text.replace("\"queries\": 20,", "\"queries\": 2000,")).unwrap();
+    assert_one_line_error(&["merge", &path("edited.json"), &path("b.json")], "edited or damaged");
+}
+
+#[test]
 fn a_password_in_the_url_is_never_printed() {
     let (code, _, err) = chstorm(&["bench", "--url", "http://bob:hunter2@127.0.0.1:1/", "-q", "SELECT 1", "-d", "1s"]);
     assert_eq!(code, 2);

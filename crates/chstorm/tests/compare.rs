@@ -402,3 +402,45 @@ fn a_comparison_that_cannot_be_made_exits_2_with_one_line() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--runs must be at least 5"), "{}", text(&out));
 }
+
+#[test]
+fn a_run_that_times_out_is_cancelled_on_the_server() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let m = common::marker("cmp_cancel");
+    // Never finishes: the warm-up times out on each side (HTTP left, native right).
+    let queries = write(dir.path(), "slow.sql", &format!("SELECT count() AS {m} FROM system.numbers\n"));
+    let json = dir.path().join("t.json");
+    let left = format!("{}/?max_threads=1", s.http_url());
+    let right = format!("{}?max_threads=1", s.native_url());
+    let out = compare(&[
+        "--left",
+        &left,
+        "--right",
+        &right,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--timeout",
+        "1s",
+        "--no-profiler",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    assert_eq!(verdicts(&v)[0].0, "error_both", "{}", text(&out));
+    let sql = format!(
+        "SELECT count() FROM system.processes WHERE query LIKE '%{m}%' AND query NOT LIKE '%system.processes%'"
+    );
+    let t = Instant::now();
+    let mut running: u64;
+    loop {
+        running = s.query(&sql).unwrap().trim().parse().unwrap();
+        if running == 0 || t.elapsed() > Duration::from_secs(3) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(running, 0, "timed-out runs still on the server 3 s after compare ended: {}", text(&out));
+}

@@ -33,12 +33,30 @@ fn real_runs_match_the_schema() {
         "--label",
         "t/a",
     ]);
-    let (_, open) = bench(&["--url", s.native_url(), "--ping", "--rate", "100", "-n", "150"]);
+    let (_, open) = bench(&[
+        "--url",
+        s.native_url(),
+        "--ping",
+        "--rate",
+        "100",
+        "--ramp-to",
+        "200",
+        "--ramp-over",
+        "1s",
+        "-n",
+        "150",
+    ]);
     for r in [&closed, &open] {
         assert_valid(&serde_json::to_value(r).unwrap());
+        assert_eq!(r.run_id.as_deref().map(str::len), Some(12), "every run has an id");
     }
+    assert!(open.ramp.is_some());
     assert!(closed.per_second.len() >= 2);
     assert!(closed.errors_by_kind.contains_key("clickhouse_47"));
+    // Why they failed: the server's own message, in the JSON and the text summary.
+    let sample = &closed.errors_sample["clickhouse_47"];
+    assert!(sample.contains("Code: 47") && sample.contains("bad"), "{sample}");
+    assert!(chstorm_output::text::summary(&closed).contains(&format!("first clickhouse_47: {sample}")));
     // The schema really constrains: a report with a bad field fails it.
     let mut bad = serde_json::to_value(&closed).unwrap();
     bad["latency_s"]["p99.9"] = serde_json::json!("fast");
@@ -55,8 +73,10 @@ fn merge_adds_counts_and_merges_histograms() {
     let dir = tempfile::tempdir().unwrap();
     let mut paths = Vec::new();
     let mut reports = Vec::new();
-    for (i, url) in [s.http_url(), s.native_url()].into_iter().enumerate() {
-        let (_, r) = bench(&["--url", url, "-q", "SELECT 1", "-n", &format!("{}", 200 + i * 100), "-c", "2"]);
+    // Two client machines, as the same command on each (merge refuses different workloads,
+    // protocols or settings).
+    for i in 0..2 {
+        let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "-n", &format!("{}", 200 + i * 100), "-c", "2"]);
         let p = dir.path().join(format!("r{i}.json"));
         std::fs::write(&p, r.to_json()).unwrap();
         paths.push(p.to_str().unwrap().to_string());
@@ -77,6 +97,8 @@ fn merge_adds_counts_and_merges_histograms() {
     assert_eq!(merged.queries, reports.iter().map(|r| r.queries).sum::<u64>());
     assert!((merged.qps - reports.iter().map(|r| r.qps).sum::<f64>()).abs() < 1e-6);
     assert_eq!(merged.concurrency, 4);
+    let ids: Vec<String> = reports.iter().map(|r| r.run_id.clone().unwrap()).collect();
+    assert_eq!(merged.merged_from, ids, "the merge names its inputs");
     // Percentiles come from the summed histograms.
     let mut h = LatencyHistogram::new();
     for r in &reports {

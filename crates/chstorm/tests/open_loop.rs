@@ -18,6 +18,7 @@ fn open_loop_holds_its_rate_within_five_percent() {
     let rate = 400.0;
     let (_, r) = bench(&["--url", s.http_url(), "-q", "SELECT 1", "--rate", "400", "-c", "16", "-d", "4s"]);
     assert_eq!(r.mode, "open");
+    assert_eq!(r.stop_reason, "duration", "-d ended the run");
     assert_eq!(r.errors, 0);
     assert!((r.qps - rate).abs() / rate <= 0.05, "qps {} vs rate {rate}", r.qps);
     assert_eq!(r.dropped, 0);
@@ -48,6 +49,13 @@ fn a_ramp_rises_from_its_start_rate_to_its_end_rate() {
         "4s",
     ]);
     assert_eq!(r.errors, 0);
+    assert_eq!(r.stop_reason, "duration", "-d ended the run");
+    // The JSON and the summary keep both ends of the ramp, not only where it ended.
+    let ramp = r.ramp.expect("a ramp is recorded");
+    assert_eq!((ramp.from_qps, ramp.to_qps, ramp.over_s), (100.0, 500.0, 4.0));
+    assert_eq!(r.rate, Some(500.0));
+    let header = chstorm_output::text::summary(&r);
+    assert!(header.lines().next().unwrap().contains("ramping from 100 to 500 QPS over 4 s"), "{header}");
     // Average rate over the ramp is 300/s.
     assert!((r.qps - 300.0).abs() / 300.0 <= 0.05, "qps {}", r.qps);
     let first = r.per_second[0].queries as f64;

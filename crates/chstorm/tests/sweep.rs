@@ -162,4 +162,95 @@ fn demo_quick_runs_end_to_end_and_its_report_renders() {
     assert_eq!(select.result.errors, 0);
     assert!(select.result.bytes > select.result.queries * 50, "each lookup returned a row");
     common::screenshot_is_not_blank(&report);
+    // Two suites give more variants than the palette has colours: the summary chart still
+    // draws each variant differently (plain, striped, cross-striped).
+    let summary = &html[html.find("id=\"summary\"").unwrap()..];
+    let summary = &summary[..summary.find("</section>").unwrap()];
+    let fills: Vec<&str> = summary
+        .split("<rect class=\"bar\"")
+        .skip(1)
+        .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    let legend: Vec<&str> = summary
+        .split("<g class=\"legend\"")
+        .nth(1)
+        .unwrap()
+        .split("</g>")
+        .next()
+        .unwrap()
+        .split("<text")
+        .skip(1)
+        .map(|t| t.split('>').nth(1).unwrap().split('<').next().unwrap())
+        .collect();
+    let keys: Vec<&str> = summary
+        .split("<g class=\"legend\"")
+        .nth(1)
+        .unwrap()
+        .split("</g>")
+        .next()
+        .unwrap()
+        .split("<rect")
+        .skip(1)
+        .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    assert_eq!(legend.len(), keys.len());
+    let distinct: std::collections::BTreeSet<&&str> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "two variants share a colour in the summary chart: {legend:?} {keys:?}");
+    assert!(fills.iter().all(|f| keys.contains(f)));
+    // At 1400 px the best-of table shows every column.
+    if let Some(cut) = common::tables_cut_at(&report, 1400) {
+        assert!(!cut.iter().any(|c| c.starts_with("Best QPS")), "tables cut at 1400 px: {cut:?}");
+    }
+}
+
+#[test]
+fn resume_refuses_points_measured_differently_or_restarts() {
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("fp.yaml");
+    let write = |duration: &str| {
+        std::fs::write(&suite, format!("name: fp\nduration: {duration}\nwarmup: 0s\nconcurrency: [1]\nscenarios:\n  - name: ping\n    ping: true\n")).unwrap()
+    };
+    write("100ms");
+    let out = dir.path().join("out");
+    let run = |url: &str, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_chstorm"))
+            .args(["sweep", "--suite", suite.to_str().unwrap(), "--url", url, "--out", out.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let first = run(s.http_url(), &[]);
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    // The same sweep again: the point is reused.
+    let again = run(s.http_url(), &[]);
+    assert!(String::from_utf8_lossy(&again.stdout).contains("1 already done"));
+    // Another duration, another URL: refused, saying what differs, nothing lost.
+    write("200ms");
+    let r = run(s.http_url(), &[]);
+    assert_eq!(r.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("measured differently") && err.contains("duration 0.1s (now 0.2s)"), "{err}");
+    assert!(err.contains("--restart"), "{err}");
+    write("100ms");
+    let other_url = format!("{}/?max_threads=1", s.http_url());
+    let err = String::from_utf8_lossy(&run(&other_url, &[]).stderr).to_string();
+    assert!(err.contains("target") && err.contains("max_threads=1"), "{err}");
+    assert_eq!(keys(&out).len(), 1, "the finished point is still there");
+    // --restart measures again and keeps the earlier results aside.
+    let r = run(&other_url, &["--restart"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(stdout.contains("1 run now") && stdout.contains("restarted"), "{stdout}");
+    let points = chstorm_sweep::read_points(&out).unwrap();
+    assert_eq!(points.len(), 1);
+    assert!(points[0].result.target.contains("max_threads=1"), "{}", points[0].result.target);
+    let moved: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("replaced-"))
+        .collect();
+    assert_eq!(moved.len(), 1);
+    assert!(moved[0].path().join("results.jsonl").exists());
 }

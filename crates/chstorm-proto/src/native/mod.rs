@@ -108,6 +108,41 @@ pub struct NativeConn {
     /// next call.
     out_of_step: bool,
     reconnects: u64,
+    /// Where the current query is: what [`NativeConn::cancel`] must do to stop it.
+    stage: Stage,
+}
+
+/// What [`NativeConn::cancel`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancelled {
+    /// No query was in flight.
+    Nothing,
+    /// The server stopped the query and closed the connection.
+    Stopped,
+    /// The Cancel packet went out, but the server did not close within the timeout (it stops
+    /// the query when it next checks for cancellation).
+    Requested,
+    /// The Cancel packet could not be sent: the query may still run.
+    Failed,
+}
+
+impl Cancelled {
+    /// False only when the Cancel packet could not be sent.
+    pub fn sent(self) -> bool {
+        self != Cancelled::Failed
+    }
+}
+
+/// Where a query call is, for [`NativeConn::cancel`]. A call abandoned midway (its future
+/// dropped, or its timeout fired) leaves the stage it reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// No query in flight.
+    Idle,
+    /// The Query packet is being written: the server cannot have started it whole.
+    Writing,
+    /// The query was sent and its answer is not complete: the server may be running it.
+    Running,
 }
 
 impl NativeConn {
@@ -146,6 +181,7 @@ impl NativeConn {
             broken: false,
             out_of_step: false,
             reconnects: 0,
+            stage: Stage::Idle,
         })
     }
 
@@ -198,6 +234,41 @@ impl NativeConn {
         let result = tokio::time::timeout(timeout, self.run_query(query_id, sql, Some(&mut rows))).await;
         self.finish(result, timeout, "waiting for the query result")?;
         Ok(rows)
+    }
+
+    /// Gives up on the query in flight without leaving it running on the server, and consumes
+    /// the connection. When a query was sent and its answer is not complete (a timeout, or a
+    /// call abandoned midway), sends the Cancel packet, closes the writing half and reads,
+    /// discarding, until the server closes the connection, which it does once the query has
+    /// stopped (it reads the Cancel packet while the query runs, and the end of the stream
+    /// after). A query whose packet was only partly written cannot run and needs nothing more.
+    ///
+    /// Bounded by `timeout`: the server may take longer to stop a query than the client waits,
+    /// which [`Cancelled::Requested`] tells apart from a Cancel packet that never left.
+    pub async fn cancel(mut self, timeout: Duration) -> Cancelled {
+        if self.stage != Stage::Running {
+            return Cancelled::Nothing;
+        }
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut packet = Vec::with_capacity(1);
+        wire::put_varuint(&mut packet, packets::client::CANCEL);
+        let sent = async {
+            self.io.write_all(&packet).await?;
+            self.io.shutdown().await
+        };
+        match tokio::time::timeout_at(deadline, sent).await {
+            Ok(Ok(())) => {}
+            _ => return Cancelled::Failed,
+        }
+        match tokio::time::timeout_at(deadline, self.io.discard_to_eof()).await {
+            Ok(Ok(_)) => Cancelled::Stopped,
+            _ => Cancelled::Requested,
+        }
+    }
+
+    /// True while a query is in flight or was abandoned midway (see [`NativeConn::cancel`]).
+    pub fn query_in_flight(&self) -> bool {
+        self.stage != Stage::Idle
     }
 
     /// Sends Ping and waits for Pong.
@@ -268,14 +339,27 @@ impl NativeConn {
         &mut self,
         query_id: &str,
         sql: &str,
-        mut sink: Option<&mut Vec<Vec<String>>>,
+        sink: Option<&mut Vec<Vec<String>>>,
     ) -> Result<QueryStats, ProtoError> {
         self.reconnect_if_out_of_step().await?;
         self.wbuf.clear();
         packets::write_query(&mut self.wbuf, &self.client_info, query_id, sql);
         self.wbuf.extend_from_slice(&self.empty_data);
+        self.stage = Stage::Writing;
         self.io.write_all(&self.wbuf).await?;
+        self.stage = Stage::Running;
+        let result = self.read_result(sink).await;
+        // Complete (EndOfStream, an exception) or a broken connection: the server is done with
+        // the query. After a protocol error on our side (an answer we cannot decode) it may not
+        // be, and the stage stays Running for `cancel`; after a timeout the call never gets here.
+        if !matches!(result, Err(ProtoError::Protocol(_))) {
+            self.stage = Stage::Idle;
+        }
+        result
+    }
 
+    /// Reads the answer to a query until EndOfStream or an exception.
+    async fn read_result(&mut self, mut sink: Option<&mut Vec<Vec<String>>>) -> Result<QueryStats, ProtoError> {
         let mut stats = QueryStats::default();
         let mut first_packet = true;
         loop {

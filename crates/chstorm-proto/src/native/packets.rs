@@ -11,6 +11,7 @@ pub mod client {
     pub const HELLO: u64 = 0;
     pub const QUERY: u64 = 1;
     pub const DATA: u64 = 2;
+    pub const CANCEL: u64 = 3;
     pub const PING: u64 = 4;
 }
 

@@ -84,6 +84,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
         self.stream.flush().await?;
         Ok(())
     }
+
+    /// Closes the writing half (after a TLS close_notify on TLS streams).
+    pub async fn shutdown(&mut self) -> Result<(), ProtoError> {
+        self.stream.shutdown().await?;
+        Ok(())
+    }
+
+    /// Reads and discards everything until the peer closes; returns the bytes discarded. A
+    /// reset connection counts as closed.
+    pub async fn discard_to_eof(&mut self) -> Result<u64, ProtoError> {
+        let mut total = (self.end - self.start) as u64;
+        self.start = 0;
+        self.end = 0;
+        loop {
+            match self.stream.read(&mut self.buf[..]).await {
+                Ok(0) => return Ok(total),
+                Ok(n) => total += n as u64,
+                Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe) => {
+                    return Ok(total)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
 }
 
 impl<S: AsyncRead + Unpin> Io<S> {

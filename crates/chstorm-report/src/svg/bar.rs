@@ -2,8 +2,8 @@
 
 use super::Axis;
 use super::{
-    axis_labels, color, exact, no_data, open_svg, short, truncate, Legend, YUnit, AXIS, GRID, MARGIN_R, MUTED, TEXT,
-    WIDTH,
+    axis_labels, bar_fill, bar_patterns, exact, no_data, open_svg, short, truncate, Legend, YUnit, AXIS, GRID,
+    MARGIN_R, MUTED, TEXT, WIDTH,
 };
 use crate::format::LatencyUnit;
 use crate::html::escape;
@@ -58,6 +58,7 @@ impl BarChart {
         if n == 0 {
             let h = 120.0;
             open_svg(&mut out, &self.title, top + h + 20.0, 0);
+            out.push_str(&bar_patterns(&colors));
             legend.write(&mut out);
             no_data(&mut out, 14.0, top, WIDTH - MARGIN_R - 14.0, h);
             out.push_str("</svg>");
@@ -76,6 +77,7 @@ impl BarChart {
         let px = |v: f64| left + axis.frac(v * factor) * (right - left);
 
         open_svg(&mut out, &self.title, height, n);
+        out.push_str(&bar_patterns(&colors));
         legend.write(&mut out);
         out.push_str("<g class=\"grid\">");
         for (i, &t) in axis.ticks.iter().enumerate() {
@@ -124,7 +126,7 @@ impl BarChart {
                     out,
                     "<rect class=\"bar\" x=\"{x0:.1}\" y=\"{by:.1}\" width=\"{:.1}\" height=\"{BAR:.1}\" fill=\"{}\"><title>{}&#10;{}: {}</title></rect>",
                     (x1 - x0).max(0.5),
-                    color(colors[s]),
+                    bar_fill(colors[s]),
                     escape(cat),
                     escape(names[s]),
                     escape(&exact(v, self.unit))

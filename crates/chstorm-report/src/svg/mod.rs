@@ -30,6 +30,48 @@ pub fn color(i: usize) -> &'static str {
     PALETTE[i % PALETTE.len()]
 }
 
+/// The fill of a bar (and its legend key) of palette index `i`: the colour for the first
+/// [`PALETTE`] series, then the same colours striped (series 9 to 16), then cross-striped
+/// (17 to 24), so no two of 24 variants look alike; the patterns come from [`bar_patterns`].
+pub fn bar_fill(i: usize) -> String {
+    match (i / PALETTE.len()) % 3 {
+        0 => color(i).to_string(),
+        k => format!("url(#chstorm-bar-{k}-{})", i % PALETTE.len()),
+    }
+}
+
+/// `<defs>` with the patterns [`bar_fill`] refers to for `indices` (nothing when all are plain).
+/// The ids depend only on the index, so several charts on one page may define them alike.
+pub fn bar_patterns(indices: &[usize]) -> String {
+    let mut out = String::new();
+    let mut done: Vec<usize> = Vec::new();
+    for &i in indices {
+        let k = (i / PALETTE.len()) % 3;
+        let key = k * PALETTE.len() + i % PALETTE.len();
+        if k == 0 || done.contains(&key) {
+            continue;
+        }
+        done.push(key);
+        let c = color(i);
+        let stripes = if k == 1 {
+            format!("<rect width=\"3\" height=\"6\" fill=\"{c}\"/>")
+        } else {
+            format!("<rect width=\"3\" height=\"6\" fill=\"{c}\"/><rect width=\"6\" height=\"2\" fill=\"{c}\"/>")
+        };
+        let _ = write!(
+            out,
+            "<pattern id=\"chstorm-bar-{k}-{}\" patternUnits=\"userSpaceOnUse\" width=\"6\" height=\"6\" \
+             patternTransform=\"rotate(45)\"><rect width=\"6\" height=\"6\" fill=\"#fff\"/>{stripes}</pattern>",
+            i % PALETTE.len()
+        );
+    }
+    if out.is_empty() {
+        out
+    } else {
+        format!("<defs>{out}</defs>")
+    }
+}
+
 /// Lines past the palette's length are dashed, so the 9th series differs from the 1st.
 fn dash(i: usize) -> &'static str {
     match (i / PALETTE.len()) % 3 {
@@ -377,9 +419,10 @@ impl Legend {
             if self.square {
                 let _ = write!(
                     out,
-                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"11\" height=\"11\" rx=\"2\" fill=\"{col}\"/>",
+                    "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"11\" height=\"11\" rx=\"2\" fill=\"{}\" stroke=\"{col}\"/>",
                     x + 4.0,
-                    y - 10.0
+                    y - 10.0,
+                    bar_fill(*c)
                 );
                 let _ = write!(out, "<text x=\"{:.1}\" y=\"{y:.1}\" fill=\"{TEXT}\">{}</text>", x + 20.0, escape(name));
                 continue;

@@ -147,3 +147,32 @@ fn bars() {
     assert!(b.contains(">97k<"));
     assert!(b.contains(">no data</text>"));
 }
+
+#[test]
+fn up_to_24_bar_series_look_different() {
+    let n = 20;
+    let b = BarChart {
+        title: "best".into(),
+        categories: vec!["a".into()],
+        series: (0..n).map(|i| BarSeries { name: format!("variant {i}"), values: vec![i as f64 + 1.0] }).collect(),
+        ..Default::default()
+    }
+    .to_svg();
+    // Each bar's fill, in order: 20 bars, 20 different fills, each pattern defined.
+    let fills: Vec<&str> = b
+        .split("<rect class=\"bar\"")
+        .skip(1)
+        .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+        .collect();
+    assert_eq!(fills.len(), n);
+    let distinct: std::collections::BTreeSet<&&str> = fills.iter().collect();
+    assert_eq!(distinct.len(), n, "{fills:?}");
+    for f in fills.iter().filter(|f| f.starts_with("url(#")) {
+        let id = &f[5..f.len() - 1];
+        assert!(b.contains(&format!("<pattern id=\"{id}\"")), "{id} is defined");
+    }
+    // The legend keys match their bars.
+    for f in &fills {
+        assert!(b.matches(&format!("fill=\"{f}\"")).count() >= 2, "{f}: bar and legend key");
+    }
+}

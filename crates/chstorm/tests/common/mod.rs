@@ -111,3 +111,55 @@ pub fn screenshot_is_not_blank(html: &Path) {
         "screenshot is nearly blank: {differing} of {total} pixels differ from the background"
     );
 }
+
+/// The captions of the tables of `html` that do not fit their box (so their last columns are
+/// scrolled out of sight) when headless Chromium lays the page out in a window `width` px wide.
+/// None when Chromium is not installed (the caller skips, saying so).
+pub fn tables_cut_at(html: &Path, width: u32) -> Option<Vec<String>> {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    if !Path::new("/usr/bin/chromium").exists() {
+        eprintln!("SKIP layout check: chromium not installed (scripts/install-deps installs it)");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let probe = dir.path().join("probe.html");
+    let script = "<script>const cut=[...document.querySelectorAll('.table-wrap')]\
+        .filter(w=>w.scrollWidth>w.clientWidth+1)\
+        .map(w=>{const c=w.querySelector('caption');return c?c.textContent:w.textContent.slice(0,60)});\
+        document.body.setAttribute('data-cut',JSON.stringify(cut));</script></body>";
+    let text = std::fs::read_to_string(html).unwrap().replace("</body>", script);
+    std::fs::write(&probe, text).unwrap();
+    let out_path = dir.path().join("dom.html");
+    let mut child = Command::new("/usr/bin/chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--dump-dom",
+        ])
+        .arg(format!("--window-size={width},1000"))
+        .arg(format!("--user-data-dir={}", dir.path().join("profile").display()))
+        .arg(format!("file://{}", probe.display()))
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("chromium did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let dom = std::fs::read_to_string(&out_path).unwrap();
+    let attr = dom.split("data-cut=\"").nth(1).expect("the probe ran").split('"').next().unwrap();
+    let json = attr.replace("&quot;", "\"").replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">");
+    Some(serde_json::from_str(&json).unwrap())
+}
