@@ -28,12 +28,14 @@ demo: release
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
 ##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
+##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
 bench: release
 	$(CARGO) build --release -p chstorm --example ping_server
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
+	python3 scripts/bench_failover.py --out bench-results
 	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
 	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi
 

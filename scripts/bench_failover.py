@@ -1,0 +1,272 @@
+#!/usr/bin/env python3
+"""make bench (failover part): what a hung or restarting replica costs a client of the gateway.
+
+A local 2x2 cluster (`chstorm local up --shards 2 --replicas 2`) with the items dataset, and the
+gateway that `local up` generates (its gateway_config) as a process. Routed point lookups (the
+query of bench_gateway.py) go through the gateway in an OPEN loop (`chstorm bench --rate R -c 64
+--timeout 5s`), so a stall shows in the latencies instead of slowing the sender. After a 3 s
+unmeasured warm-up (the gateway's per-try deadline follows observed latencies), three runs:
+
+  steady   12 s, nothing happens: the reference.
+  hang     12 s; 3 s in, replica 1.1's clickhouse-server gets SIGSTOP, and SIGCONT 3 s later
+           (a frozen VM, a stalled disk: the replica accepts and says nothing).
+  restart  a rolling restart of all four replicas, one at a time: SIGTERM, up to 3 s to exit,
+           SIGKILL, start again as chstorm-local does, wait for its /ping and for the gateway to
+           see it up, next node. The run ends (SIGINT to bench) 2 s after the last one is back.
+
+For each run: queries, errors (by kind), P99, P99.9, max, late and dropped sends, the deltas of
+the gateway's hedge/retry/kill counters, and its warn/error and replica-up log lines (the whole
+gateway log is OUT/failover-gateway.log).
+Prints hang and restart P99.9 / steady P99.9 and each max; the target (issue 12) is within 2x
+the steady P99.9 with the slowest query well under 1 s. Writes OUT/failover.json. Servers,
+gateway and load share this machine's cores: on a busy machine the figures are noisy.
+"""
+import argparse, json, os, re, signal, subprocess, sys, tempfile, time, urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gateway import sh, start_gateway  # noqa: E402
+
+COUNTERS = ("hedges", "hedge_wins", "per_try_timeouts", "retries", "retry_budget_exhausted", "killed_queries")
+TARGET_RATIO, TARGET_MAX_S = 2.0, 1.0
+
+
+def http_get(url, timeout=1.0):
+    """The body of GET url, or None on any failure."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.read().decode()
+    except OSError:
+        return None
+
+
+def scrape(gw):
+    """The gateway's failover counters: {name: value} and {killed_queries: {reason: value}}."""
+    text = http_get(f"{gw}/metrics", timeout=5)
+    if text is None:
+        raise SystemExit(f"bench_failover: the gateway's {gw}/metrics did not answer within 5 s")
+    out = {c: 0.0 for c in COUNTERS}
+    out["killed_queries"] = {}
+    for m in re.finditer(r"^chstorm_gateway_(\w+?)_total(?:\{([^}]*)\})? (\S+)$", text, re.M):
+        name, labels, value = m.group(1), m.group(2) or "", float(m.group(3))
+        if name == "killed_queries":
+            reason = re.search(r'reason="([^"]*)"', labels)
+            out[name][reason.group(1) if reason else labels] = value
+        elif name in out:
+            out[name] += value
+    return out
+
+
+def delta(before, after):
+    d = {k: after[k] - before[k] for k in COUNTERS if k != "killed_queries"}
+    kb, ka = before["killed_queries"], after["killed_queries"]
+    d["killed_queries"] = {r: v - kb.get(r, 0) for r, v in ka.items() if v - kb.get(r, 0)}
+    return d
+
+
+def replica_up(gw, label):
+    m = re.search(rf'^chstorm_gateway_replica_up\{{[^}}]*replica="{re.escape(label)}"[^}}]*\}} (\S+)$',
+                  http_get(f"{gw}/metrics") or "", re.M)
+    return m is not None and float(m.group(1)) == 1
+
+
+def wait_until(what, limit, f):
+    t = time.time()
+    while not f():
+        if time.time() - t > limit:
+            raise SystemExit(f"bench_failover: {what} did not happen within {limit} s")
+        time.sleep(0.05)
+
+
+def gone(pid):
+    """True once every thread of pid has exited. A zombie leader counts as gone (it is not our
+    child to reap) only when it is the last task: after SIGKILL the leader can be a zombie while
+    other threads still exit and hold the server's lock on data/status."""
+    try:
+        zombie = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+        return zombie and len(os.listdir(f"/proc/{pid}/task")) <= 1
+    except (OSError, IndexError):
+        return True
+
+
+class Phase:
+    """One bench run against the gateway, with the counters and log lines around it."""
+
+    def __init__(self, ctx, name, duration):
+        self.ctx, self.name, self.events = ctx, name, []
+        self.json = os.path.join(ctx["tmp"], f"{name}.json")
+        self.before, self.log_at = scrape(ctx["gw"]), os.path.getsize(ctx["gw_log"])
+        cmd = [ctx["chstorm"], "bench", "--quiet", "--url", ctx["gw"], "-q", ctx["query"], "--rate", str(ctx["rate"]),
+               "-c", "64", "--timeout", "5s", "-d", f"{duration}s", "--json", self.json]
+        self.err = open(os.path.join(ctx["tmp"], f"{name}.err"), "w+")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.err)
+        self.t0 = time.time()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *_):
+        if exc_type is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def event(self, what):
+        self.events.append((round(time.time() - self.t0, 2), what))
+
+    def finish(self, interrupt=False):
+        if interrupt:
+            self.proc.send_signal(signal.SIGINT)
+        rc = self.proc.wait(timeout=60)
+        if rc not in (0, 130):
+            self.err.seek(0)
+            raise SystemExit(f"bench_failover: bench failed in phase {self.name} (exit {rc}): {self.err.read().strip()}")
+        r = json.load(open(self.json))
+        with open(self.ctx["gw_log"]) as f:
+            f.seek(self.log_at)
+            logs = [l.strip() for l in f if re.search(r'"level":"(warn|error)"|"msg":"replica up"', l)]
+        l = r["latency_s"]
+        return {"duration_s": r["duration_s"], "queries": r["queries"], "errors": r["errors"],
+                "errors_by_kind": r["errors_by_kind"], "p50_ms": l["p50"] * 1e3, "p99_ms": l["p99"] * 1e3,
+                "p99_9_ms": l["p99.9"] * 1e3, "max_ms": l["max"] * 1e3, "late": r["late"], "dropped": r["dropped"],
+                "gateway": delta(self.before, scrape(self.ctx["gw"])), "events": self.events,
+                "gateway_log": logs, "per_second": r["per_second"]}
+
+
+def hang(ctx, node):
+    with Phase(ctx, "hang", 12) as ph:
+        time.sleep(3)
+        os.kill(node["pid"], signal.SIGSTOP)
+        ph.event(f"SIGSTOP {node['label']}")
+        try:
+            time.sleep(3)
+        finally:
+            os.kill(node["pid"], signal.SIGCONT)
+            ph.event(f"SIGCONT {node['label']}")
+        return ph.finish()
+
+
+def restart_node(ctx, node, ph):
+    """SIGTERM, up to 3 s, SIGKILL, start as chstorm-local does (process.rs: server_command)."""
+    pid, label, ndir = node["pid"], node["label"], node["dir"]
+    argv = open(f"/proc/{pid}/cmdline").read().rstrip("\0").split("\0")  # the exact command line
+    os.kill(pid, signal.SIGTERM)
+    ph.event(f"SIGTERM {label}")
+    t = time.time()
+    while not gone(pid) and time.time() - t < 3:
+        time.sleep(0.05)
+    if not gone(pid):
+        os.kill(pid, signal.SIGKILL)
+        ph.event(f"SIGKILL {label}")
+        wait_until(f"{label} exit after SIGKILL", 5, lambda: gone(pid))
+    else:
+        ph.event(f"exited {label}")
+    log = open(os.path.join(ndir, "log", "stdout.log"), "a")
+    p = subprocess.Popen(argv, cwd=ndir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, process_group=0)
+    ctx["started"].append(p)
+    node["pid"] = p.pid
+    ph.event(f"started {label} pid {p.pid}")
+    def ping():
+        if p.poll() is not None:
+            raise SystemExit(f"bench_failover: {label} exited ({p.returncode}) on start; see {ndir}/log/server.err.log")
+        return http_get(f"{node['http_url']}/ping") is not None
+
+    wait_until(f"{label} /ping", 30, ping)
+    ph.event(f"ping {label}")
+    wait_until(f"gateway sees {label} up", 10, lambda: replica_up(ctx["gw"], label))
+    ph.event(f"gateway up {label}")
+    # Record the new pid, so that `chstorm local down` stops it should this script die.
+    topo_file = os.path.join(ctx["cdir"], "cluster.json")
+    topo = json.load(open(topo_file))
+    for n in topo["nodes"]:
+        if f"{n['shard']}.{n['replica']}" == label:
+            n["pid"] = p.pid
+    json.dump(topo, open(topo_file, "w"), indent=2)
+
+
+def rolling_restart(ctx, nodes):
+    with Phase(ctx, "restart", 300) as ph:
+        time.sleep(1)
+        for node in nodes:
+            restart_node(ctx, node, ph)
+        time.sleep(2)
+        return ph.finish(interrupt=True)
+
+
+def line(name, r):
+    g = r["gateway"]
+    killed = ", ".join(f"{k} {v:.0f}" for k, v in sorted(g["killed_queries"].items())) or "none"
+    return (f"  {name:<8} queries {r['queries']:6d}  errors {r['errors']} {r['errors_by_kind'] or ''}  p99 {r['p99_ms']:7.1f} ms  "
+            f"p99.9 {r['p99_9_ms']:7.1f} ms  max {r['max_ms']:7.1f} ms  late {r['late']} dropped {r['dropped']} | hedges "
+            f"{g['hedges']:.0f} wins {g['hedge_wins']:.0f} per-try timeouts {g['per_try_timeouts']:.0f} retries "
+            f"{g['retries']:.0f} budget exhausted {g['retry_budget_exhausted']:.0f} killed: {killed}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-results", help="where failover.json and the logs go (default bench-results)")
+    ap.add_argument("--rate", type=float, default=500, help="open-loop lookups per second (default 500)")
+    ap.add_argument("--rows", type=int, default=200_000, help="rows of items (default 200,000)")
+    ap.add_argument("--chstorm", default="target/release/chstorm")
+    args = ap.parse_args()
+    chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    cdir = os.path.join(out, "failover-cluster")
+    gw_log = os.path.join(out, "failover-gateway.log")
+    open(gw_log, "w").close()
+    ctx = {"chstorm": chstorm, "rate": args.rate, "tmp": tempfile.mkdtemp(prefix="chstorm-failover-"), "cdir": cdir,
+           "gw_log": gw_log, "started": []}
+    topo = json.loads(sh([chstorm, "local", "up", "--shards", "2", "--replicas", "2", "--dir", cdir, "--json"]))
+    nodes, gw = [], None
+    results = {"rate": args.rate, "rows": args.rows, "concurrency": 64, "timeout_s": 5, "loadavg_before": os.getloadavg()}
+    try:
+        sh([chstorm, "dataset", "load", "items", "--url", topo["nodes"][0]["http_url"], "--cluster", "storm",
+            "--topology", cdir, "--rows", str(args.rows)])
+        shops = max(1, args.rows // 100)
+        ctx["query"] = results["query"] = (f"SELECT * FROM items FINAL WHERE shop_id = {{s:zipf({shops},1.1)}} "
+                                           f"AND item_id = {{i:uniform(1,{args.rows})}}")
+        gw, ctx["gw"] = start_gateway(chstorm, topo["gateway_config"], gw_log)
+        status = json.loads(sh([chstorm, "local", "status", "--dir", cdir, "--json"]))
+        nodes = [dict(n, label=f"{n['shard']}.{n['replica']}") for n in status["nodes"]]
+        with Phase(ctx, "warmup", 3) as ph:
+            ph.finish()
+        with Phase(ctx, "steady", 12) as ph:
+            phases = {"steady": ph.finish()}
+        print(line("steady", phases["steady"]), file=sys.stderr)
+        phases["hang"] = hang(ctx, nodes[0])
+        print(line("hang", phases["hang"]), file=sys.stderr)
+        phases["restart"] = rolling_restart(ctx, nodes)
+        print(line("restart", phases["restart"]), file=sys.stderr)
+    finally:
+        for n in nodes:  # never leave a server stopped
+            if not gone(n["pid"]):
+                os.kill(n["pid"], signal.SIGCONT)
+        for p in ctx["started"]:
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if gw:
+            gw.send_signal(signal.SIGTERM)
+            gw.wait()
+        subprocess.call([chstorm, "local", "down", "--dir", cdir], stdout=subprocess.DEVNULL)
+    results["loadavg_after"] = os.getloadavg()
+    results["phases"] = phases
+    steady = phases["steady"]["p99_9_ms"]
+    lines = []
+    for name in ("hang", "restart"):
+        r = phases[name]
+        r["p99_9_over_steady"] = r["p99_9_ms"] / steady
+        r["meets_target"] = r["errors"] == 0 and r["p99_9_over_steady"] <= TARGET_RATIO and r["max_ms"] < TARGET_MAX_S * 1e3
+        lines.append(f"failover {name} p99.9 / steady p99.9 = {r['p99_9_over_steady']:.2f}")
+    lines.append("failover max_ms steady / hang / restart = " + " / ".join(f"{phases[n]['max_ms']:.1f}" for n in phases))
+    lines.append(f"failover target (0 errors, <= {TARGET_RATIO:g}x steady p99.9, max < {TARGET_MAX_S * 1e3:.0f} ms): "
+                 + ", ".join(f"{n} {'met' if phases[n]['meets_target'] else 'MISSED'}" for n in ("hang", "restart")))
+    json.dump(results, open(os.path.join(out, "failover.json"), "w"), indent=2)
+    print("\n".join(lines))
+    print(f"figures written to {os.path.join(out, 'failover.json')} (load average {results['loadavg_before'][0]:.1f} before, "
+          f"{results['loadavg_after'][0]:.1f} after: a busy machine makes them noisy)")
+
+
+if __name__ == "__main__":
+    main()
