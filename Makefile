@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build release test demo bench clean
+.PHONY: all deps build release test lint demo bench clean
 
 all: release
 
@@ -16,9 +16,15 @@ build: deps
 release: deps
 	$(CARGO) build --release -p chstorm
 
-## Every test, against real ClickHouse servers that the tests start and stop themselves.
-test: deps
+## Every test, against real ClickHouse servers that the tests start and stop themselves; the lint
+## gates first (a formatting or clippy finding fails the run, as any test does).
+test: deps lint
 	$(CARGO) test --workspace --no-fail-fast
+
+## The lint gates alone: rustfmt (rustfmt.toml) and clippy with warnings as errors.
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## The main job: a local ClickHouse, small datasets, the storm and shopee suites (quick), one report
 ## in ./chstorm-demo/report.html. DEMO_FLAGS=--keep leaves the server running.

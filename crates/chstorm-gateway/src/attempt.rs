@@ -142,6 +142,8 @@ pub struct Won {
 }
 
 /// How the attempts ended.
+// One per request, moved once into `respond`: boxing the answer would only add an allocation.
+#[allow(clippy::large_enum_variant)]
 pub enum Outcome {
     /// An answer head (success, or an error answer to pass on, its body already read).
     Answer { resp: Response<GBody>, won: Won, retries: u32, hedged: bool },

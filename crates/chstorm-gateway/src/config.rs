@@ -608,7 +608,7 @@ impl Config {
             return Err(err("budget_ratio", "retries.budget_ratio: must be between 0 and 10".into()));
         }
         let h = &raw.hedging;
-        if !(0.5..=1.0).contains(&h.quantile) || !(h.factor >= 1.0 && h.factor <= 100.0) {
+        if !(0.5..=1.0).contains(&h.quantile) || !(1.0..=100.0).contains(&h.factor) {
             return Err(err(
                 "hedging:",
                 "hedging.quantile must be within 0.5..1 and hedging.factor within 1..100".into(),

@@ -262,7 +262,7 @@ where
                 if let Err(why) = rate.check() {
                     return Ok(rejected(
                         &state,
-                        &name,
+                        name,
                         StatusCode::TOO_MANY_REQUESTS,
                         format!("chstorm gateway: user '{name}': {why}"),
                     ));
@@ -273,7 +273,7 @@ where
                 Err(why) => {
                     return Ok(rejected(
                         &state,
-                        &name,
+                        name,
                         StatusCode::TOO_MANY_REQUESTS,
                         format!("chstorm gateway: user '{name}': {why}"),
                     ))

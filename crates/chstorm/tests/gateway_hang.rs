@@ -6,8 +6,13 @@ mod common;
 use chstorm_testenv::{curl, start_cluster, ROWS};
 use std::time::Duration;
 
-/// The open-loop rate: a debug build of bench and gateway beside 4 servers on 2 cores.
-const RATE: &str = "300";
+/// The open-loop rate: a debug build of bench and gateway beside 4 servers on 2 cores (the
+/// issue measured 60/s; `scripts/bench_failover.py` runs 500/s on a release build).
+const RATE: &str = "150";
+
+/// The tests of this file take turns: each runs a 2x2 cluster and an open loop, and two at once
+/// would measure the 2 cores' contention instead of the gateway.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn metric(gw: &str, name: &str) -> f64 {
     let m = curl(&[&format!("{gw}/metrics")]).2;
@@ -19,6 +24,7 @@ fn metric(gw: &str, name: &str) -> f64 {
 
 #[test]
 fn a_hung_replica_stalls_no_query() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let env = start_cluster();
     let gw_handle = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
     let gw = format!("http://{}", gw_handle.addr);
@@ -63,7 +69,7 @@ fn a_hung_replica_stalls_no_query() {
             .join("\n")
     );
     assert_eq!(r.errors, 0, "failed queries across a 3 s hang: {:?}", r.errors_by_kind);
-    assert!(r.queries >= 1500, "the load really ran: {} queries", r.queries);
+    assert!(r.queries >= 700, "the load really ran: {} queries", r.queries);
     // A generous bound, so it never flakes on a loaded machine; the real figures are in
     // docs/PERFORMANCE.md (make bench). Without hedging the slowest query waits the whole 3 s.
     assert!(
@@ -86,6 +92,7 @@ extern "C" {
 /// connections close after their next answer) and stops. No query fails.
 #[test]
 fn a_gateway_restart_with_a_second_instance_on_the_port_fails_no_query() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let env = start_cluster();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let cfg = env.gateway_config(|t| {
@@ -110,9 +117,9 @@ fn a_gateway_restart_with_a_second_instance_on_the_port_fails_no_query() {
         r.queries, r.errors, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
     );
     assert_eq!(r.errors, 0, "failed queries across the gateway's restart: {:?}", r.errors_by_kind);
-    assert!(r.queries >= 1000, "the load really ran: {} queries", r.queries);
+    assert!(r.queries >= 600, "the load really ran: {} queries", r.queries);
     // The new gateway answered what came after the switch.
     let served = metric(&url, "chstorm_gateway_requests_total");
-    assert!(served >= 500.0, "the new gateway served {served} requests");
+    assert!(served >= 300.0, "the new gateway served {served} requests");
     second.stop();
 }
