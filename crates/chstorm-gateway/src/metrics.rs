@@ -18,6 +18,9 @@
 //! | `chstorm_gateway_thread_floor_grants_total` | cluster, replica | 1-thread grants made with the budget spent |
 //! | `chstorm_gateway_thread_queue_wait_seconds` | cluster, replica | time queries waited for a thread (`queue` mode) |
 //! | `chstorm_gateway_thread_queue_timeouts_total` | cluster, replica | waits that reached `max_wait` (then 1 thread) |
+//! | `chstorm_gateway_thread_total_moves_total` | cluster, replica | `total: adaptive`: moves of the total a probe proved |
+//! | `chstorm_gateway_thread_total_probes_total` | cluster, replica | `total: adaptive`: probe windows at a candidate total |
+//! | `chstorm_gateway_thread_server_cpu` | cluster, replica | the server's CPU busy share, 0..1 (`total: adaptive`, servers that publish it) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -83,6 +86,9 @@ pub struct Metrics {
     pub thread_floor_grants: Family<ReplicaLabels, Counter>,
     pub thread_queue_wait: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
     pub thread_queue_timeouts: Family<ReplicaLabels, Counter>,
+    pub thread_total_moves: Family<ReplicaLabels, Counter>,
+    pub thread_total_probes: Family<ReplicaLabels, Counter>,
+    pub thread_server_cpu: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -154,6 +160,24 @@ impl Default for Metrics {
             "Waits for a thread that reached max_wait",
             thread_queue_timeouts.clone(),
         );
+        let thread_total_moves = Family::<ReplicaLabels, Counter>::default();
+        let thread_total_probes = Family::<ReplicaLabels, Counter>::default();
+        let thread_server_cpu = Family::<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "chstorm_gateway_thread_total_moves",
+            "Moves of an adaptive thread total that a probe proved",
+            thread_total_moves.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_total_probes",
+            "Probe windows of an adaptive thread total at a candidate total",
+            thread_total_probes.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_server_cpu",
+            "The server's CPU busy share, 0..1, as an adaptive thread total last read it",
+            thread_server_cpu.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -172,6 +196,9 @@ impl Default for Metrics {
             thread_floor_grants,
             thread_queue_wait,
             thread_queue_timeouts,
+            thread_total_moves,
+            thread_total_probes,
+            thread_server_cpu,
         }
     }
 }
