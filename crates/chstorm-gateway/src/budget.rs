@@ -33,6 +33,7 @@ use crate::log::log;
 use crate::metrics::{Metrics, ReplicaLabels};
 use adaptive::{Change, Controller, Reason, ServerLoad, Tuning};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::{HashMap, VecDeque};
@@ -54,7 +55,8 @@ pub struct BudgetMetrics {
     timeouts: Counter,
     moves: Counter,
     probes: Counter,
-    server_cpu: Gauge<f64, AtomicU64>,
+    /// Created at the first figure: a server that publishes none shows none.
+    server_cpu: (Family<ReplicaLabels, Gauge<f64, AtomicU64>>, ReplicaLabels),
 }
 
 impl BudgetMetrics {
@@ -71,7 +73,7 @@ impl BudgetMetrics {
             timeouts: m.thread_queue_timeouts.get_or_create(&l).clone(),
             moves: m.thread_total_moves.get_or_create(&l).clone(),
             probes: m.thread_total_probes.get_or_create(&l).clone(),
-            server_cpu: m.thread_server_cpu.get_or_create(&l).clone(),
+            server_cpu: (m.thread_server_cpu.clone(), l.clone()),
         }
     }
 }
@@ -496,7 +498,7 @@ impl ReplicaBudget {
     /// The server's CPU load (adaptive totals use it; others only show it).
     pub fn server_load(&self, load: ServerLoad) {
         if let (Some(m), Some(c)) = (&self.metrics, load.cpu_busy) {
-            m.server_cpu.set(c);
+            m.server_cpu.0.get_or_create(&m.server_cpu.1).set(c);
         }
         let mut g = self.lock();
         let now = Instant::now().saturating_duration_since(self.origin);
