@@ -6,14 +6,17 @@ One local ClickHouse server with the `hits` dataset; the seed's query
 sent through a chstorm gateway by `chstorm bench`, first by 1 client for N1 queries, then by 20
 clients for N20 queries (fixed counts, the same for every row). Rows:
   * static max_threads 1, 2, 4, 8, 16 (the client's max_threads setting, passed through);
-  * the gateway's thread budget, `threads: {total: T, max_per_query: 16, mode: M}` for T in
-    2, 4, 8, 16, auto and M in grant, queue.
+  * the gateway's thread budget, `threads: {total: T, max_per_query: 16, mode: M, max_wait: W}`
+    for T in 2, 4, 8, 16, auto and M in grant, queue (W = --max-wait);
+  * `default`: the gateway's defaults, a `threads: {}` section with nothing set;
+  * `adaptive`: `threads: {total: adaptive}`, everything else default.
 Every row runs on a fresh gateway process. The rows are run --reps times, in passes whose order
 alternates (forward, backward, ...) so that a slow drift of the shared machine hits every row
 alike; each row's times are the median over the passes.
 
 Prints the table in the seed's layout (QPS and time for 1 client, for 20 clients, their total)
-and the verdict `best budget total / best static total = X`; writes OUT/threads.json.
+and the verdicts `best budget total / best static total`, `default / best static` and
+`adaptive / best static` (of the medians, and pass by pass); writes OUT/threads.json.
 Everything (server, gateway, load) shares this machine's cores.
 """
 import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
@@ -30,8 +33,8 @@ def start_gateway(chstorm, server_url, threads, tmp, log):
     with open(cfg, "w") as f:
         f.write(f"listen: 127.0.0.1:{free_port()}\nlimits:\n  max_concurrency: 256\nclusters:\n  one:\n"
                 f"    shards:\n      - replicas: [{server_url}]\n")
-        if threads:
-            f.write("    threads:\n" + "".join(f"      {k}: {v}\n" for k, v in threads.items()))
+        if threads is not None:
+            f.write("    threads:" + ("".join(f"\n      {k}: {v}" for k, v in threads.items()) if threads else " {}") + "\n")
         f.write("users:\n  - name: default\n    cluster: one\n    max_concurrency: 64\n")
     return start_gateway_with(chstorm, cfg, log)
 
@@ -95,6 +98,9 @@ def main():
     for mode in ("grant", "queue"):
         for total in (2, 4, 8, 16, "auto"):
             rows.append({"name": f"budget {total} {mode}", "kind": "budget", "total": total, "mode": mode})
+    # The gateway's defaults (nothing set) and the adaptive total (only it set).
+    rows.append({"name": "default", "kind": "default", "threads": {}})
+    rows.append({"name": "adaptive", "kind": "adaptive", "threads": {"total": "adaptive"}})
     runs = {r["name"]: [] for r in rows}
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     try:
@@ -109,6 +115,8 @@ def main():
             for row in order:
                 if row["kind"] == "static":
                     threads, settings = None, [f"max_threads={row['max_threads']}"]
+                elif "threads" in row:
+                    threads, settings = row["threads"], []
                 else:
                     threads = {"total": row["total"], "max_per_query": args.max_per_query, "mode": row["mode"], "max_wait": args.max_wait}
                     settings = []
@@ -140,19 +148,40 @@ def main():
                       "budget_total": rs[0]["budget_total"], "runs": rs})
         table.append(entry)
     static = [e for e in table if e["kind"] == "static"]
-    budget = [e for e in table if e["kind"] == "budget"]
+    budget = [e for e in table if e["kind"] in ("budget", "default", "adaptive")]
+    by_mode = [e for e in table if e["kind"] == "budget"]
     best_static = min(static, key=lambda e: e["total_s"])
     best_budget = min(budget, key=lambda e: e["total_s"])
-    best_by_mode = {m: min((e for e in budget if e["mode"] == m), key=lambda e: e["total_s"]) for m in ("grant", "queue")}
+    best_by_mode = {m: min((e for e in by_mode if e["mode"] == m), key=lambda e: e["total_s"]) for m in ("grant", "queue")}
     ratio = best_budget["total_s"] / best_static["total_s"]
+    default = next(e for e in table if e["kind"] == "default")
+    adaptive = next(e for e in table if e["kind"] == "adaptive")
+    default_ratio = default["total_s"] / best_static["total_s"]
+    adaptive_ratio = adaptive["total_s"] / best_static["total_s"]
+    # Pass by pass: each pass's default and adaptive against that pass's best static row.
+    passes = []
+    for i in range(args.reps):
+        bs = min((e for e in static), key=lambda e: e["runs"][i]["total_s"])
+        b1 = min((e for e in static), key=lambda e: e["runs"][i]["c1"]["time_s"])
+        passes.append({"pass": i + 1, "best_static": bs["name"], "best_static_s": bs["runs"][i]["total_s"],
+                       "default_s": default["runs"][i]["total_s"], "adaptive_s": adaptive["runs"][i]["total_s"],
+                       "default_over_best_static": default["runs"][i]["total_s"] / bs["runs"][i]["total_s"],
+                       "adaptive_over_best_static": adaptive["runs"][i]["total_s"] / bs["runs"][i]["total_s"],
+                       "best_static_c1": b1["name"], "best_static_c1_s": b1["runs"][i]["c1"]["time_s"],
+                       "default_c1_s": default["runs"][i]["c1"]["time_s"], "adaptive_c1_s": adaptive["runs"][i]["c1"]["time_s"],
+                       "default_total_threads": default["runs"][i]["budget_total"],
+                       "adaptive_total_threads": adaptive["runs"][i]["budget_total"]})
     # The best any policy that picks one of the static max_threads per load could do: the best
     # static row for 1 client plus the best static row for 20 clients, known after the fact.
     best1 = min(static, key=lambda e: e["time_c1_s"])
+    default_c1_ratio = default["time_c1_s"] / best1["time_c1_s"]
+    adaptive_c1_ratio = adaptive["time_c1_s"] / best1["time_c1_s"]
     best20 = min(static, key=lambda e: e["time_c20_s"])
     per_load = best1["time_c1_s"] + best20["time_c20_s"]
 
     lines = [f"hits: {args.rows} rows; 1 client x {args.n1} queries, 20 clients x {args.n20} queries; median of {args.reps} passes; "
-             f"server max_threads default {cores} (auto total = {2 * cores}); budget rows: max_per_query {args.max_per_query}, queue max_wait {args.max_wait}",
+             f"server max_threads default {cores} (its cores); budget rows: max_per_query {args.max_per_query}, queue max_wait {args.max_wait}; "
+             f"default and adaptive rows: the gateway's defaults",
              "",
              f"{'row':<22} {'QPS 1 client':>12} {'time':>7} {'QPS 20 clients':>15} {'time':>7} {'total time':>11}"]
     for e in table:
@@ -162,12 +191,25 @@ def main():
               f"best grant: {best_by_mode['grant']['name']} {best_by_mode['grant']['total_s']:.2f} s; best queue: {best_by_mode['queue']['name']} {best_by_mode['queue']['total_s']:.2f} s",
               f"per-load best static: {best1['name']} for 1 client + {best20['name']} for 20 clients = {per_load:.2f} s "
               f"(= {per_load / best_static['total_s']:.3f} x best static: the most a per-load choice among the static rows could gain)",
-              f"best budget total / best static total = {ratio:.3f}"]
+              f"best budget total / best static total = {ratio:.3f}",
+              f"default / best static = {default_ratio:.3f} (1 client: default {default['time_c1_s']:.2f} s / best static {best1['name']} "
+              f"{best1['time_c1_s']:.2f} s = {default_c1_ratio:.3f})",
+              f"adaptive / best static = {adaptive_ratio:.3f} (1 client: {adaptive_c1_ratio:.3f}; totals at the end of the rows: "
+              f"{[r['budget_total'] for r in adaptive['runs']]})"]
+    for p in passes:
+        lines.append(f"  pass {p['pass']}: best static {p['best_static']} {p['best_static_s']:.2f} s; default {p['default_s']:.2f} s "
+                     f"= {p['default_over_best_static']:.3f}; adaptive {p['adaptive_s']:.2f} s = {p['adaptive_over_best_static']:.3f}; "
+                     f"1 client: best static {p['best_static_c1']} {p['best_static_c1_s']:.2f} s, default {p['default_c1_s']:.2f} s, "
+                     f"adaptive {p['adaptive_c1_s']:.2f} s")
+    lines.append(f"machine load average before / after: {load_before[0]:.2f} / {load_after[0]:.2f}")
     result = {"query": QUERY, "rows": args.rows, "n1": args.n1, "n20": args.n20, "reps": args.reps, "server_max_threads": cores,
               "max_per_query": args.max_per_query, "max_wait": args.max_wait, "loadavg_before": load_before, "loadavg_after": load_after,
               "elapsed_s": time.time() - started, "table": table, "best_static": best_static["name"], "best_budget": best_budget["name"],
               "best_grant": best_by_mode["grant"]["name"], "best_queue": best_by_mode["queue"]["name"],
               "best_budget_over_best_static": ratio, "per_load_best_static_s": per_load,
+              "default_over_best_static": default_ratio, "adaptive_over_best_static": adaptive_ratio,
+              "default_c1_over_best_static_c1": default_c1_ratio, "adaptive_c1_over_best_static_c1": adaptive_c1_ratio,
+              "passes": passes,
               "per_load_best_static_over_best_static": per_load / best_static["total_s"],
               "best_static_c1": best1["name"], "best_static_c20": best20["name"]}
     json.dump(result, open(os.path.join(out, "threads.json"), "w"), indent=2)

@@ -22,18 +22,22 @@
 //! Invariant (tested under concurrency): `in_use <= total - external + floors`, where `floors` is
 //! the number of floor grants held; no grant is below 1 or above `want`.
 
+pub mod adaptive;
 pub mod probe;
 #[cfg(test)]
 mod tests;
 
 use crate::balancer::Replica;
 use crate::config::{Cluster, ThreadMode, ThreadTotal, Threads};
+use crate::log::log;
 use crate::metrics::{Metrics, ReplicaLabels};
+use adaptive::{Change, Controller, Reason, ServerLoad, Tuning};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
@@ -49,6 +53,10 @@ pub struct BudgetMetrics {
     floors: Counter,
     wait: Histogram,
     timeouts: Counter,
+    moves: Counter,
+    probes: Counter,
+    /// Created at the first figure: a server that publishes none shows none.
+    server_cpu: (Family<ReplicaLabels, Gauge<f64, AtomicU64>>, ReplicaLabels),
 }
 
 impl BudgetMetrics {
@@ -63,6 +71,9 @@ impl BudgetMetrics {
             floors: m.thread_floor_grants.get_or_create(&l).clone(),
             wait: m.thread_queue_wait.get_or_create(&l).clone(),
             timeouts: m.thread_queue_timeouts.get_or_create(&l).clone(),
+            moves: m.thread_total_moves.get_or_create(&l).clone(),
+            probes: m.thread_total_probes.get_or_create(&l).clone(),
+            server_cpu: (m.thread_server_cpu.clone(), l.clone()),
         }
     }
 }
@@ -114,6 +125,10 @@ struct Inner {
     /// Grants handed to waiters that have not picked them up yet.
     handed: HashMap<u64, usize>,
     next_id: u64,
+    /// Grants held (queries in flight through this budget).
+    grants: usize,
+    /// `total: adaptive`: the controller that sets the total.
+    ctl: Option<Controller>,
 }
 
 /// One replica's budget.
@@ -129,6 +144,8 @@ pub struct ReplicaBudget {
     track_ids: bool,
     inner: Mutex<Inner>,
     metrics: Option<BudgetMetrics>,
+    /// The adaptive controller's clock origin.
+    origin: Instant,
 }
 
 impl std::fmt::Debug for ReplicaBudget {
@@ -144,6 +161,9 @@ pub struct Grant {
     floor: bool,
     query_id: Option<String>,
     waited: Duration,
+    /// The adaptive controller's epoch when granted, and when.
+    epoch: u64,
+    at: Instant,
 }
 
 impl std::fmt::Debug for Grant {
@@ -169,7 +189,7 @@ impl Grant {
 
 impl Drop for Grant {
     fn drop(&mut self) {
-        self.budget.release(self.threads, self.floor, self.query_id.take());
+        self.budget.release(self.threads, self.floor, self.query_id.take(), self.epoch, self.at);
     }
 }
 
@@ -214,6 +234,7 @@ impl ReplicaBudget {
             track_ids: cfg.observe,
             inner: Mutex::new(Inner::default()),
             metrics,
+            origin: Instant::now(),
         };
         if let Some(m) = &b.metrics {
             m.total.set(b.total() as i64);
@@ -265,14 +286,21 @@ impl ReplicaBudget {
         (t, floor)
     }
 
-    /// Hands free threads to the waiters at the head of the queue, in order.
+    /// Hands free threads to the waiters at the head of the queue, in order. What is free is
+    /// shared among the waiters: each gets at most `max(1, free / waiting)` (a lone waiter gets
+    /// up to its `want`), so a release under load starts several one-thread queries rather
+    /// than one query with every thread (which would run the queue one query at a time).
     fn dispatch(&self, g: &mut Inner) {
+        let share = match g.queue.len() {
+            0 => return,
+            n => (self.available(g) / n).max(1),
+        };
         while let Some(w) = g.queue.front() {
             let avail = self.available(g);
             if avail == 0 {
                 break;
             }
-            let t = avail.min(w.want).max(1);
+            let t = avail.min(w.want).min(share).max(1);
             let Some(w) = g.queue.pop_front() else { break };
             g.in_use += t;
             g.handed.insert(w.id, t);
@@ -288,11 +316,28 @@ impl ReplicaBudget {
         }
     }
 
-    fn made(self: &Arc<Self>, g: &mut Inner, threads: usize, floor: bool, query_id: &str, waited: Duration) -> Grant {
+    #[allow(clippy::too_many_arguments)]
+    fn made(
+        self: &Arc<Self>,
+        g: &mut Inner,
+        want: usize,
+        threads: usize,
+        floor: bool,
+        query_id: &str,
+        waited: Duration,
+    ) -> Grant {
         let query_id = self.track_ids.then(|| query_id.to_string());
         if let Some(q) = &query_id {
             *g.own.entry(q.clone()).or_insert(0) += 1;
         }
+        g.grants += 1;
+        let at = Instant::now();
+        let in_flight = (g.grants + g.queue.len() + g.external) as f64;
+        let held_back = threads < want || waited > Duration::ZERO;
+        let epoch = match g.ctl.as_mut() {
+            Some(c) => c.on_grant(at.saturating_duration_since(self.origin), held_back, in_flight),
+            None => 0,
+        };
         self.publish(g);
         if let Some(m) = &self.metrics {
             m.grant.observe(threads as f64);
@@ -300,12 +345,20 @@ impl ReplicaBudget {
                 m.floors.inc();
             }
         }
-        Grant { budget: self.clone(), threads, floor, query_id, waited }
+        Grant { budget: self.clone(), threads, floor, query_id, waited, epoch, at }
     }
 
-    fn release(&self, threads: usize, floor: bool, query_id: Option<String>) {
+    fn release(&self, threads: usize, floor: bool, query_id: Option<String>, epoch: u64, at: Instant) {
         let mut g = self.lock();
         g.in_use = g.in_use.saturating_sub(threads);
+        g.grants = g.grants.saturating_sub(1);
+        let now = Instant::now();
+        let change = g.ctl.as_mut().and_then(|c| {
+            c.on_release(now.saturating_duration_since(self.origin), epoch, now.saturating_duration_since(at))
+        });
+        if let Some(c) = change {
+            self.adapted(c);
+        }
         if floor {
             g.floors = g.floors.saturating_sub(1);
         }
@@ -326,7 +379,7 @@ impl ReplicaBudget {
         let want = want.clamp(1, self.max_per_query);
         let mut g = self.lock();
         let (t, floor) = self.take(&mut g, want);
-        self.made(&mut g, t, floor, query_id, Duration::ZERO)
+        self.made(&mut g, want, t, floor, query_id, Duration::ZERO)
     }
 
     /// Grants `want` threads or fewer (at least 1). `grant` mode never waits; `queue` mode waits
@@ -341,7 +394,7 @@ impl ReplicaBudget {
             let mut g = self.lock();
             if g.queue.is_empty() && self.available(&g) > 0 {
                 let (t, floor) = self.take(&mut g, want);
-                return self.made(&mut g, t, floor, query_id, Duration::ZERO);
+                return self.made(&mut g, want, t, floor, query_id, Duration::ZERO);
             }
             let id = g.next_id;
             g.next_id += 1;
@@ -362,7 +415,7 @@ impl ReplicaBudget {
                 if let Some(m) = &self.metrics {
                     m.wait.observe(waited.as_secs_f64());
                 }
-                return self.made(&mut g, t, false, query_id, waited);
+                return self.made(&mut g, want, t, false, query_id, waited);
             }
             if timed_out {
                 guard.done = true;
@@ -373,7 +426,7 @@ impl ReplicaBudget {
                     m.wait.observe(waited.as_secs_f64());
                     m.timeouts.inc();
                 }
-                return self.made(&mut g, t, floor, query_id, waited);
+                return self.made(&mut g, want, t, floor, query_id, waited);
             }
         }
     }
@@ -387,6 +440,71 @@ impl ReplicaBudget {
         let mut g = self.lock();
         self.dispatch(&mut g);
         self.publish(&g);
+    }
+
+    /// Applies a change the adaptive controller made (under the budget's lock).
+    fn adapted(&self, c: Change) {
+        self.total.store(c.to.max(1), Ordering::Release);
+        if let Some(m) = &self.metrics {
+            m.total.set(c.to.max(1) as i64);
+            match c.reason {
+                Reason::Probe => {
+                    m.probes.inc();
+                }
+                Reason::Move => {
+                    m.moves.inc();
+                }
+                Reason::Back => {}
+            }
+        }
+        if c.reason == Reason::Move {
+            log(
+                "info",
+                "thread budget: adaptive total moved",
+                serde_json::json!({"replica": self.label, "from": c.from, "to": c.to}),
+            );
+        }
+    }
+
+    /// `total: adaptive`: the total is set by a [`Controller`] from now on, starting at the
+    /// server's `cores` (bounds 1 to 4 x cores). Called again when the cores become known.
+    pub fn make_adaptive(&self, cores: usize) {
+        let cores = cores.max(1);
+        self.adapt_with(Tuning::for_cores(cores), cores);
+    }
+
+    /// [`Self::make_adaptive`] with explicit bounds and pace.
+    pub(crate) fn adapt_with(&self, tuning: Tuning, initial: usize) {
+        let mut g = self.lock();
+        let now = Instant::now().saturating_duration_since(self.origin);
+        match g.ctl.as_mut() {
+            Some(c) => c.retune(now, tuning, initial),
+            None => g.ctl = Some(Controller::new(tuning, initial)),
+        }
+        let total = g.ctl.as_ref().map_or(initial, Controller::total);
+        self.total.store(total, Ordering::Release);
+        if let Some(m) = &self.metrics {
+            m.total.set(total as i64);
+        }
+        self.dispatch(&mut g);
+        self.publish(&g);
+    }
+
+    /// True when the total is adaptive.
+    pub fn is_adaptive(&self) -> bool {
+        self.lock().ctl.is_some()
+    }
+
+    /// The server's CPU load (adaptive totals use it; others only show it).
+    pub fn server_load(&self, load: ServerLoad) {
+        if let (Some(m), Some(c)) = (&self.metrics, load.cpu_busy) {
+            m.server_cpu.0.get_or_create(&m.server_cpu.1).set(c);
+        }
+        let mut g = self.lock();
+        let now = Instant::now().saturating_duration_since(self.origin);
+        if let Some(c) = g.ctl.as_mut() {
+            c.on_server(now, load);
+        }
     }
 
     /// Sets the threads used by queries this gateway did not send.
@@ -429,11 +547,16 @@ impl ClusterBudget {
             for (ri, a) in s.replicas.iter().enumerate() {
                 let label = format!("{}.{}", si + 1, ri + 1);
                 let m = metrics.map(|m| BudgetMetrics::new(m, &cluster.name, &label));
-                let (total, auto) = match cfg.total_for(&a.base) {
+                let kind = cfg.total_for(&a.base);
+                let (total, auto) = match kind {
                     ThreadTotal::Fixed(n) => (n, false),
                     ThreadTotal::Auto => (probe::fallback_total(), true),
+                    ThreadTotal::Adaptive => (probe::fallback_cores(), true),
                 };
                 let b = ReplicaBudget::new(label, total, cfg, m);
+                if kind == ThreadTotal::Adaptive {
+                    b.make_adaptive(probe::fallback_cores());
+                }
                 b.auto_pending.store(auto, Ordering::Release);
                 row.push(b);
             }

@@ -263,11 +263,13 @@ struct RawCluster {
     threads: Option<RawThreads>,
 }
 
-/// `threads.total`: a number of threads, or `auto` (2 x the backend's cores, as the server
-/// reports them; see `crate::budget::probe`).
+/// `threads.total`: a number of threads, `auto` (from the backend's cores, as the server
+/// reports them; see `crate::budget::probe`), or `adaptive` (found at run time by
+/// `crate::budget::adaptive`, starting at the cores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadTotal {
     Auto,
+    Adaptive,
     Fixed(usize),
 }
 
@@ -276,12 +278,13 @@ impl<'de> Deserialize<'de> for ThreadTotal {
         let v = serde_yaml::Value::deserialize(d)?;
         let bad = || {
             de::Error::custom(format!(
-                "expected a number of threads or auto, got {}",
+                "expected a number of threads, auto or adaptive, got {}",
                 serde_yaml::to_string(&v).unwrap_or_default().trim()
             ))
         };
         match &v {
             serde_yaml::Value::String(s) if s == "auto" => Ok(ThreadTotal::Auto),
+            serde_yaml::Value::String(s) if s == "adaptive" => Ok(ThreadTotal::Adaptive),
             serde_yaml::Value::String(s) => s.trim().parse().map(ThreadTotal::Fixed).map_err(|_| bad()),
             serde_yaml::Value::Number(n) => n.as_u64().map(|n| ThreadTotal::Fixed(n as usize)).ok_or_else(bad),
             _ => Err(bad()),
@@ -300,9 +303,10 @@ pub enum ThreadMode {
 }
 
 impl Default for ThreadMode {
-    /// `queue`, chosen by `scripts/bench_threads.py`: the modes differ only once the budget is
-    /// spent, and there (20 clients) `queue` was as fast or faster (docs/GATEWAY.md, "Thread
-    /// budget").
+    /// `queue`, chosen by `scripts/bench_threads.py` (the `default` row; docs/GATEWAY.md,
+    /// "Thread budget"): with the total at the cores, a queue that shares what frees among its
+    /// waiters keeps about `total` one-thread queries running under a storm, where `grant` starts
+    /// every query at once with one thread.
     fn default() -> Self {
         ThreadMode::Queue
     }
@@ -334,7 +338,7 @@ fn default_max_per_query() -> usize {
     16
 }
 fn default_thread_wait() -> Dur {
-    Dur(Duration::from_millis(100))
+    Dur(Duration::from_secs(1))
 }
 fn default_observe_interval() -> Dur {
     Dur(Duration::from_millis(100))
@@ -349,7 +353,7 @@ pub struct Threads {
     pub max_per_query: usize,
     /// Default [`ThreadMode::default`].
     pub mode: ThreadMode,
-    /// `queue` mode: the longest wait for a free thread. Default 100 ms.
+    /// `queue` mode: the longest wait for a free thread. Default 1 s.
     pub max_wait: Duration,
     /// Correct the count from the server's `system.processes`. Default false.
     pub observe: bool,
@@ -919,7 +923,7 @@ mod tests {
         let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
         );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
         let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
@@ -934,12 +938,30 @@ mod tests {
         let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::default(), Duration::from_millis(100), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
         );
+        // `threads: {}`: every default (what docs/GATEWAY.md and scripts/bench_threads.py call
+        // the default budget).
+        let t =
+            &Config::parse(&EXAMPLE.replace("    routing:\n", "    threads: {}\n    routing:\n"), Path::new("g.yaml"))
+                .unwrap()
+                .threads["storm"];
+        assert_eq!(
+            (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+        );
+        let t = &Config::parse(
+            &with("      total: adaptive\n      per_replica:\n        http://127.0.0.1:18126: 3\n"),
+            Path::new("g.yaml"),
+        )
+        .unwrap()
+        .threads["storm"];
+        assert_eq!(t.total_for("http://127.0.0.1:18123"), ThreadTotal::Adaptive);
+        assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(3));
         let e = bad(&with("      total: 0\n"));
         assert!(e.contains("clusters.storm.threads.total: must be at least 1, or auto") && e.contains("line "), "{e}");
         let e = bad(&with("      total: many\n"));
-        assert!(e.contains("threads.total") && e.contains("expected a number of threads or auto"), "{e}");
+        assert!(e.contains("threads.total") && e.contains("expected a number of threads, auto or adaptive"), "{e}");
         let e = bad(&with("      mode: fast\n"));
         assert!(e.contains("threads.mode") && e.contains("unknown variant `fast`"), "{e}");
         let e = bad(&with("      max_per_query: 0\n"));

@@ -21,7 +21,6 @@
 //! | `chstorm_gateway_per_try_timeouts_total` | | attempts that passed their per-try deadline with no answer head |
 //! | `chstorm_gateway_hedges_total` | | hedged copies sent (within the retry budget) |
 //! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
-//! | `chstorm_gateway_threads_total` | cluster, replica | the replica's thread budget |
 //! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`) |
 //! | `chstorm_gateway_threads_budget` | cluster, replica | the replica's thread budget (`threads.total`) |
 //! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
@@ -31,6 +30,9 @@
 //! | `chstorm_gateway_thread_floor_grants_total` | cluster, replica | 1-thread grants made with the budget spent |
 //! | `chstorm_gateway_thread_queue_wait_seconds` | cluster, replica | time queries waited for a thread (`queue` mode) |
 //! | `chstorm_gateway_thread_queue_timeouts_total` | cluster, replica | waits that reached `max_wait` (then 1 thread) |
+//! | `chstorm_gateway_thread_total_moves_total` | cluster, replica | `total: adaptive`: moves of the total a probe proved |
+//! | `chstorm_gateway_thread_total_probes_total` | cluster, replica | `total: adaptive`: probe windows at a candidate total |
+//! | `chstorm_gateway_thread_server_cpu` | cluster, replica | the server's CPU busy share, 0..1 (`total: adaptive`, servers that publish it) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -114,6 +116,9 @@ pub struct Metrics {
     pub thread_floor_grants: Family<ReplicaLabels, Counter>,
     pub thread_queue_wait: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
     pub thread_queue_timeouts: Family<ReplicaLabels, Counter>,
+    pub thread_total_moves: Family<ReplicaLabels, Counter>,
+    pub thread_total_probes: Family<ReplicaLabels, Counter>,
+    pub thread_server_cpu: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -201,6 +206,24 @@ impl Default for Metrics {
             "Waits for a thread that reached max_wait",
             thread_queue_timeouts.clone(),
         );
+        let thread_total_moves = Family::<ReplicaLabels, Counter>::default();
+        let thread_total_probes = Family::<ReplicaLabels, Counter>::default();
+        let thread_server_cpu = Family::<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "chstorm_gateway_thread_total_moves",
+            "Moves of an adaptive thread total that a probe proved",
+            thread_total_moves.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_total_probes",
+            "Probe windows of an adaptive thread total at a candidate total",
+            thread_total_probes.clone(),
+        );
+        registry.register(
+            "chstorm_gateway_thread_server_cpu",
+            "The server's CPU busy share, 0..1, as an adaptive thread total last read it",
+            thread_server_cpu.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -223,6 +246,9 @@ impl Default for Metrics {
             thread_floor_grants,
             thread_queue_wait,
             thread_queue_timeouts,
+            thread_total_moves,
+            thread_total_probes,
+            thread_server_cpu,
         }
     }
 }

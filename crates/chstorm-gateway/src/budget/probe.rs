@@ -1,12 +1,14 @@
 //! What a budget learns from its replica, over the replica's HTTP interface as the cluster's user:
 //!
-//! * `auto` totals: `SELECT value, changed FROM system.settings WHERE name = 'max_threads'`.
-//!   ClickHouse's default `max_threads` is its count of CPU cores. Newer servers show it as
-//!   `'auto(N)'` (whatever `changed` says, the N is the cores); 18.16 shows the plain number `N`
-//!   with `changed = 0`. A plain number with `changed = 1` was set by the user's profile and says
-//!   nothing about the cores: then, as when the replica does not answer, the gateway uses
-//!   2 x this machine's logical cores ([`fallback_total`]) with a warning, and keeps asking every
-//!   [`RETRY_EVERY`] until the replica answers.
+//! * `auto` and `adaptive` totals: `SELECT value, changed FROM system.settings WHERE name =
+//!   'max_threads'`. ClickHouse's default `max_threads` is its count of CPU cores. Newer servers
+//!   show it as `'auto(N)'` (whatever `changed` says, the N is the cores); 18.16 shows the plain
+//!   number `N` with `changed = 0`. A plain number with `changed = 1` was set by the user's
+//!   profile and says nothing about the cores: then, as when the replica does not answer, the
+//!   gateway uses this machine's logical cores ([`fallback_total`]) with a warning, and keeps
+//!   asking every [`RETRY_EVERY`] until the replica answers.
+//! * `adaptive` totals also read the server's CPU every second ([`CPU_SQL`]) where the server
+//!   publishes it (not 18.16: after 5 answers without, no more).
 //! * `observe`: every `observe_interval` (100 ms), one small query lists the server's running
 //!   queries with their `max_threads` from `system.processes`: the `Settings.Names` /
 //!   `Settings.Values` arrays on 18.16 (and up to the versions that turned them into the map
@@ -44,12 +46,15 @@ pub fn fallback_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-/// The `auto` total for `cores` cores: 2 x cores, as the seed found best.
+/// The `auto` total for `cores` cores: the cores. The seed found 1 to 2 x cores best on a
+/// 16-core server loaded from another machine; on this project's 2-core machine, where the
+/// server shares its cores with the gateway and the load, 2 x cores made a lone query slower
+/// (docs/PERFORMANCE.md, "Thread budget"). `adaptive` looks for the best total itself.
 pub fn auto_total(cores: usize) -> usize {
-    2 * cores.max(1)
+    cores.max(1)
 }
 
-/// The `auto` total used while the server's cores are unknown: 2 x this machine's cores.
+/// The `auto` total used while the server's cores are unknown: this machine's cores.
 pub fn fallback_total() -> usize {
     auto_total(fallback_cores())
 }
@@ -195,7 +200,7 @@ pub async fn learn(upstream: &Upstream, auth: &str, addr: &ReplicaAddr, schema: 
     Ok(ServerFacts { max_threads, schema })
 }
 
-/// Applies what was learned to an `auto` budget; logs the outcome.
+/// Applies what was learned to an `auto` or `adaptive` budget; logs the outcome.
 fn apply(
     cluster: &str,
     b: &ReplicaBudget,
@@ -207,13 +212,22 @@ fn apply(
     if !b.auto_pending.load(Ordering::Acquire) {
         return;
     }
+    let adaptive = b.is_adaptive();
     match facts.and_then(|f| f.max_threads.cores) {
         Some(cores) => {
-            b.set_total(auto_total(cores));
+            if adaptive {
+                b.make_adaptive(cores);
+            } else {
+                b.set_total(auto_total(cores));
+            }
             b.auto_pending.store(false, Ordering::Release);
             log(
                 "info",
-                "thread budget: auto total learned",
+                if adaptive {
+                    "thread budget: server cores learned, adaptive total starts there"
+                } else {
+                    "thread budget: auto total learned"
+                },
                 serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base,
                 "server_cores": cores, "total": b.total()}),
             );
@@ -221,7 +235,7 @@ fn apply(
         None if first => {
             log(
                 "warn",
-                "thread budget: auto total unknown, using 2 x this machine's cores until the server tells",
+                "thread budget: the server's cores are unknown, using this machine's until the server tells",
                 serde_json::json!({
                 "cluster": cluster, "replica": b.label, "url": addr.base, "total": b.total(),
                 "why": error.map(str::to_string).unwrap_or_else(|| "max_threads is set by the user's profile, so it is not the server's cores; write threads.total as a number".into())}),
@@ -264,8 +278,47 @@ pub async fn resolve(cb: &ClusterBudget, upstream: &Arc<Upstream>, auth: &str) -
     out
 }
 
-/// The background work of one replica's budget: learning an `auto` total that start-up could
-/// not, and the `observe` poll. Returns when there is nothing left to do.
+/// How often an adaptive budget reads the server's CPU (servers refresh
+/// `system.asynchronous_metrics` every second by default).
+pub const CPU_EVERY: Duration = Duration::from_secs(1);
+
+/// The CPU figures a server may publish, busy shares normalized to 0..1 by its cores: the
+/// `OS*TimeNormalized` of the machine, or, in a container, the `CGroup*TimeNormalized` of its
+/// cgroup (preferred when present). 18.16 has neither (its asynchronous metrics are about
+/// caches, memory and replication); then the adaptive total goes by latency and throughput.
+pub const CPU_SQL: &str = "SELECT metric, value FROM system.asynchronous_metrics WHERE metric IN \
+    ('OSUserTimeNormalized', 'OSSystemTimeNormalized', 'OSNiceTimeNormalized', \
+    'CGroupUserTimeNormalized', 'CGroupSystemTimeNormalized') FORMAT TabSeparated";
+
+/// The busy share from [`CPU_SQL`]'s answer; `None` when the server has no such metric.
+pub fn parse_cpu(tsv: &str) -> Option<f64> {
+    let (mut os, mut cgroup) = (None, None);
+    for (name, value) in tsv.lines().filter_map(|l| {
+        let (k, v) = l.split_once('\t')?;
+        Some((k.trim(), v.trim().parse::<f64>().ok().filter(|v| v.is_finite())?))
+    }) {
+        let sum = if name.starts_with("CGroup") { &mut cgroup } else { &mut os };
+        *sum.get_or_insert(0.0) += value;
+    }
+    cgroup.or(os).map(|c: f64| c.clamp(0.0, 1.0))
+}
+
+/// Whether the server publishes CPU figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cpu {
+    /// Not seen yet, after this many answers without (a server may fill
+    /// `system.asynchronous_metrics` only some time after it starts).
+    Unknown(u32),
+    Published,
+    Absent,
+}
+
+/// Answers without a CPU figure after which the server is taken not to publish any.
+const CPU_MISSES: u32 = 5;
+
+/// The background work of one replica's budget: learning an `auto`/`adaptive` total's cores
+/// that start-up could not, the `observe` poll, and an adaptive total's reading of the server's
+/// CPU. Returns when there is nothing left to do.
 pub async fn run(
     cluster: String,
     b: Arc<ReplicaBudget>,
@@ -275,16 +328,24 @@ pub async fn run(
     auth: String,
     mut facts: Option<ServerFacts>,
 ) {
-    let every = if cfg.observe { cfg.observe_interval } else { RETRY_EVERY };
+    let adaptive = b.is_adaptive();
+    let every = match (cfg.observe, adaptive) {
+        (true, _) => cfg.observe_interval.min(CPU_EVERY),
+        (false, true) => CPU_EVERY,
+        (false, false) => RETRY_EVERY,
+    };
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_try = Instant::now();
+    let mut last_cpu: Option<Instant> = None;
+    let mut cpu = Cpu::Unknown(0);
     let mut failing = false;
     loop {
         tick.tick().await;
         let auto = b.auto_pending.load(Ordering::Acquire);
         let need_facts = auto || (cfg.observe && facts.and_then(|f| f.schema).is_none());
-        if !cfg.observe && !auto {
+        let want_cpu = adaptive && cpu != Cpu::Absent;
+        if !cfg.observe && !auto && !want_cpu {
             return;
         }
         if need_facts && last_try.elapsed() >= RETRY_EVERY {
@@ -295,6 +356,29 @@ pub async fn run(
                     facts = Some(f);
                 }
                 Err(_) => continue,
+            }
+        }
+        if want_cpu && last_cpu.is_none_or(|t| t.elapsed() >= CPU_EVERY) {
+            last_cpu = Some(Instant::now());
+            if let Ok(tsv) = query(&upstream, &auth, &addr, CPU_SQL).await {
+                match parse_cpu(&tsv) {
+                    Some(busy) => {
+                        cpu = Cpu::Published;
+                        b.server_load(super::adaptive::ServerLoad { cpu_busy: Some(busy) });
+                    }
+                    None => match cpu {
+                        Cpu::Unknown(n) if n + 1 < CPU_MISSES => cpu = Cpu::Unknown(n + 1),
+                        Cpu::Unknown(_) => {
+                            cpu = Cpu::Absent;
+                            log(
+                            "info",
+                            "thread budget: the server publishes no CPU figures; the adaptive total goes by latency and throughput",
+                            serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base}),
+                        );
+                        }
+                        _ => {}
+                    },
+                }
             }
         }
         if !cfg.observe {
@@ -341,7 +425,7 @@ pub fn spawn(
     let mut handles = Vec::new();
     for (si, row) in cb.replicas.iter().enumerate() {
         for (ri, b) in row.iter().enumerate() {
-            if !cb.cfg.observe && !b.auto_pending.load(Ordering::Acquire) {
+            if !cb.cfg.observe && !b.auto_pending.load(Ordering::Acquire) && !b.is_adaptive() {
                 continue;
             }
             let f = facts.get(si).and_then(|r| r.get(ri)).copied().flatten();

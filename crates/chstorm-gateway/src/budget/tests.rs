@@ -5,6 +5,7 @@ use super::probe::{self, parse_max_threads, parse_running, processes_schema, Max
 use super::*;
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 fn cfg(total: usize, max: usize, mode: ThreadMode, max_wait_ms: u64, observe: bool) -> Threads {
     Threads {
@@ -296,10 +297,11 @@ fn auto_reads_the_servers_cores() {
     assert_eq!(parse_max_threads("4", "1"), MaxThreadsSetting { cores: None, default_max_threads: Some(4) });
     assert_eq!(parse_max_threads("", ""), MaxThreadsSetting { cores: None, default_max_threads: None });
     assert_eq!(parse_max_threads("0", "0").cores, None);
-    assert_eq!(probe::auto_total(2), 4);
-    assert_eq!(probe::auto_total(8), 16);
+    assert_eq!(probe::auto_total(2), 2);
+    assert_eq!(probe::auto_total(8), 8);
+    assert_eq!(probe::auto_total(0), 1);
     let local = std::thread::available_parallelism().unwrap().get();
-    assert_eq!(probe::fallback_total(), 2 * local);
+    assert_eq!(probe::fallback_total(), local);
     // ClusterBudget: an auto total starts at the fallback, pending until learned.
     let cluster = crate::config::Cluster {
         name: "c".into(),
@@ -336,4 +338,98 @@ fn observe_sql_per_server_version() {
     assert!(probe::observe_sql(ProcessesSchema::Map).contains("Settings['max_threads']"));
     assert!(probe::observe_sql(ProcessesSchema::Nested).contains("NOT LIKE 'chgw-observe-%'"));
     assert_eq!(parse_running("a\t4\nb\t0\n\ngarbage\n", 2), vec![("a".to_string(), 4), ("b".to_string(), 2)]);
+}
+
+/// Queue mode shares what a release frees among the waiters: two one-thread queries start, not
+/// one query with both threads.
+#[tokio::test]
+async fn queue_mode_shares_freed_threads_among_waiters() {
+    let b = budget(2, 16, ThreadMode::Queue, 10_000);
+    let first = b.acquire(16, "first").await;
+    assert_eq!(first.threads(), 2, "alone: the whole total");
+    let waiters: Vec<_> = (0..3)
+        .map(|i| {
+            let b = b.clone();
+            tokio::spawn(async move { b.acquire(16, &format!("w{i}")).await })
+        })
+        .collect();
+    tokio::task::yield_now().await;
+    assert_eq!(b.snapshot().queued, 3);
+    drop(first);
+    tokio::task::yield_now().await;
+    let s = b.snapshot();
+    assert_eq!((s.in_use, s.queued), (2, 1), "2 freed threads, 3 waiters: two start with 1 each");
+    let mut done = Vec::new();
+    for w in waiters.into_iter().take(2) {
+        done.push(w.await.unwrap());
+    }
+    assert!(done.iter().all(|g| g.threads() == 1), "{done:?}");
+}
+
+/// `total: adaptive`: the budget follows its controller (a probe moves the total and brings it
+/// back), within the controller's bounds, and the invariant holds while it moves.
+#[test]
+fn an_adaptive_total_moves_the_budget() {
+    let b = budget(2, 8, ThreadMode::Grant, 0);
+    assert!(!b.is_adaptive());
+    let tuning = adaptive::Tuning {
+        window: Duration::ZERO,
+        min_completions: 1,
+        max_completions: 1,
+        settle_min: 2,
+        ..adaptive::Tuning::for_cores(2)
+    };
+    b.adapt_with(tuning, 2);
+    assert!(b.is_adaptive());
+    assert_eq!(b.total(), 2);
+    let mut seen = BTreeSet::new();
+    for i in 0..60 {
+        let g = b.grant_now(8, &i.to_string());
+        assert!(g.threads() <= b.total().max(1), "{g:?} over total {}", b.total());
+        check(b.snapshot());
+        drop(g);
+        seen.insert(b.total());
+    }
+    assert!(seen.contains(&3), "it probed one step up: {seen:?}");
+    assert!(seen.iter().all(|t| (1..=8).contains(t)), "{seen:?}");
+    assert_eq!(b.snapshot().in_use, 0);
+    // make_adaptive again (the server's cores became known) restarts from them.
+    b.make_adaptive(4);
+    assert_eq!(b.total(), 4);
+}
+
+#[test]
+fn adaptive_in_config_starts_at_the_cores_until_the_server_tells() {
+    let cluster = crate::config::Cluster {
+        name: "c".into(),
+        user: "default".into(),
+        password: String::new(),
+        shards: vec![crate::config::Shard {
+            weight: 1,
+            replicas: vec![crate::config::ReplicaAddr { base: "http://h1:1".into(), https: false }],
+        }],
+        routing: None,
+    };
+    let mut t = cfg(0, 4, ThreadMode::Queue, 0, false);
+    t.total = ThreadTotal::Adaptive;
+    let cb = ClusterBudget::new(&cluster, &t, None);
+    let b = cb.get(0, 0).unwrap();
+    assert!(b.is_adaptive());
+    assert_eq!(b.total(), probe::fallback_cores());
+    assert!(b.auto_pending.load(Ordering::Acquire), "the server's cores are still to learn");
+}
+
+#[test]
+fn server_cpu_figures_per_server_version() {
+    // 18.16: no such metric.
+    assert_eq!(probe::parse_cpu(""), None);
+    // Newer servers: the machine's normalized times add up.
+    let os = "OSUserTimeNormalized\t0.5\nOSSystemTimeNormalized\t0.25\nOSNiceTimeNormalized\t0\n";
+    assert_eq!(probe::parse_cpu(os), Some(0.75));
+    // In a container the cgroup's figures win.
+    let both = format!("{os}CGroupUserTimeNormalized\t0.2\nCGroupSystemTimeNormalized\t0.1\n");
+    assert!((probe::parse_cpu(&both).unwrap() - 0.3).abs() < 1e-9);
+    assert_eq!(probe::parse_cpu("OSUserTimeNormalized\t3\n"), Some(1.0), "clamped");
+    assert_eq!(probe::parse_cpu("OSUserTimeNormalized\tnan\ngarbage\n"), None);
+    assert!(probe::CPU_SQL.contains("system.asynchronous_metrics"));
 }
