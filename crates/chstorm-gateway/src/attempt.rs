@@ -200,6 +200,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     let mut tried: Vec<(usize, usize)> = Vec::new();
     let mut lost_once: Vec<(usize, usize)> = Vec::new();
     let (mut attempts, mut retries, mut hedged) = (0usize, 0u32, false);
+    let (mut deadline_passed, mut refused_by_budget) = (false, false);
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
@@ -247,19 +248,35 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
             }
             Event::Hedge => {
                 hedge_timer = None;
-                ctx.metrics.per_try_timeouts.inc();
-                if policy.can_hedge(running.len(), attempts) && ctx.retry_budget.withdraw() {
-                    if let Some(a) = start(plan, &mut body, ctx, &excluded(&tried, &running), true).await {
-                        attempts += 1;
-                        hedged = true;
-                        ctx.metrics.hedges.inc();
-                        running.push(a);
-                        if policy.can_hedge(running.len(), attempts) {
-                            hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+                // Counted once per request, however often the timer fires again.
+                if !deadline_passed {
+                    deadline_passed = true;
+                    ctx.metrics.per_try_timeouts.inc();
+                }
+                if policy.can_hedge(running.len(), attempts) {
+                    let exclude = excluded(&tried, &running);
+                    let shard = match plan.target {
+                        Target::Shard(s) => Some(s),
+                        _ => None,
+                    };
+                    // A hedge goes only to a healthy replica; none now (the others are down or
+                    // busy with this query): look again one deadline later, budget untouched.
+                    if ctx.balancer.has_healthy(shard, &exclude) {
+                        if !ctx.retry_budget.withdraw() {
+                            if !refused_by_budget {
+                                refused_by_budget = true;
+                                ctx.metrics.budget_exhausted.inc();
+                            }
+                        } else if let Some(a) = start(plan, &mut body, ctx, &exclude, true).await {
+                            attempts += 1;
+                            hedged = true;
+                            ctx.metrics.hedges.inc();
+                            running.push(a);
                         }
                     }
-                } else if policy.can_hedge(running.len(), attempts) {
-                    ctx.metrics.budget_exhausted.inc();
+                    if policy.can_hedge(running.len(), attempts) {
+                        hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+                    }
                 }
             }
             Event::Ended(i, end) => {

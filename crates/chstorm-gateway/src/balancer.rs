@@ -109,6 +109,16 @@ impl Balancer {
         Some(InFlight::new(self.shards[s][i].clone()))
     }
 
+    /// True when a healthy replica of `shard` (any shard when None) is not in `exclude`.
+    pub fn has_healthy(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> bool {
+        let snap = self.snapshot.load();
+        snap.healthy
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| shard.is_none_or(|want| want == *s))
+            .any(|(s, v)| v.iter().any(|&i| !exclude.contains(&(s, i))))
+    }
+
     /// Picks a replica of `shard` (any shard when None), not in `exclude`, by power of two
     /// choices. Healthy replicas first; when none is healthy, any replica (better one try than
     /// a certain failure). Returns a guard that counts the request as outstanding.

@@ -376,3 +376,21 @@ async fn the_head_deadline_kills_every_copy() {
     killed.sort();
     assert_eq!(killed, vec![R21.to_string(), R22.to_string()], "the first copy and its hedge");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hedge_waits_for_a_healthy_replica_and_spends_no_budget_meanwhile() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Answer(Duration::from_millis(2), 200, "1\n"))]);
+    let w = World::new(&fake);
+    let r22 = w.balancer.shards[1][1].clone();
+    w.balancer.set_health(&r22, false);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let (mut o, _) = tokio::join!(w.run(&p, held()), async {
+        // R22 comes back 250 ms in: the next per-try deadline (300 ms) hedges onto it.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        w.balancer.set_health(&r22, true);
+    });
+    assert_eq!(answered(&mut o), (R22.to_string(), true));
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY * 3 + Duration::from_millis(2));
+    assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 1, 0));
+}
