@@ -154,7 +154,6 @@ pub enum Outcome {
 enum AttemptEnd {
     Head(Response<GBody>),
     Failed(BackendError),
-    Down,
 }
 
 struct Running {
@@ -166,6 +165,8 @@ struct Running {
     grant: Option<Grant>,
     guard: KillGuard,
     fut: BoxFuture<AttemptEnd>,
+    /// Fires when the attempt's replica is marked down (idempotent reads only).
+    down: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
 }
 
 impl Running {
@@ -183,6 +184,7 @@ enum Event {
     Deadline,
     Hedge,
     Ended(usize, AttemptEnd),
+    Down(usize),
 }
 
 /// Runs the attempts for `plan`.
@@ -225,6 +227,9 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
             for (i, a) in running.iter_mut().enumerate() {
                 if let Poll::Ready(end) = a.fut.as_mut().poll(cx) {
                     return Poll::Ready(Event::Ended(i, end));
+                }
+                if a.down.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready()) {
+                    return Poll::Ready(Event::Down(i));
                 }
             }
             Poll::Pending
@@ -276,6 +281,33 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     }
                     if policy.can_hedge(running.len(), attempts) {
                         hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
+                    }
+                }
+            }
+            Event::Down(i) => {
+                // Its replica was marked down. Move the query only when it can go somewhere
+                // (a healthy replica, budget): a replica that is only slow may still answer, and
+                // killing a query with nowhere to send it would turn a slow answer into an error.
+                running[i].down = None;
+                let id = running[i].id();
+                let mut exclude = excluded(&tried, &running);
+                exclude.push(id);
+                let shard = match plan.target {
+                    Target::Shard(s) => Some(s),
+                    _ => None,
+                };
+                if policy.retry(&Failure::Down, attempts) == Decision::Retry
+                    && ctx.balancer.has_healthy(shard, &exclude)
+                    && ctx.retry_budget.withdraw()
+                {
+                    if let Some(b) = start(plan, &mut body, ctx, &exclude, false).await {
+                        let a = running.swap_remove(i);
+                        tried.push(id);
+                        a.cancel("replica_down");
+                        attempts += 1;
+                        retries += 1;
+                        ctx.metrics.retries.inc();
+                        running.push(b);
                     }
                 }
             }
@@ -345,11 +377,6 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                         } else {
                             (Failure::Lost(e.message), detail)
                         }
-                    }
-                    AttemptEnd::Down => {
-                        tried.push((replica.shard, replica.index));
-                        a.cancel("replica_down");
-                        (Failure::Down, format!("replica {} went down", replica.label()))
                     }
                 };
                 if !running.is_empty() {
@@ -488,24 +515,15 @@ async fn start(
     };
     let send = ctx.backend.send(&replica.addr, req);
     // Only attempts that may move listen to the replica going down.
-    let down = plan.latitude.hedge.then(|| replica.down_signal());
+    // Only attempts that may move listen to the replica going down.
+    let down = plan.latitude.hedge.then(|| Box::pin(replica.down_signal().cancelled_owned()));
     let fut: BoxFuture<AttemptEnd> = Box::pin(async move {
-        let sent = async {
-            match send.await {
-                Ok(resp) => AttemptEnd::Head(resp),
-                Err(e) => AttemptEnd::Failed(e),
-            }
-        };
-        match down {
-            Some(token) => tokio::select! {
-                biased;
-                _ = token.cancelled() => AttemptEnd::Down,
-                end = sent => end,
-            },
-            None => sent.await,
+        match send.await {
+            Ok(resp) => AttemptEnd::Head(resp),
+            Err(e) => AttemptEnd::Failed(e),
         }
     });
-    Some(Running { hedge, streamed, started: Instant::now(), inflight, grant, guard, fut })
+    Some(Running { hedge, streamed, started: Instant::now(), inflight, grant, guard, fut, down })
 }
 
 #[cfg(test)]

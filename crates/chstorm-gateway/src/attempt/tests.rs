@@ -394,3 +394,27 @@ async fn a_hedge_waits_for_a_healthy_replica_and_spends_no_budget_meanwhile() {
     assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY * 3 + Duration::from_millis(2));
     assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 1, 0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_marked_down_keeps_its_query_when_there_is_nowhere_to_move_it() {
+    // Both replicas of the shard are slow (a loaded machine): probes mark them down, but the
+    // query that was about to answer is not killed for nothing.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_secs(2), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_secs(2), 200, "1\n")),
+    ]);
+    let mut w = World::new(&fake);
+    w.cfg.hedging.delay = HedgeDelay::Off;
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let (mut o, _) = tokio::join!(w.run(&p, held()), async {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        for r in w.balancer.shards[1].clone() {
+            w.balancer.set_health(&r, false);
+        }
+    });
+    let (_, hedged) = answered(&mut o);
+    assert!(!hedged);
+    assert_eq!(fake.sent_to().len(), 1, "not moved: no healthy replica to move it to");
+    settle().await;
+    assert!(fake.kills().is_empty(), "and not killed");
+}
