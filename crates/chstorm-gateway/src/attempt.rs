@@ -492,6 +492,13 @@ async fn start(
     };
     let uri = format!("{}{}", replica.addr.base, plan.path_and_query(grant.as_ref().map(Grant::threads)));
     let streamed = matches!(body, SendBody::Once(_));
+    // An empty body still says so: 18.16 answers a POST without Content-Length or
+    // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
+    let empty_post = plan.method == http::Method::POST
+        && match &*body {
+            SendBody::Held(b) => plan.replace_body.as_ref().map_or(b.is_empty(), |t| t.is_empty()),
+            SendBody::Once(_) => false,
+        };
     let req_body = match body {
         SendBody::Held(b) => match &plan.replace_body {
             Some(text) => full(Bytes::from(text.clone())),
@@ -501,6 +508,9 @@ async fn start(
     };
     let mut req = Request::builder().method(plan.method.clone()).uri(uri).body(req_body).ok()?;
     *req.headers_mut() = plan.headers.clone();
+    if empty_post {
+        req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
+    }
     req.headers_mut()
         .insert("authorization", http::HeaderValue::from_str(ctx.auth).unwrap_or(http::HeaderValue::from_static("")));
     // The query may start running as soon as it is sent: guard it from here on.

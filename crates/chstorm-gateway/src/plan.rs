@@ -31,6 +31,7 @@ const NOT_FORWARDED: &[&str] = &[
     "trailer",
     "transfer-encoding",
     "upgrade",
+    "expect",
     "host",
     "authorization",
     "x-clickhouse-user",

@@ -507,3 +507,52 @@ extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
+
+/// `INSERT ... FORMAT TSV` followed by its data in one body, as `cat data | curl --data-binary @-`
+/// sends it: streamed through whatever its size (the gateway reads only the statement's head),
+/// plain and gzip-compressed, every row arriving; and a POST with the query in the URL and an
+/// empty body.
+#[test]
+fn statement_and_data_bodies_of_any_size_stream_through() {
+    let (env, gw) = env();
+    // The same table on every node: the gateway may send the INSERT to any replica.
+    for node in env.node_urls() {
+        let (s, b) = post(&node, "CREATE TABLE IF NOT EXISTS default.gw_big (n UInt64, s String) ENGINE = Memory");
+        assert_eq!(s, 200, "{b}");
+    }
+    let total = || -> u64 {
+        env.node_urls()
+            .iter()
+            .map(|n| post(n, "SELECT count() FROM default.gw_big").1.trim().parse::<u64>().unwrap())
+            .sum()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("insert.tsv");
+    let mut body = String::from("INSERT INTO default.gw_big FORMAT TSV\n");
+    let rows = 120_000u64;
+    for n in 0..rows {
+        body.push_str(&format!("{n}\tsome text to make the body bigger {n}\n"));
+    }
+    assert!(body.len() > 3 << 20, "over 3 MiB: {}", body.len());
+    std::fs::write(&data, &body).unwrap();
+    let before = total();
+    // (`Expect:` off: curl's 100-continue would be the first status line of the answer.)
+    let (s, _, b) = curl(&["-H", "Expect:", "--data-binary", &format!("@{}", data.display()), gw]);
+    assert_eq!(s, 200, "a big INSERT body is streamed, not refused: {b}");
+    assert_eq!(total(), before + rows, "every row arrived");
+    // gzip: classified from the decompressed head, forwarded compressed.
+    let gz = dir.path().join("insert.tsv.gz");
+    let zipped = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("gzip -c {} > {}", data.display(), gz.display()))
+        .status()
+        .unwrap();
+    assert!(zipped.success());
+    let (s, _, b) =
+        curl(&["-H", "Expect:", "-H", "Content-Encoding: gzip", "--data-binary", &format!("@{}", gz.display()), gw]);
+    assert_eq!(s, 200, "{b}");
+    assert_eq!(total(), before + 2 * rows, "every row arrived");
+    // Query in the URL, empty body: answered as ClickHouse answers it.
+    let (s, _, b) = curl(&["-X", "POST", "--data-binary", "", &format!("{gw}/?query=SELECT%2042")]);
+    assert_eq!((s, b.trim()), (200, "42"));
+}
