@@ -10,7 +10,7 @@
 //! path and (later) the native one.
 
 use crate::config::{AllowedSettings, Cluster, User};
-use crate::request::{encode_params, is_setting, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
+use crate::request::{encode_params, is_setting, HOP_BY_HOP, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
 use crate::sql_rules::{settings_in_sql, table_functions};
 use chstorm_proto::rules::{statement_kind, StatementKind};
 use http::{HeaderMap, Method, StatusCode};
@@ -20,25 +20,11 @@ use std::time::Duration;
 /// max_execution_time: 10 minutes.
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Headers not passed from the client to a backend: hop-by-hop ones, the client's credentials
-/// (the gateway authenticates to the backends itself), the gateway's own, and the length (the
-/// forwarded body sets its own).
-const NOT_FORWARDED: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    "expect",
-    "host",
-    "authorization",
-    "x-clickhouse-user",
-    "x-clickhouse-key",
-    SHARD_KEY_HEADER,
-    "content-length",
-];
+/// Headers not passed from the client to a backend besides the hop-by-hop ones: `expect` (the
+/// gateway answered it), `host`, the client's credentials (the gateway authenticates to the
+/// backends itself), the gateway's own, and the length (the forwarded body sets its own).
+const NOT_FORWARDED: &[&str] =
+    &["expect", "host", "authorization", "x-clickhouse-user", "x-clickhouse-key", SHARD_KEY_HEADER, "content-length"];
 
 /// A request the gateway refuses, with the one-line reason sent to the client.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -329,7 +315,7 @@ pub fn plan(
 
     let mut forwarded = HeaderMap::with_capacity(headers.len());
     for (k, v) in headers {
-        if !NOT_FORWARDED.contains(&k.as_str()) {
+        if !NOT_FORWARDED.contains(&k.as_str()) && !HOP_BY_HOP.contains(&k.as_str()) {
             forwarded.append(k.clone(), v.clone());
         }
     }

@@ -24,6 +24,11 @@ const NOT_SETTINGS: &[&str] = &[
     "role",
 ];
 
+/// Hop-by-hop headers (RFC 9110 7.6.1, and the old `keep-alive` and `proxy-connection`): about
+/// one connection, never passed between client and backend, either way.
+pub const HOP_BY_HOP: &[&str] =
+    &["connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"];
+
 /// The gateway's own parameter: the shard key of a routed query. Not passed on.
 pub const SHARD_KEY_PARAM: &str = "shard_key";
 /// The gateway's own header for the shard key.

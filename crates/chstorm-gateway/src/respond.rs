@@ -103,16 +103,7 @@ fn set_ids(h: &mut HeaderMap, query_id: &str, route: &'static str, replica: Opti
 }
 
 fn strip_hop(h: &mut HeaderMap) {
-    for name in [
-        "connection",
-        "keep-alive",
-        "proxy-connection",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "content-length",
-    ] {
-        h.remove(name);
+    for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
+        h.remove(*name);
     }
 }

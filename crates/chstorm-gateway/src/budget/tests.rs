@@ -81,13 +81,12 @@ fn invariant_holds_under_concurrent_grants_and_releases() {
         let stop = Arc::new(AtomicBool::new(false));
         let checker = {
             let (b, stop) = (b.clone(), stop.clone());
+            // Samples until the workers are done (the workers check after every grant too: on a
+            // loaded machine this thread may get no time slice before they finish).
             std::thread::spawn(move || {
-                let mut samples = 0;
                 while !stop.load(Ordering::Relaxed) {
                     check(b.snapshot());
-                    samples += 1;
                 }
-                samples
             })
         };
         let workers: Vec<_> = (0..8)
@@ -114,7 +113,7 @@ fn invariant_holds_under_concurrent_grants_and_releases() {
             w.join().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
-        assert!(checker.join().unwrap() > 0);
+        checker.join().unwrap();
         assert_eq!(b.snapshot(), Snapshot { total, in_use: 0, floors: 0, external: 0, queued: 0 }, "total {total}");
     }
 }
