@@ -170,9 +170,11 @@ fn replicas_status_reports_shards_without_a_healthy_replica() {
 /// Sends a request head one byte a second; returns (seconds until the gateway closed the
 /// connection, bytes sent by then). Panics on an answer.
 fn one_byte_a_second(addr: SocketAddr, head: &[u8]) -> (Duration, usize) {
+    // The clock starts before the connection exists: the gateway's timer cannot start earlier,
+    // whereas a test thread descheduled after connect() would start late and see it early.
+    let t = Instant::now();
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
-    let t = Instant::now();
     let mut buf = [0u8; 512];
     for (sent, b) in head.iter().enumerate() {
         if s.write_all(&[*b]).is_err() {
@@ -212,9 +214,9 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     // answer, long before its 80 bytes are through.
     // Meanwhile a connection that sends nothing at all is closed after the same time.
     let silent = std::thread::spawn(move || {
+        let t = Instant::now(); // before connect(), see one_byte_a_second
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let t = Instant::now();
         let mut buf = [0u8; 64];
         let n = s.read(&mut buf).unwrap_or(0);
         (n, t.elapsed())
@@ -413,9 +415,9 @@ fn a_tls_handshake_that_never_comes_is_dropped_after_the_header_timeout() {
     .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    let t = Instant::now(); // before connect(), see one_byte_a_second
     let mut c = TcpStream::connect(gw.addr).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let t = Instant::now();
     let mut buf = [0u8; 64];
     assert_eq!(c.read(&mut buf).unwrap_or(0), 0, "closed without a byte");
     let after = t.elapsed();
