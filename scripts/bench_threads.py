@@ -55,13 +55,23 @@ def cpu_times():
     return sum(v) - idle, sum(v)
 
 
-def bench(chstorm, url, clients, n, settings, tmp):
+def process_cpu_s(pid):
+    """CPU seconds (user + system) used so far by process `pid`, or None."""
+    try:
+        f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def bench(chstorm, url, clients, n, settings, tmp, server_pid=None):
     j = os.path.join(tmp, "b.json")
     cmd = [chstorm, "bench", "--quiet", "--url", url, "-q", QUERY, "-c", str(clients), "-n", str(n),
            "--warmup", "300ms", "--timeout", "60s", "--json", j]
     for s in settings:
         cmd += ["--setting", s]
     b0 = cpu_times()
+    s0 = process_cpu_s(server_pid) if server_pid else None
     sh(cmd)
     b1 = cpu_times()
     r = json.load(open(j))
@@ -70,8 +80,16 @@ def bench(chstorm, url, clients, n, settings, tmp):
     # Time for exactly n queries (a closed loop may finish a few more than n).
     t = r["duration_s"] * n / max(1, r["queries"])
     busy = (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
+    s1 = process_cpu_s(server_pid) if server_pid else None
+    # The server's CPU time per query: what a setting costs, whatever else the machine runs
+    # (the wall times move with the shared machine's load; this moves much less).
+    server_cpu_ms = 1000 * (s1 - s0) / max(1, r["queries"]) if s0 is not None and s1 is not None else None
     return {"qps": r["qps"], "time_s": t, "queries": r["queries"], "p50_s": r["latency_s"]["p50"], "p99_s": r["latency_s"]["p99"],
-            "machine_cpu_busy": busy}
+            "machine_cpu_busy": busy, "server_cpu_ms_per_query": server_cpu_ms}
+
+
+def fmt_ms(v):
+    return "-" if v is None else f"{v:.1f}"
 
 
 def main():
@@ -105,6 +123,10 @@ def main():
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     try:
         server = info["http_url"]
+        try:
+            server_pid = int(open(os.path.join(sdir, "clickhouse-server.pid")).read().strip())
+        except (OSError, ValueError):
+            server_pid = None
         sh([chstorm, "dataset", "load", "hits", "--url", server, "--rows", str(args.rows)])
         cores = int(sh(["curl", "-sS", "--data-binary", "SELECT value FROM system.settings WHERE name = 'max_threads'", server]).strip())
         # Warm the caches: a few queries straight to the server.
@@ -122,8 +144,8 @@ def main():
                     settings = []
                 gw, url = start_gateway(chstorm, server, threads, tmp, log)
                 try:
-                    one = bench(chstorm, url, 1, args.n1, settings, tmp)
-                    twenty = bench(chstorm, url, 20, args.n20, settings, tmp)
+                    one = bench(chstorm, url, 1, args.n1, settings, tmp, server_pid)
+                    twenty = bench(chstorm, url, 20, args.n20, settings, tmp, server_pid)
                     total_threads = metric(url, "chstorm_gateway_threads_budget")
                 finally:
                     gw.send_signal(signal.SIGTERM)
@@ -132,7 +154,8 @@ def main():
                 runs[row["name"]].append(run)
                 print(f"  pass {rep + 1} {row['name']:<22} 1 client {one['qps']:7.1f} qps {one['time_s']:6.2f} s | "
                       f"20 clients {twenty['qps']:7.1f} qps {twenty['time_s']:6.2f} s | total {run['total_s']:6.2f} s | "
-                      f"machine busy {one['machine_cpu_busy']:.0%} / {twenty['machine_cpu_busy']:.0%}", file=sys.stderr)
+                      f"machine busy {one['machine_cpu_busy']:.0%} / {twenty['machine_cpu_busy']:.0%} | server CPU ms/query "
+                      f"{fmt_ms(one['server_cpu_ms_per_query'])} / {fmt_ms(twenty['server_cpu_ms_per_query'])}", file=sys.stderr)
         load_after = os.getloadavg()
     finally:
         subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
@@ -144,7 +167,9 @@ def main():
         rs = runs[row["name"]]
         t1, t20 = med(r["c1"]["time_s"] for r in rs), med(r["c20"]["time_s"] for r in rs)
         entry = dict(row)
+        cpu20 = [r["c20"]["server_cpu_ms_per_query"] for r in rs if r["c20"]["server_cpu_ms_per_query"] is not None]
         entry.update({"qps_c1": args.n1 / t1, "time_c1_s": t1, "qps_c20": args.n20 / t20, "time_c20_s": t20, "total_s": t1 + t20,
+                      "server_cpu_ms_per_query_c20": med(cpu20) if cpu20 else None,
                       "budget_total": rs[0]["budget_total"], "runs": rs})
         table.append(entry)
     static = [e for e in table if e["kind"] == "static"]
@@ -183,9 +208,10 @@ def main():
              f"server max_threads default {cores} (its cores); budget rows: max_per_query {args.max_per_query}, queue max_wait {args.max_wait}; "
              f"default and adaptive rows: the gateway's defaults",
              "",
-             f"{'row':<22} {'QPS 1 client':>12} {'time':>7} {'QPS 20 clients':>15} {'time':>7} {'total time':>11}"]
+             f"{'row':<22} {'QPS 1 client':>12} {'time':>7} {'QPS 20 clients':>15} {'time':>7} {'total time':>11} {'server CPU ms/q (20)':>21}"]
     for e in table:
-        lines.append(f"{e['name']:<22} {e['qps_c1']:>12.1f} {e['time_c1_s']:>7.2f} {e['qps_c20']:>15.1f} {e['time_c20_s']:>7.2f} {e['total_s']:>11.2f}")
+        lines.append(f"{e['name']:<22} {e['qps_c1']:>12.1f} {e['time_c1_s']:>7.2f} {e['qps_c20']:>15.1f} {e['time_c20_s']:>7.2f} {e['total_s']:>11.2f} "
+                     f"{fmt_ms(e['server_cpu_ms_per_query_c20']):>21}")
     lines += ["",
               f"best static: {best_static['name']} {best_static['total_s']:.2f} s; best budget: {best_budget['name']} {best_budget['total_s']:.2f} s; "
               f"best grant: {best_by_mode['grant']['name']} {best_by_mode['grant']['total_s']:.2f} s; best queue: {best_by_mode['queue']['name']} {best_by_mode['queue']['total_s']:.2f} s",

@@ -353,21 +353,20 @@ impl Controller {
         w.last_event = now;
         let elapsed = now.saturating_sub(w.start);
         let w = self.win.as_ref().expect("window");
-        if elapsed < self.t.window || w.completions < self.needed(Some(w)) {
+        if elapsed < self.t.window || w.completions < self.t.min_completions.max(1) {
+            return None;
+        }
+        let power = Self::power(w, elapsed);
+        if w.completions < self.needed(Some(w)) && !self.clearly_worse_candidate(w, power) {
             return None;
         }
         let w = self.win.take().expect("window");
-        let secs = elapsed.as_secs_f64().max(1e-9);
-        // Throughput by Little's law, X = L / S, with L the time-averaged grants held: counting
-        // completions would favour a window that starts right after a change of total, when
-        // the queries in flight are all part-done.
         let s = (w.held_sum / w.completions as f64).max(1e-9);
-        let x = w.area / secs / s;
         let var = (w.held_sq / w.completions as f64 - s * s).max(0.0);
         let m = Measure {
             total: w.total,
             completions: w.completions,
-            power: x / s,
+            power,
             // ln(power) = ln L - 2 ln S: per completion, about 4 x the squared coefficient of
             // variation of the hold times.
             within: 4.0 * var / (s * s),
@@ -377,6 +376,27 @@ impl Controller {
         self.within_var = Some(self.within_var.map_or(m.within, |v| 0.8 * v + 0.2 * m.within));
         self.win = Some(Window::new(now, self.total));
         self.decide(now, m)
+    }
+
+    /// A window's power `X / S`. Throughput by Little's law, `X = L / S`, with `L` the
+    /// time-averaged grants held: counting completions would favour a window that starts right
+    /// after a change of total, when the queries in flight are all part-done.
+    fn power(w: &Window, elapsed: Duration) -> f64 {
+        let s = (w.held_sum / w.completions.max(1) as f64).max(1e-9);
+        let l = w.area / elapsed.as_secs_f64().max(1e-9);
+        l / s / s
+    }
+
+    /// A probe's candidate window that is already far worse than the base (by 3 x tolerance
+    /// and 3 standard deviations of its noise so far) ends early: a bad probe costs little even
+    /// when windows are long.
+    fn clearly_worse_candidate(&self, w: &Window, power: f64) -> bool {
+        let Plan::Probe { cand, b0, .. } = &self.plan else { return false };
+        if w.total != *cand {
+            return false;
+        }
+        let cut = (3.0 * self.t.tolerance).max(3.0 * self.noise(w.completions));
+        power < b0 * (-cut).exp()
     }
 
     /// Adds the grants held since the last event to the window's time integral.
