@@ -334,7 +334,6 @@ impl ReplicaBudget {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn made(
         self: &Arc<Self>,
         g: &mut Inner,

@@ -242,7 +242,7 @@ fn auto_total() -> ThreadTotal {
     ThreadTotal::Auto
 }
 fn default_thread_wait() -> Dur {
-    Dur(Duration::from_secs(1))
+    Dur(Duration::from_millis(100))
 }
 fn default_observe_interval() -> Dur {
     Dur(Duration::from_millis(100))
@@ -261,7 +261,7 @@ pub struct Threads {
     pub cap_at_cores: bool,
     /// Default [`ThreadMode::default`].
     pub mode: ThreadMode,
-    /// `queue` mode: the longest wait for a free thread. Default 1 s.
+    /// `queue` mode: the longest wait for a free thread. Default 100 ms.
     pub max_wait: Duration,
     /// Correct the count from the server's `system.processes`. Default false.
     pub observe: bool,
@@ -704,7 +704,7 @@ mod tests {
         let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
         let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
@@ -720,7 +720,7 @@ mod tests {
         let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
         // `threads: {}`: every default (what docs/GATEWAY.md and scripts/bench_threads.py call
         // the default budget).
@@ -730,7 +730,7 @@ mod tests {
                 .threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
         assert!(t.cap_at_cores, "max_per_query not set: grants are capped at the server's cores too");
         let t = &Config::parse(
