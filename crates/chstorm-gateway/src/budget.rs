@@ -136,9 +136,16 @@ pub struct ReplicaBudget {
     /// `shard.replica`, 1-based.
     pub label: String,
     total: AtomicUsize,
-    /// The total is `auto` and has not been learned from the server yet.
+    /// The server's cores are needed (an `auto` or `adaptive` total, or a grant capped at the
+    /// cores) and have not been learned from the server yet.
     pub(crate) auto_pending: AtomicBool,
-    max_per_query: usize,
+    /// What the total is: a number, `auto` or `adaptive`.
+    pub(crate) kind: ThreadTotal,
+    /// The most one grant holds: `max_per_query`, and the server's cores when
+    /// [`Threads::cap_at_cores`].
+    max_per_query: AtomicUsize,
+    configured_max_per_query: usize,
+    cap_at_cores: bool,
     mode: ThreadMode,
     max_wait: Duration,
     track_ids: bool,
@@ -228,7 +235,10 @@ impl ReplicaBudget {
             label: label.into(),
             total: AtomicUsize::new(total.max(1)),
             auto_pending: AtomicBool::new(false),
-            max_per_query: cfg.max_per_query.max(1),
+            kind: ThreadTotal::Fixed(total.max(1)),
+            max_per_query: AtomicUsize::new(cfg.max_per_query.max(1)),
+            configured_max_per_query: cfg.max_per_query.max(1),
+            cap_at_cores: cfg.cap_at_cores,
             mode: cfg.mode,
             max_wait: cfg.max_wait,
             track_ids: cfg.observe,
@@ -251,8 +261,16 @@ impl ReplicaBudget {
         self.total.load(Ordering::Acquire)
     }
 
+    /// The most one grant holds now.
     pub fn max_per_query(&self) -> usize {
-        self.max_per_query
+        self.max_per_query.load(Ordering::Acquire)
+    }
+
+    /// The server has `cores` cores: with [`Threads::cap_at_cores`], no grant is larger.
+    pub fn learn_cores(&self, cores: usize) {
+        if self.cap_at_cores {
+            self.max_per_query.store(self.configured_max_per_query.min(cores.max(1)), Ordering::Release);
+        }
     }
 
     pub fn mode(&self) -> ThreadMode {
@@ -316,7 +334,6 @@ impl ReplicaBudget {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn made(
         self: &Arc<Self>,
         g: &mut Inner,
@@ -376,7 +393,7 @@ impl ReplicaBudget {
 
     /// Grants at once, whatever the mode: `clamp(total - in_use, 1, want)`.
     pub fn grant_now(self: &Arc<Self>, want: usize, query_id: &str) -> Grant {
-        let want = want.clamp(1, self.max_per_query);
+        let want = want.clamp(1, self.max_per_query());
         let mut g = self.lock();
         let (t, floor) = self.take(&mut g, want);
         self.made(&mut g, want, t, floor, query_id, Duration::ZERO)
@@ -389,7 +406,7 @@ impl ReplicaBudget {
         if self.mode == ThreadMode::Grant {
             return self.grant_now(want, query_id);
         }
-        let want = want.clamp(1, self.max_per_query);
+        let want = want.clamp(1, self.max_per_query());
         let (id, notify) = {
             let mut g = self.lock();
             if g.queue.is_empty() && self.available(&g) > 0 {
@@ -466,11 +483,12 @@ impl ReplicaBudget {
         }
     }
 
-    /// `total: adaptive`: the total is set by a [`Controller`] from now on, starting at the
-    /// server's `cores` (bounds 1 to 4 x cores). Called again when the cores become known.
+    /// `total: adaptive`: the total is set by a [`Controller`] from now on, starting where
+    /// `auto` would be for `cores` cores ([`probe::auto_total`]), within 1 and 4 x cores.
+    /// Called again when the server's cores become known.
     pub fn make_adaptive(&self, cores: usize) {
         let cores = cores.max(1);
-        self.adapt_with(Tuning::for_cores(cores), cores);
+        self.adapt_with(Tuning::for_cores(cores), probe::auto_total(cores));
     }
 
     /// [`Self::make_adaptive`] with explicit bounds and pace.
@@ -537,8 +555,9 @@ pub struct ClusterBudget {
 }
 
 impl ClusterBudget {
-    /// Budgets with their configured totals; `auto` ones start at [`probe::fallback_total`]
-    /// until [`probe::resolve`] learns the server's cores.
+    /// Budgets with their configured totals; `auto` and `adaptive` ones start at
+    /// [`probe::fallback_total`], and grants capped at the cores at this machine's cores, until
+    /// [`probe::resolve`] learns the server's.
     pub fn new(cluster: &Cluster, cfg: &Threads, metrics: Option<&Metrics>) -> ClusterBudget {
         let mut replicas = Vec::new();
         let mut addrs = Vec::new();
@@ -548,16 +567,20 @@ impl ClusterBudget {
                 let label = format!("{}.{}", si + 1, ri + 1);
                 let m = metrics.map(|m| BudgetMetrics::new(m, &cluster.name, &label));
                 let kind = cfg.total_for(&a.base);
-                let (total, auto) = match kind {
-                    ThreadTotal::Fixed(n) => (n, false),
-                    ThreadTotal::Auto => (probe::fallback_total(), true),
-                    ThreadTotal::Adaptive => (probe::fallback_cores(), true),
+                let total = match kind {
+                    ThreadTotal::Fixed(n) => n,
+                    ThreadTotal::Auto | ThreadTotal::Adaptive => probe::fallback_total(),
                 };
-                let b = ReplicaBudget::new(label, total, cfg, m);
+                let mut b = ReplicaBudget::new(label, total, cfg, m);
+                if let Some(b) = Arc::get_mut(&mut b) {
+                    b.kind = kind;
+                }
                 if kind == ThreadTotal::Adaptive {
                     b.make_adaptive(probe::fallback_cores());
                 }
-                b.auto_pending.store(auto, Ordering::Release);
+                b.learn_cores(probe::fallback_cores());
+                let needs_cores = !matches!(kind, ThreadTotal::Fixed(_)) || cfg.cap_at_cores;
+                b.auto_pending.store(needs_cores, Ordering::Release);
                 row.push(b);
             }
             replicas.push(row);

@@ -317,8 +317,7 @@ impl Default for ThreadMode {
 struct RawThreads {
     #[serde(default = "auto_total")]
     total: ThreadTotal,
-    #[serde(default = "default_max_per_query")]
-    max_per_query: usize,
+    max_per_query: Option<usize>,
     #[serde(default)]
     mode: ThreadMode,
     #[serde(default = "default_thread_wait")]
@@ -334,11 +333,8 @@ struct RawThreads {
 fn auto_total() -> ThreadTotal {
     ThreadTotal::Auto
 }
-fn default_max_per_query() -> usize {
-    16
-}
 fn default_thread_wait() -> Dur {
-    Dur(Duration::from_secs(1))
+    Dur(Duration::from_millis(100))
 }
 fn default_observe_interval() -> Dur {
     Dur(Duration::from_millis(100))
@@ -349,11 +345,15 @@ fn default_observe_interval() -> Dur {
 pub struct Threads {
     /// Threads shared by the queries running on one replica. Default `auto`.
     pub total: ThreadTotal,
-    /// The most one query gets (the user's max_threads). Default 16.
+    /// The most one query gets (the user's max_threads). Default 16, and then also at most
+    /// the server's cores ([`Self::cap_at_cores`]).
     pub max_per_query: usize,
+    /// `max_per_query` was not set: a grant is also capped at the replica's cores, which is
+    /// the `max_threads` the server gives a query by default (learned as for `auto`).
+    pub cap_at_cores: bool,
     /// Default [`ThreadMode::default`].
     pub mode: ThreadMode,
-    /// `queue` mode: the longest wait for a free thread. Default 1 s.
+    /// `queue` mode: the longest wait for a free thread. Default 100 ms.
     pub max_wait: Duration,
     /// Correct the count from the server's `system.processes`. Default false.
     pub observe: bool,
@@ -681,7 +681,7 @@ impl Config {
                 if t.total == ThreadTotal::Fixed(0) {
                     return Err(at("total", "must be at least 1, or auto".into()));
                 }
-                if t.max_per_query == 0 {
+                if t.max_per_query == Some(0) {
                     return Err(at("max_per_query", "must be at least 1".into()));
                 }
                 if t.observe_interval.0 < Duration::from_millis(10) {
@@ -719,7 +719,8 @@ impl Config {
                     name.clone(),
                     Threads {
                         total: t.total,
-                        max_per_query: t.max_per_query,
+                        max_per_query: t.max_per_query.unwrap_or(16),
+                        cap_at_cores: t.max_per_query.is_none(),
                         mode: t.mode,
                         max_wait: t.max_wait.0,
                         observe: t.observe,
@@ -923,7 +924,7 @@ mod tests {
         let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
         let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
@@ -933,12 +934,13 @@ mod tests {
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
             (ThreadTotal::Fixed(8), 4, ThreadMode::Queue, Duration::from_millis(50), true)
         );
+        assert!(!t.cap_at_cores, "max_per_query set: that is the cap");
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Auto);
         assert_eq!(t.total_for("http://127.0.0.1:18123"), ThreadTotal::Fixed(8));
         let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
         // `threads: {}`: every default (what docs/GATEWAY.md and scripts/bench_threads.py call
         // the default budget).
@@ -948,8 +950,9 @@ mod tests {
                 .threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_secs(1), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
         );
+        assert!(t.cap_at_cores, "max_per_query not set: grants are capped at the server's cores too");
         let t = &Config::parse(
             &with("      total: adaptive\n      per_replica:\n        http://127.0.0.1:18126: 3\n"),
             Path::new("g.yaml"),

@@ -6,9 +6,10 @@
 //!   than the total plus the 1-thread floors.
 //! * `observe`: queries sent to the server directly, and another gateway's queries, lower the
 //!   grants.
-//! * `auto` = the cores 18.16 reports; a client that disconnects gives its threads back.
-//! * `adaptive` starts at the cores, stays within its bounds under load, and finds that 18.16
-//!   publishes no CPU figures.
+//! * `auto` = 2 x the cores 18.16 reports, the defaults cap a lone query at the cores; a client
+//!   that disconnects gives its threads back.
+//! * `adaptive` starts where `auto` does, stays within its bounds under load, and finds that
+//!   18.16 publishes no CPU figures.
 //!
 //! The scenarios share one server, and `observe` sees every query on it, so they run one at a
 //! time.
@@ -229,7 +230,7 @@ fn observe_counts_direct_queries_and_other_gateways() {
 }
 
 #[test]
-fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
+fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = shared_server();
     let cores: usize = server
@@ -240,15 +241,21 @@ fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         .unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let g = gateway(&rt, dir.path(), "auto", server, "      total: auto\n      max_per_query: 64\n      mode: queue\n");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), cores as f64, "auto = the {cores} cores");
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64, "auto = 2 x {cores} cores");
     let (_, head, _) = curl(&g.url, "", "SELECT 1", "10");
-    assert_eq!(header(&head, "x-chstorm-threads"), Some(cores.to_string()), "alone: the whole total");
+    assert_eq!(header(&head, "x-chstorm-threads"), Some((2 * cores).to_string()), "max_per_query 64: the whole total");
     let (_, head, _) = curl(&g.url, "max_threads=1", "SELECT 1", "10");
     assert_eq!(
         header(&head, "x-chstorm-threads").as_deref(),
         Some("1"),
         "the client's own max_threads, under the grant"
     );
+    // The defaults (`threads: {}`): auto, and a lone query gets the cores, not the total.
+    let d = gateway(&rt, dir.path(), "defaults", server, "      {}\n");
+    assert_eq!(metric(&d.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64);
+    let (_, head, _) = curl(&d.url, "", "SELECT 1", "10");
+    assert_eq!(header(&head, "x-chstorm-threads"), Some(cores.to_string()), "capped at the {cores} cores");
+    d.gw.stop();
 
     // A client that gives up after 0.5 s on a 2 s query.
     let t = tag("gone");
@@ -258,7 +265,7 @@ fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         std::thread::spawn(move || curl(&url, &qid, "SELECT sleep(2)", "0.5"))
     };
     wait_for("the grant to be held", Duration::from_secs(5), || {
-        metric(&g.url, "chstorm_gateway_threads_in_use") == cores as f64
+        metric(&g.url, "chstorm_gateway_threads_in_use") == (2 * cores) as f64
     });
     let (status, _, _) = gone.join().unwrap();
     assert_eq!(status, 0, "curl gave up");
@@ -267,7 +274,7 @@ fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
     });
     // And the query was killed.
     // (Counted, not read with its max_threads: 18.16 does not list a max_threads equal to its
-    // default among a query's settings, and the grant here is the default, the cores.)
+    // default among a query's settings.)
     wait_for("the query to leave the server", Duration::from_secs(5), || {
         server.query(&format!("SELECT count() FROM system.processes WHERE query_id LIKE '{t}-%'")).unwrap().trim()
             == "0"
@@ -276,7 +283,7 @@ fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
 }
 
 #[test]
-fn adaptive_starts_at_the_servers_cores_and_stays_within_its_bounds() {
+fn adaptive_starts_where_auto_does_and_stays_within_its_bounds() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = shared_server();
     let cores: usize = server
@@ -287,8 +294,9 @@ fn adaptive_starts_at_the_servers_cores_and_stays_within_its_bounds() {
         .unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let g = gateway(&rt, dir.path(), "adaptive", server, "      total: adaptive\n");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), cores as f64, "starts at the {cores} cores");
-    // 4 clients x 40 queries: every one answered, every grant within 1..=4 x cores.
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64, "starts at auto's 2 x {cores}");
+    // 4 clients x 40 queries: every one answered, every grant within 1..=cores (max_per_query
+    // not set), the total within 1..=4 x cores.
     let t = tag("adaptive");
     let clients: Vec<_> = (0..4)
         .map(|c| {
@@ -312,7 +320,7 @@ fn adaptive_starts_at_the_servers_cores_and_stays_within_its_bounds() {
         .collect();
     let grants: Vec<usize> = clients.into_iter().flat_map(|h| h.join().unwrap()).collect();
     assert_eq!(grants.len(), 160);
-    assert!(grants.iter().all(|&n| (1..=4 * cores).contains(&n)), "{grants:?}");
+    assert!(grants.iter().all(|&n| (1..=cores).contains(&n)), "{grants:?}");
     let total = metric(&g.url, "chstorm_gateway_threads_budget") as usize;
     assert!((1..=4 * cores).contains(&total), "total {total} out of 1..={}", 4 * cores);
     assert_eq!(metric(&g.url, "chstorm_gateway_threads_in_use"), 0.0, "every grant came back");

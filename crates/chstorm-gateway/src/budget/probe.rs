@@ -1,12 +1,14 @@
 //! What a budget learns from its replica, over the replica's HTTP interface as the cluster's user:
 //!
-//! * `auto` and `adaptive` totals: `SELECT value, changed FROM system.settings WHERE name =
+//! * The server's cores, for `auto` and `adaptive` totals and for the per-query cap when
+//!   `max_per_query` is not set: `SELECT value, changed FROM system.settings WHERE name =
 //!   'max_threads'`. ClickHouse's default `max_threads` is its count of CPU cores. Newer servers
 //!   show it as `'auto(N)'` (whatever `changed` says, the N is the cores); 18.16 shows the plain
 //!   number `N` with `changed = 0`. A plain number with `changed = 1` was set by the user's
 //!   profile and says nothing about the cores: then, as when the replica does not answer, the
-//!   gateway uses this machine's logical cores ([`fallback_total`]) with a warning, and keeps
-//!   asking every [`RETRY_EVERY`] until the replica answers.
+//!   gateway uses this machine's logical cores ([`fallback_cores`], [`fallback_total`]) with a
+//!   warning, and keeps asking every [`RETRY_EVERY`] until the replica answers. The cores also
+//!   cap each grant when `max_per_query` is not set ([`Threads::cap_at_cores`]).
 //! * `adaptive` totals also read the server's CPU every second ([`CPU_SQL`]) where the server
 //!   publishes it (not 18.16: after 5 answers without, no more).
 //! * `observe`: every `observe_interval` (100 ms), one small query lists the server's running
@@ -26,7 +28,7 @@
 //! to; so the per-query list is used. It costs one HTTP round trip and a few rows per poll.
 
 use super::{ClusterBudget, ReplicaBudget};
-use crate::config::{ReplicaAddr, Threads};
+use crate::config::{ReplicaAddr, ThreadTotal, Threads};
 use crate::log::log;
 use crate::upstream::{full, Upstream};
 use http_body_util::BodyExt;
@@ -46,15 +48,16 @@ pub fn fallback_cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
-/// The `auto` total for `cores` cores: the cores. The seed found 1 to 2 x cores best on a
-/// 16-core server loaded from another machine; on this project's 2-core machine, where the
-/// server shares its cores with the gateway and the load, 2 x cores made a lone query slower
-/// (docs/PERFORMANCE.md, "Thread budget"). `adaptive` looks for the best total itself.
+/// The `auto` total for `cores` cores: 2 x cores, as the seed found best (with each query
+/// capped at the cores, its `max_threads=16` on 16 cores; here the cap is
+/// [`Threads::cap_at_cores`]). Twice the cores lets a storm keep every core busy while some
+/// queries wait on I/O or on the round trip to the next query; the cap keeps a lone query at the
+/// cores, where more threads only cost (docs/GATEWAY.md, "Thread budget").
 pub fn auto_total(cores: usize) -> usize {
-    cores.max(1)
+    2 * cores.max(1)
 }
 
-/// The `auto` total used while the server's cores are unknown: this machine's cores.
+/// The `auto` total used while the server's cores are unknown: 2 x this machine's cores.
 pub fn fallback_total() -> usize {
     auto_total(fallback_cores())
 }
@@ -212,24 +215,21 @@ fn apply(
     if !b.auto_pending.load(Ordering::Acquire) {
         return;
     }
-    let adaptive = b.is_adaptive();
     match facts.and_then(|f| f.max_threads.cores) {
         Some(cores) => {
-            if adaptive {
-                b.make_adaptive(cores);
-            } else {
-                b.set_total(auto_total(cores));
+            b.learn_cores(cores);
+            match b.kind {
+                ThreadTotal::Adaptive => b.make_adaptive(cores),
+                ThreadTotal::Auto => b.set_total(auto_total(cores)),
+                ThreadTotal::Fixed(_) => {}
             }
             b.auto_pending.store(false, Ordering::Release);
             log(
                 "info",
-                if adaptive {
-                    "thread budget: server cores learned, adaptive total starts there"
-                } else {
-                    "thread budget: auto total learned"
-                },
+                "thread budget: the server's cores learned",
                 serde_json::json!({"cluster": cluster, "replica": b.label, "url": addr.base,
-                "server_cores": cores, "total": b.total()}),
+                "server_cores": cores, "total": b.total(), "total_kind": format!("{:?}", b.kind),
+                "max_per_query": b.max_per_query()}),
             );
         }
         None if first => {

@@ -11,6 +11,7 @@ fn cfg(total: usize, max: usize, mode: ThreadMode, max_wait_ms: u64, observe: bo
     Threads {
         total: ThreadTotal::Fixed(total),
         max_per_query: max,
+        cap_at_cores: false,
         mode,
         max_wait: Duration::from_millis(max_wait_ms),
         observe,
@@ -296,11 +297,11 @@ fn auto_reads_the_servers_cores() {
     assert_eq!(parse_max_threads("4", "1"), MaxThreadsSetting { cores: None, default_max_threads: Some(4) });
     assert_eq!(parse_max_threads("", ""), MaxThreadsSetting { cores: None, default_max_threads: None });
     assert_eq!(parse_max_threads("0", "0").cores, None);
-    assert_eq!(probe::auto_total(2), 2);
-    assert_eq!(probe::auto_total(8), 8);
-    assert_eq!(probe::auto_total(0), 1);
+    assert_eq!(probe::auto_total(2), 4);
+    assert_eq!(probe::auto_total(8), 16);
+    assert_eq!(probe::auto_total(0), 2);
     let local = std::thread::available_parallelism().unwrap().get();
-    assert_eq!(probe::fallback_total(), local);
+    assert_eq!(probe::fallback_total(), 2 * local);
     // ClusterBudget: an auto total starts at the fallback, pending until learned.
     let cluster = crate::config::Cluster {
         name: "c".into(),
@@ -392,9 +393,9 @@ fn an_adaptive_total_moves_the_budget() {
     assert!(seen.contains(&3), "it probed one step up: {seen:?}");
     assert!(seen.iter().all(|t| (1..=8).contains(t)), "{seen:?}");
     assert_eq!(b.snapshot().in_use, 0);
-    // make_adaptive again (the server's cores became known) restarts from them.
+    // make_adaptive again (the server's cores became known) restarts where auto would be.
     b.make_adaptive(4);
-    assert_eq!(b.total(), 4);
+    assert_eq!(b.total(), 8);
 }
 
 #[test]
@@ -414,7 +415,7 @@ fn adaptive_in_config_starts_at_the_cores_until_the_server_tells() {
     let cb = ClusterBudget::new(&cluster, &t, None);
     let b = cb.get(0, 0).unwrap();
     assert!(b.is_adaptive());
-    assert_eq!(b.total(), probe::fallback_cores());
+    assert_eq!(b.total(), probe::fallback_total());
     assert!(b.auto_pending.load(Ordering::Acquire), "the server's cores are still to learn");
 }
 
@@ -431,4 +432,25 @@ fn server_cpu_figures_per_server_version() {
     assert_eq!(probe::parse_cpu("OSUserTimeNormalized\t3\n"), Some(1.0), "clamped");
     assert_eq!(probe::parse_cpu("OSUserTimeNormalized\tnan\ngarbage\n"), None);
     assert!(probe::CPU_SQL.contains("system.asynchronous_metrics"));
+}
+
+/// `max_per_query` not set: no grant is larger than the server's cores (a lone query gets the
+/// cores, not the whole `auto` total); set, it is the cap as written.
+#[test]
+fn an_unset_max_per_query_caps_grants_at_the_cores() {
+    let mut t = cfg(8, 16, ThreadMode::Queue, 1000, false);
+    t.cap_at_cores = true;
+    let b = ReplicaBudget::new("1.1", 8, &t, None);
+    b.learn_cores(2);
+    assert_eq!(b.max_per_query(), 2);
+    let alone = b.grant_now(16, "alone");
+    assert_eq!(alone.threads(), 2, "the cores, not the total of 8");
+    let next = b.grant_now(16, "next");
+    assert_eq!(next.threads(), 2);
+    drop((alone, next));
+    b.learn_cores(64);
+    assert_eq!(b.max_per_query(), 16, "never above max_per_query");
+    let fixed = budget(8, 16, ThreadMode::Queue, 1000);
+    fixed.learn_cores(2);
+    assert_eq!(fixed.grant_now(16, "set").threads(), 8, "max_per_query set: no cap at the cores");
 }
