@@ -30,7 +30,7 @@ use crate::config::Hedging;
 use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
 use crate::plan::{Latitude, Plan, Target};
-use crate::replica::{InFlight, Replica};
+use crate::replica::{InFlight, Overdue, Replica};
 use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, retry_safe_code};
@@ -162,6 +162,9 @@ struct Running {
     streamed: bool,
     started: Instant,
     inflight: InFlight,
+    /// Set when the per-try deadline passed without an answer head: counts it as overdue on its
+    /// replica, which makes a replica with many such attempts *slow now* (no hedges go there).
+    overdue: Option<Overdue>,
     grant: Option<Grant>,
     guard: KillGuard,
     fut: BoxFuture<AttemptEnd>,
@@ -202,7 +205,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     let mut tried: Vec<(usize, usize)> = Vec::new();
     let mut lost_once: Vec<(usize, usize)> = Vec::new();
     let (mut attempts, mut retries, mut hedged) = (0usize, 0u32, false);
-    let (mut deadline_passed, mut refused_by_budget) = (false, false);
+    let (mut deadline_passed, mut refused_by_budget, mut held) = (false, false, false);
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
@@ -258,15 +261,26 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     deadline_passed = true;
                     ctx.metrics.per_try_timeouts.inc();
                 }
+                for a in running.iter_mut().filter(|a| a.overdue.is_none()) {
+                    a.overdue = Some(Overdue::new(a.inflight.replica().clone()));
+                }
                 if policy.can_hedge(running.len(), attempts) {
                     let exclude = excluded(&tried, &running);
                     let shard = match plan.target {
                         Target::Shard(s) => Some(s),
                         _ => None,
                     };
-                    // A hedge goes only to a healthy replica; none now (the others are down or
-                    // busy with this query): look again one deadline later, budget untouched.
-                    if ctx.balancer.has_healthy(shard, &exclude) {
+                    // A hedge goes only to a healthy replica that is not slow itself; none now
+                    // (the others are down, busy with this query, or late with their own
+                    // answers): look again one deadline later, budget untouched. When every
+                    // replica is late the cause is not one replica, and a hedge would only add
+                    // load to a machine that is already behind.
+                    if ctx.balancer.has_healthy(shard, &exclude) && !ctx.balancer.has_prompt(shard, &exclude) {
+                        if !held {
+                            held = true;
+                            ctx.metrics.hedges_held.inc();
+                        }
+                    } else if ctx.balancer.has_prompt(shard, &exclude) {
                         if !ctx.retry_budget.withdraw() {
                             if !refused_by_budget {
                                 refused_by_budget = true;
@@ -477,6 +491,8 @@ async fn start(
     hedge: bool,
 ) -> Option<Running> {
     let inflight = match plan.target {
+        Target::Shard(s) if hedge => ctx.balancer.pick_prompt(Some(s), exclude),
+        Target::Any if hedge => ctx.balancer.pick_prompt(None, exclude),
         Target::Shard(s) => ctx.balancer.pick(Some(s), exclude),
         Target::Any => ctx.balancer.pick(None, exclude),
         Target::Session(h) => ctx.balancer.pick_sticky(h, exclude),
@@ -533,7 +549,7 @@ async fn start(
             Err(e) => AttemptEnd::Failed(e),
         }
     });
-    Some(Running { hedge, streamed, started: Instant::now(), inflight, grant, guard, fut, down })
+    Some(Running { hedge, streamed, started: Instant::now(), inflight, overdue: None, grant, guard, fut, down })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! Replica state itself lives in [`crate::replica`].
 
 use crate::config::Cluster;
-pub use crate::replica::{InFlight, Replica};
+pub use crate::replica::{InFlight, Overdue, Replica};
 use arc_swap::ArcSwap;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
@@ -111,18 +111,38 @@ impl Balancer {
 
     /// True when a healthy replica of `shard` (any shard when None) is not in `exclude`.
     pub fn has_healthy(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> bool {
+        self.healthy_where(shard, exclude, |_| true)
+    }
+
+    /// True when a healthy replica of `shard` (any shard when None) is not in `exclude` and is
+    /// not slow now ([`Replica::is_slow_now`]): somewhere a hedge can help.
+    pub fn has_prompt(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> bool {
+        self.healthy_where(shard, exclude, |r| !r.is_slow_now())
+    }
+
+    fn healthy_where(&self, shard: Option<usize>, exclude: &[(usize, usize)], ok: impl Fn(&Replica) -> bool) -> bool {
         let snap = self.snapshot.load();
         snap.healthy
             .iter()
             .enumerate()
             .filter(|(s, _)| shard.is_none_or(|want| want == *s))
-            .any(|(s, v)| v.iter().any(|&i| !exclude.contains(&(s, i))))
+            .any(|(s, v)| v.iter().any(|&i| !exclude.contains(&(s, i)) && ok(&self.shards[s][i])))
     }
 
     /// Picks a replica of `shard` (any shard when None), not in `exclude`, by power of two
     /// choices. Healthy replicas first; when none is healthy, any replica (better one try than
     /// a certain failure). Returns a guard that counts the request as outstanding.
     pub fn pick(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> Option<InFlight> {
+        self.pick_where(shard, exclude, false)
+    }
+
+    /// [`Balancer::pick`] for a hedge: only healthy replicas that are not slow now
+    /// ([`Replica::is_slow_now`]); None when there is none.
+    pub fn pick_prompt(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> Option<InFlight> {
+        self.pick_where(shard, exclude, true)
+    }
+
+    fn pick_where(&self, shard: Option<usize>, exclude: &[(usize, usize)], prompt_only: bool) -> Option<InFlight> {
         let snap = self.snapshot.load();
         let mut cands: Vec<(usize, usize)> = Vec::with_capacity(8);
         let shards: Vec<usize> = match shard {
@@ -131,9 +151,15 @@ impl Balancer {
             None => (0..self.shards.len()).collect(),
         };
         for &s in &shards {
-            cands.extend(snap.healthy[s].iter().map(|&i| (s, i)).filter(|c| !exclude.contains(c)));
+            cands.extend(
+                snap.healthy[s]
+                    .iter()
+                    .map(|&i| (s, i))
+                    .filter(|c| !exclude.contains(c))
+                    .filter(|c| !prompt_only || !self.shards[c.0][c.1].is_slow_now()),
+            );
         }
-        if cands.is_empty() {
+        if cands.is_empty() && !prompt_only {
             for &s in &shards {
                 cands.extend((0..self.shards[s].len()).map(|i| (s, i)).filter(|c| !exclude.contains(c)));
             }

@@ -21,6 +21,7 @@
 //! | `chstorm_gateway_per_try_timeouts_total` | | attempts that passed their per-try deadline with no answer head |
 //! | `chstorm_gateway_hedges_total` | | hedged copies sent (within the retry budget) |
 //! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
+//! | `chstorm_gateway_hedges_held_total` | | requests past their per-try deadline not hedged (once each) because every other healthy replica of the shard was slow too (more than a quarter of its attempts overdue) |
 //! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`) |
 //! | `chstorm_gateway_threads_budget` | cluster, replica | the replica's thread budget (`threads.total`) |
 //! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
@@ -107,6 +108,7 @@ pub struct Metrics {
     pub per_try_timeouts: Counter,
     pub hedges: Counter,
     pub hedge_wins: Counter,
+    pub hedges_held: Counter,
     pub client_timeouts: Family<PhaseLabel, Counter>,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
@@ -149,6 +151,7 @@ impl Default for Metrics {
         let per_try_timeouts = Counter::default();
         let hedges = Counter::default();
         let hedge_wins = Counter::default();
+        let hedges_held = Counter::default();
         registry.register(
             "chstorm_gateway_per_try_timeouts",
             "Attempts past their per-try deadline without an answer head",
@@ -156,6 +159,11 @@ impl Default for Metrics {
         );
         registry.register("chstorm_gateway_hedges", "Hedged copies sent", hedges.clone());
         registry.register("chstorm_gateway_hedge_wins", "Hedged copies that answered first", hedge_wins.clone());
+        registry.register(
+            "chstorm_gateway_hedges_held",
+            "Requests past their per-try deadline not hedged because every other replica was slow too",
+            hedges_held.clone(),
+        );
         let client_timeouts = Family::<PhaseLabel, Counter>::default();
         registry.register(
             "chstorm_gateway_client_timeouts",
@@ -237,6 +245,7 @@ impl Default for Metrics {
             per_try_timeouts,
             hedges,
             hedge_wins,
+            hedges_held,
             client_timeouts,
             threads_total,
             threads_in_use,

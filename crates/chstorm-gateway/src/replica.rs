@@ -1,6 +1,7 @@
 //! One backend replica's runtime state, in one type: its address, the requests in flight on it
-//! through this gateway, its health (a small state machine), an error penalty that decays, and a
-//! *down signal* that every attempt waiting on the replica listens to.
+//! through this gateway (and how many of them are past their per-try deadline), its health (a
+//! small state machine), an error penalty that decays, and a *down signal* that every attempt
+//! waiting on the replica listens to.
 //!
 //! Owns no I/O: probes ([`crate::health`]) and requests ([`crate::attempt`]) report what they
 //! saw; selection ([`crate::balancer`]) reads the published snapshot.
@@ -13,6 +14,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Time for an error penalty to halve: 5 s.
 pub const PENALTY_HALF_LIFE: Duration = Duration::from_secs(5);
+/// A replica is slow when more than 1 / `SLOW_SHARE` of its attempts in flight are overdue: 4.
+/// In normal running few answers take longer than the per-try deadline (by default twice the
+/// route's P95), so a quarter overdue is well outside it.
+const SLOW_SHARE: usize = 4;
 /// What one unit of error penalty weighs against one outstanding request in the P2C score.
 const PENALTY_WEIGHT: f64 = 4.0;
 
@@ -84,6 +89,8 @@ pub struct Replica {
     /// `shard.replica`, 1-based, for logs and metrics.
     pub label: String,
     outstanding: AtomicUsize,
+    /// Of those, attempts past their per-try deadline without an answer head ([`Overdue`]).
+    overdue: AtomicUsize,
     health: Mutex<HealthMachine>,
     /// Mirror of `health.is_up()`, for lock-free reads.
     healthy: AtomicBool,
@@ -106,6 +113,7 @@ impl Replica {
             index,
             label: format!("{}.{}", shard + 1, index + 1),
             outstanding: AtomicUsize::new(0),
+            overdue: AtomicUsize::new(0),
             health: Mutex::new(HealthMachine::default()),
             healthy: AtomicBool::new(true),
             down: Mutex::new(CancellationToken::new()),
@@ -126,6 +134,20 @@ impl Replica {
     /// Requests in flight on it through this gateway.
     pub fn outstanding(&self) -> usize {
         self.outstanding.load(Ordering::Relaxed)
+    }
+
+    /// Attempts in flight on it past their per-try deadline without an answer head.
+    pub fn overdue(&self) -> usize {
+        self.overdue.load(Ordering::Relaxed)
+    }
+
+    /// Slow right now: more than a quarter of its attempts in flight are past their per-try
+    /// deadline ([`SLOW_SHARE`]). A hedge sent to a slow replica would only add load where
+    /// answers are already late: when every replica of a shard is slow the slowness is the
+    /// machine's or the query's, not one replica's, and hedging cannot help.
+    pub fn is_slow_now(&self) -> bool {
+        let overdue = self.overdue();
+        overdue > 0 && overdue * SLOW_SHARE > self.outstanding()
     }
 
     /// Failed requests seen on it since start.
@@ -226,6 +248,23 @@ impl Drop for InFlight {
     }
 }
 
+/// Counts an attempt as overdue on its replica while it runs past its per-try deadline (RAII).
+#[derive(Debug)]
+pub struct Overdue(Arc<Replica>);
+
+impl Overdue {
+    pub fn new(r: Arc<Replica>) -> Overdue {
+        r.overdue.fetch_add(1, Ordering::Relaxed);
+        Overdue(r)
+    }
+}
+
+impl Drop for Overdue {
+    fn drop(&mut self) {
+        self.0.overdue.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,7 +317,26 @@ mod tests {
         assert_eq!(r.outstanding(), 0);
         r.lost_race();
         assert!(r.score(Instant::now()) > 3.9);
+        r.set_penalty(0.0, Instant::now());
         r.set_penalty(2.0, Instant::now() - PENALTY_HALF_LIFE * 20);
         assert!(r.penalty_now(Instant::now()) < 1e-5);
+    }
+
+    #[test]
+    fn slow_now_means_more_than_a_quarter_of_its_attempts_overdue() {
+        let r = Arc::new(Replica::new(ReplicaAddr { base: "http://h:1".into(), https: false }, 0, 0));
+        assert!(!r.is_slow_now(), "idle");
+        let inflight: Vec<_> = (0..4).map(|_| InFlight::new(r.clone())).collect();
+        assert!(!r.is_slow_now(), "4 in flight, none overdue");
+        let one = Overdue::new(r.clone());
+        assert!(!r.is_slow_now(), "1 of 4 overdue: not more than a quarter");
+        let two = Overdue::new(r.clone());
+        assert!(r.is_slow_now(), "2 of 4 overdue");
+        drop(two);
+        assert!(!r.is_slow_now());
+        drop(inflight);
+        assert!(r.is_slow_now(), "its only attempt is overdue");
+        drop(one);
+        assert_eq!((r.overdue(), r.is_slow_now()), (0, false));
     }
 }

@@ -418,3 +418,44 @@ async fn a_replica_marked_down_keeps_its_query_when_there_is_nowhere_to_move_it(
     settle().await;
     assert!(fake.kills().is_empty(), "and not killed");
 }
+
+/// Eight routed reads at once on shard 2; returns how many were hedged.
+async fn eight_at_once(w: &World, p: &Plan) -> usize {
+    let r = || w.run(p, held());
+    let (a, b, c, d, e, f, g, h) = tokio::join!(r(), r(), r(), r(), r(), r(), r(), r());
+    [a, b, c, d, e, f, g, h].iter_mut().map(answered).filter(|(_, hedged)| *hedged).count()
+}
+
+#[tokio::test(start_paused = true)]
+async fn when_every_replica_is_late_hedges_are_held() {
+    // Both replicas of the shard answer in 500 ms (a loaded machine): once more than a quarter
+    // of a replica's attempts are past their deadline, no hedge goes there, because a copy
+    // would only add load where answers are already late.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let hedged = eight_at_once(&w, &p).await;
+    let held = w.metrics.hedges_held.get() as usize;
+    assert_eq!(w.metrics.per_try_timeouts.get(), 8, "every request passed its deadline");
+    assert!(hedged + held >= 8, "each was hedged or held (or both, later): {hedged} hedged, {held} held");
+    assert!(hedged <= 4, "{hedged} of 8 hedged: only the first ones, before both replicas were seen late");
+    assert_eq!(w.metrics.hedges.get() as usize, hedged);
+    for r in w.balancer.replicas() {
+        assert_eq!((r.overdue(), r.outstanding()), (0, 0), "every mark and count came back");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_replica_beside_a_prompt_one_has_every_waiting_read_hedged() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Answer(Duration::from_millis(5), 200, "1\n"))]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let hedged = eight_at_once(&w, &p).await;
+    let on_hung = fake.sent_to().iter().filter(|r| *r == R21).count();
+    assert!(on_hung > 0, "P2C sent some to the hung replica");
+    assert_eq!(hedged, on_hung, "every read waiting on the hung replica was hedged");
+    assert_eq!(w.metrics.hedges_held.get(), 0);
+}
