@@ -209,7 +209,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
-    let Some(first) = start(plan, &mut body, ctx, &[], false).await else {
+    let Some(first) = start(plan, &mut body, ctx, &[], None).await else {
         return no_replica(plan, None, 0, 0);
     };
     attempts += 1;
@@ -270,28 +270,31 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                         Target::Shard(s) => Some(s),
                         _ => None,
                     };
-                    // A hedge goes only to a healthy replica that is not slow itself; none now
-                    // (the others are down, busy with this query, or late with their own
-                    // answers): look again one deadline later, budget untouched. When every
-                    // replica is late the cause is not one replica, and a hedge would only add
-                    // load to a machine that is already behind.
-                    if ctx.balancer.has_healthy(shard, &exclude) && !ctx.balancer.has_prompt(shard, &exclude) {
-                        if !held {
-                            held = true;
-                            ctx.metrics.hedges_held.inc();
-                        }
-                    } else if ctx.balancer.has_prompt(shard, &exclude) {
+                    // A hedge goes only to a healthy replica that can help: one that is not slow
+                    // itself or, when this query waits on a stalled replica (no answer at all
+                    // for a deadline: hung), one that is not stalled. None now (the others are
+                    // down, busy with this query, or late like this one): look again one
+                    // deadline later, budget untouched. When every replica is late the cause is
+                    // not one replica, and a hedge would only add load where answers are
+                    // already late.
+                    let window = policy.hedge_after.unwrap_or_default();
+                    let waits_on_stalled = running.iter().any(|a| a.inflight.replica().is_stalled(window));
+                    let helps = move |r: &Replica| !r.is_slow_now() || (waits_on_stalled && !r.is_stalled(window));
+                    if ctx.balancer.healthy_where(shard, &exclude, helps) {
                         if !ctx.retry_budget.withdraw() {
                             if !refused_by_budget {
                                 refused_by_budget = true;
                                 ctx.metrics.budget_exhausted.inc();
                             }
-                        } else if let Some(a) = start(plan, &mut body, ctx, &exclude, true).await {
+                        } else if let Some(a) = start(plan, &mut body, ctx, &exclude, Some(&helps)).await {
                             attempts += 1;
                             hedged = true;
                             ctx.metrics.hedges.inc();
                             running.push(a);
                         }
+                    } else if ctx.balancer.has_healthy(shard, &exclude) && !held {
+                        held = true;
+                        ctx.metrics.hedges_held.inc();
                     }
                     if policy.can_hedge(running.len(), attempts) {
                         hedge_timer = policy.hedge_after.map(|d| Box::pin(tokio::time::sleep(d)));
@@ -314,7 +317,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     && ctx.balancer.has_healthy(shard, &exclude)
                     && ctx.retry_budget.withdraw()
                 {
-                    if let Some(b) = start(plan, &mut body, ctx, &exclude, false).await {
+                    if let Some(b) = start(plan, &mut body, ctx, &exclude, None).await {
                         let a = running.swap_remove(i);
                         tried.push(id);
                         a.cancel("replica_down");
@@ -328,6 +331,9 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
             Event::Ended(i, end) => {
                 let mut a = running.swap_remove(i);
                 let replica = a.inflight.replica().clone();
+                if matches!(end, AttemptEnd::Head(_)) {
+                    replica.answered();
+                }
                 let (failure, detail) = match end {
                     AttemptEnd::Head(resp) if resp.status().is_success() => {
                         ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
@@ -410,7 +416,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     ctx.metrics.budget_exhausted.inc();
                     return give_up(failed_message(&failure, &detail));
                 }
-                match start(plan, &mut body, ctx, &excluded(&tried, &running), false).await {
+                match start(plan, &mut body, ctx, &excluded(&tried, &running), None).await {
                     Some(a) => {
                         attempts += 1;
                         retries += 1;
@@ -488,14 +494,15 @@ async fn start(
     body: &mut SendBody,
     ctx: &Ctx<'_>,
     exclude: &[(usize, usize)],
-    hedge: bool,
+    hedge_to: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
 ) -> Option<Running> {
-    let inflight = match plan.target {
-        Target::Shard(s) if hedge => ctx.balancer.pick_prompt(Some(s), exclude),
-        Target::Any if hedge => ctx.balancer.pick_prompt(None, exclude),
-        Target::Shard(s) => ctx.balancer.pick(Some(s), exclude),
-        Target::Any => ctx.balancer.pick(None, exclude),
-        Target::Session(h) => ctx.balancer.pick_sticky(h, exclude),
+    let hedge = hedge_to.is_some();
+    let inflight = match (plan.target, hedge_to) {
+        (Target::Shard(s), Some(ok)) => ctx.balancer.pick_healthy_where(Some(s), exclude, ok),
+        (Target::Any, Some(ok)) => ctx.balancer.pick_healthy_where(None, exclude, ok),
+        (Target::Shard(s), None) => ctx.balancer.pick(Some(s), exclude),
+        (Target::Any, None) => ctx.balancer.pick(None, exclude),
+        (Target::Session(h), _) => ctx.balancer.pick_sticky(h, exclude),
     }?;
     let replica = inflight.replica().clone();
     if hedge && !replica.is_healthy() {

@@ -114,13 +114,14 @@ impl Balancer {
         self.healthy_where(shard, exclude, |_| true)
     }
 
-    /// True when a healthy replica of `shard` (any shard when None) is not in `exclude` and is
-    /// not slow now ([`Replica::is_slow_now`]): somewhere a hedge can help.
-    pub fn has_prompt(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> bool {
-        self.healthy_where(shard, exclude, |r| !r.is_slow_now())
-    }
-
-    fn healthy_where(&self, shard: Option<usize>, exclude: &[(usize, usize)], ok: impl Fn(&Replica) -> bool) -> bool {
+    /// True when a healthy replica of `shard` (any shard when None), not in `exclude`, passes
+    /// `ok`.
+    pub fn healthy_where(
+        &self,
+        shard: Option<usize>,
+        exclude: &[(usize, usize)],
+        ok: impl Fn(&Replica) -> bool,
+    ) -> bool {
         let snap = self.snapshot.load();
         snap.healthy
             .iter()
@@ -133,16 +134,26 @@ impl Balancer {
     /// choices. Healthy replicas first; when none is healthy, any replica (better one try than
     /// a certain failure). Returns a guard that counts the request as outstanding.
     pub fn pick(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> Option<InFlight> {
-        self.pick_where(shard, exclude, false)
+        self.pick_inner(shard, exclude, None)
     }
 
-    /// [`Balancer::pick`] for a hedge: only healthy replicas that are not slow now
-    /// ([`Replica::is_slow_now`]); None when there is none.
-    pub fn pick_prompt(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> Option<InFlight> {
-        self.pick_where(shard, exclude, true)
+    /// [`Balancer::pick`] for a hedge: only healthy replicas that pass `ok`, by power of two
+    /// choices; None when there is none (no fallback to a down one).
+    pub fn pick_healthy_where(
+        &self,
+        shard: Option<usize>,
+        exclude: &[(usize, usize)],
+        ok: &(dyn Fn(&Replica) -> bool + Sync),
+    ) -> Option<InFlight> {
+        self.pick_inner(shard, exclude, Some(ok))
     }
 
-    fn pick_where(&self, shard: Option<usize>, exclude: &[(usize, usize)], prompt_only: bool) -> Option<InFlight> {
+    fn pick_inner(
+        &self,
+        shard: Option<usize>,
+        exclude: &[(usize, usize)],
+        only: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
+    ) -> Option<InFlight> {
         let snap = self.snapshot.load();
         let mut cands: Vec<(usize, usize)> = Vec::with_capacity(8);
         let shards: Vec<usize> = match shard {
@@ -156,10 +167,10 @@ impl Balancer {
                     .iter()
                     .map(|&i| (s, i))
                     .filter(|c| !exclude.contains(c))
-                    .filter(|c| !prompt_only || !self.shards[c.0][c.1].is_slow_now()),
+                    .filter(|c| only.is_none_or(|ok| ok(&self.shards[c.0][c.1]))),
             );
         }
-        if cands.is_empty() && !prompt_only {
+        if cands.is_empty() && only.is_none() {
             for &s in &shards {
                 cands.extend((0..self.shards[s].len()).map(|i| (s, i)).filter(|c| !exclude.contains(c)));
             }

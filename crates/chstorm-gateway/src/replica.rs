@@ -91,6 +91,10 @@ pub struct Replica {
     outstanding: AtomicUsize,
     /// Of those, attempts past their per-try deadline without an answer head ([`Overdue`]).
     overdue: AtomicUsize,
+    /// When it was created (tokio's clock, so paused-time tests see their own time).
+    created: tokio::time::Instant,
+    /// Its last answer head, in µs since `created`; 0 = none yet.
+    last_answer_us: AtomicU64,
     health: Mutex<HealthMachine>,
     /// Mirror of `health.is_up()`, for lock-free reads.
     healthy: AtomicBool,
@@ -114,6 +118,8 @@ impl Replica {
             label: format!("{}.{}", shard + 1, index + 1),
             outstanding: AtomicUsize::new(0),
             overdue: AtomicUsize::new(0),
+            created: tokio::time::Instant::now(),
+            last_answer_us: AtomicU64::new(0),
             health: Mutex::new(HealthMachine::default()),
             healthy: AtomicBool::new(true),
             down: Mutex::new(CancellationToken::new()),
@@ -148,6 +154,23 @@ impl Replica {
     pub fn is_slow_now(&self) -> bool {
         let overdue = self.overdue();
         overdue > 0 && overdue * SLOW_SHARE > self.outstanding()
+    }
+
+    /// An answer head came from it (any status: an error answer also shows the server is alive).
+    pub fn answered(&self) {
+        let us = tokio::time::Instant::now().saturating_duration_since(self.created).as_micros() as u64;
+        self.last_answer_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// Stalled: it has attempts past their per-try deadline and has sent no answer head at all
+    /// for `window` (the per-try deadline). A hung server (SIGSTOP, a frozen VM, a stalled disk)
+    /// is stalled; a server that is only slow, even very slow, keeps answering something.
+    pub fn is_stalled(&self, window: Duration) -> bool {
+        if self.overdue() == 0 {
+            return false;
+        }
+        let now = tokio::time::Instant::now().saturating_duration_since(self.created);
+        now.saturating_sub(Duration::from_micros(self.last_answer_us.load(Ordering::Relaxed))) >= window
     }
 
     /// Failed requests seen on it since start.
@@ -338,5 +361,21 @@ mod tests {
         assert!(r.is_slow_now(), "its only attempt is overdue");
         drop(one);
         assert_eq!((r.overdue(), r.is_slow_now()), (0, false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stalled_means_overdue_attempts_and_no_answer_for_a_window() {
+        let r = Arc::new(Replica::new(ReplicaAddr { base: "http://h:1".into(), https: false }, 0, 0));
+        let w = Duration::from_millis(100);
+        tokio::time::sleep(w * 2).await;
+        assert!(!r.is_stalled(w), "nothing overdue: idle, not stalled");
+        let _a = (InFlight::new(r.clone()), Overdue::new(r.clone()));
+        assert!(r.is_stalled(w), "overdue, and no answer ever");
+        r.answered();
+        assert!(!r.is_stalled(w), "it just answered");
+        tokio::time::sleep(w - Duration::from_millis(1)).await;
+        assert!(!r.is_stalled(w));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(r.is_stalled(w), "a whole window without an answer");
     }
 }
