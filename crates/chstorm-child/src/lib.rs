@@ -7,6 +7,11 @@
 //! process, so [`spawn`] forks from one helper thread that lives as long as the process: a
 //! caller on a short-lived thread (a scoped thread, a blocking-pool thread) cannot lose its
 //! children by returning.
+//!
+//! # Boundaries
+//!
+//! This crate owns spawning child processes that die with chstorm. It is the bottom of the graph:
+//! it uses libc only and must not import any other chstorm crate.
 
 use std::io;
 use std::os::unix::process::CommandExt as _;

@@ -12,6 +12,13 @@
 //! * [`flame`]: trace_log samples → folded stacks → flamegraphs (inferno).
 //! * [`report`], [`table`], [`store`]: the HTML report, the terminal table, the history table.
 //! * [`compare`]: all of it, for the CLI.
+//!
+//! # Boundaries
+//!
+//! This crate owns the A/B comparison: its schedule, runner, statistics, flamegraphs, report and
+//! history table. It builds on `chstorm-proto`, `chstorm-load`, `chstorm-data`, `chstorm-sweep`
+//! (suites) and `chstorm-report`; it must not import the gateway, the isolation or colocate
+//! crates, the local harness or the CLI (`chstorm`).
 
 pub mod flame;
 pub mod metrics;

@@ -14,6 +14,12 @@
 //! [`load_cluster`] loads `items` into a cluster instead: `items_local` on every node, a
 //! Distributed table `items` sharded by `cityHash64(shop_id)`, rows written once through it (see
 //! the `cluster` module and `docs/LOCAL_CLUSTER.md`).
+//!
+//! # Boundaries
+//!
+//! This crate owns the dataset definitions and their loading. It builds on `chstorm-proto` only;
+//! it must not import the load engine, the outputs, the gateway or the CLI, and uses the local
+//! harness (`chstorm-local`) only in its tests.
 
 mod client;
 mod cluster;

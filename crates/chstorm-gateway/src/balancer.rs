@@ -7,7 +7,7 @@
 //! Replica state itself lives in [`crate::replica`].
 
 use crate::config::Cluster;
-pub use crate::replica::{InFlight, Overdue, Replica};
+pub use crate::replica::{InFlight, Replica};
 use arc_swap::ArcSwap;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
@@ -23,7 +23,6 @@ pub struct Snapshot {
 pub struct Balancer {
     pub cluster: String,
     pub shards: Vec<Vec<Arc<Replica>>>,
-    pub weights: Vec<u32>,
     snapshot: ArcSwap<Snapshot>,
     /// Serialises snapshot rebuilds (rare: only on health changes).
     publish: Mutex<()>,
@@ -43,7 +42,6 @@ impl Balancer {
             .collect();
         let b = Balancer {
             cluster: cluster.name.clone(),
-            weights: cluster.shards.iter().map(|s| s.weight).collect(),
             shards,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             publish: Mutex::new(()),
@@ -76,6 +74,7 @@ impl Balancer {
     }
 
     /// Marks a replica up or down by hand; returns true when that changed its state.
+    #[cfg(test)]
     pub fn set_health(&self, r: &Replica, up: bool) -> bool {
         let changed = r.force_health(up).is_some();
         if changed {

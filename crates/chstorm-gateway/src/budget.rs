@@ -167,6 +167,8 @@ pub struct Grant {
     threads: usize,
     floor: bool,
     query_id: Option<String>,
+    /// Time spent waiting in the queue, for the tests (the wait is a metric).
+    #[cfg(test)]
     waited: Duration,
     /// The adaptive controller's epoch when granted, and when.
     epoch: u64,
@@ -185,10 +187,12 @@ impl Grant {
         self.threads
     }
     /// True when it was granted with the budget spent (the 1-thread floor).
+    #[cfg(test)]
     pub fn is_floor(&self) -> bool {
         self.floor
     }
     /// Time spent waiting in the queue (`queue` mode).
+    #[cfg(test)]
     pub fn waited(&self) -> Duration {
         self.waited
     }
@@ -271,10 +275,6 @@ impl ReplicaBudget {
         if self.cap_at_cores {
             self.max_per_query.store(self.configured_max_per_query.min(cores.max(1)), Ordering::Release);
         }
-    }
-
-    pub fn mode(&self) -> ThreadMode {
-        self.mode
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -362,7 +362,16 @@ impl ReplicaBudget {
                 m.floors.inc();
             }
         }
-        Grant { budget: self.clone(), threads, floor, query_id, waited, epoch, at }
+        Grant {
+            budget: self.clone(),
+            threads,
+            floor,
+            query_id,
+            #[cfg(test)]
+            waited,
+            epoch,
+            at,
+        }
     }
 
     fn release(&self, threads: usize, floor: bool, query_id: Option<String>, epoch: u64, at: Instant) {

@@ -108,7 +108,6 @@ pub struct Plan {
     /// The backend request's method: the client's, except that a read-only user's GET goes as a
     /// POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`).
     pub method: Method,
-    pub kind: StatementKind,
     pub target: Target,
     pub query_id: String,
     /// The backend URL's path and query up to (not including) the parts each attempt adds:
@@ -329,7 +328,6 @@ pub fn plan(
     let method = if user.readonly && method == Method::GET { Method::POST } else { method.clone() };
     Ok(Plan {
         method,
-        kind,
         target,
         query_id,
         path_and_params,
@@ -427,7 +425,6 @@ mod tests {
     #[test]
     fn writes_are_never_retried_after_they_may_have_run() {
         let p = run(&user(|_| {}), "", "INSERT INTO t VALUES (1)").unwrap();
-        assert_eq!(p.kind, StatementKind::Write);
         assert_eq!(p.latitude, Latitude { retry: false, resend_unsent: true, hedge: false });
     }
 

@@ -81,13 +81,13 @@ impl HealthMachine {
 /// One backend replica and its live state.
 #[derive(Debug)]
 pub struct Replica {
-    pub addr: ReplicaAddr,
+    pub(crate) addr: ReplicaAddr,
     /// 0-based shard index.
-    pub shard: usize,
+    pub(crate) shard: usize,
     /// 0-based index within the shard.
-    pub index: usize,
+    pub(crate) index: usize,
     /// `shard.replica`, 1-based, for logs and metrics.
-    pub label: String,
+    pub(crate) label: String,
     outstanding: AtomicUsize,
     /// Of those, attempts past their per-try deadline without an answer head ([`Overdue`]).
     overdue: AtomicUsize,
@@ -102,7 +102,6 @@ pub struct Replica {
     down: Mutex<CancellationToken>,
     /// Error penalty and when it was last updated.
     penalty: Mutex<(f64, Instant)>,
-    failures: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -124,7 +123,6 @@ impl Replica {
             healthy: AtomicBool::new(true),
             down: Mutex::new(CancellationToken::new()),
             penalty: Mutex::new((0.0, Instant::now())),
-            failures: AtomicU64::new(0),
         }
     }
 
@@ -173,11 +171,6 @@ impl Replica {
         now.saturating_sub(Duration::from_micros(self.last_answer_us.load(Ordering::Relaxed))) >= window
     }
 
-    /// Failed requests seen on it since start.
-    pub fn failures(&self) -> u64 {
-        self.failures.load(Ordering::Relaxed)
-    }
-
     /// A token cancelled when this replica is next marked down: an attempt waiting on the
     /// replica takes it before sending and gives up (and is re-issued elsewhere) when it fires.
     pub fn down_signal(&self) -> CancellationToken {
@@ -207,7 +200,6 @@ impl Replica {
     /// A request failed on it (refused, reset, overloaded): penalised and marked down now.
     /// `Some(false)` when it was up.
     pub fn request_failed(&self) -> Option<bool> {
-        self.failures.fetch_add(1, Ordering::Relaxed);
         self.add_penalty(Instant::now());
         self.apply(HealthMachine::request_failed)
     }
@@ -218,7 +210,8 @@ impl Replica {
         self.add_penalty(Instant::now());
     }
 
-    /// Marks it up or down by hand (tests, operators). Returns the change.
+    /// Marks it up or down by hand (tests). Returns the change.
+    #[cfg(test)]
     pub fn force_health(&self, up: bool) -> Option<bool> {
         self.apply(|h| {
             let was = h.is_up();

@@ -58,6 +58,15 @@ pub enum IsolateError {
     /// The state file is unreadable or malformed.
     #[error("state file {path}: {why}")]
     State { path: PathBuf, why: String },
+    /// Neither processes, a cgroup nor a command were named.
+    #[error("say what to isolate: --pid PID, --cgroup PATH or -- CMD ARGS (or --undo, --detect)")]
+    NothingToIsolate,
+    /// An undo for given PIDs or a cgroup found no record of them.
+    #[error("{} records no isolation of the given --pid/--cgroup", .0.display())]
+    NotInState(PathBuf),
+    /// The state file could not take the new record; the isolation was undone.
+    #[error("the isolation was undone because it could not be recorded")]
+    NotRecorded(#[source] Box<IsolateError>),
     /// A bug.
     #[error("internal error: {0}")]
     Internal(String),
@@ -68,10 +77,17 @@ impl IsolateError {
     pub fn fault(&self) -> Fault {
         use IsolateError::*;
         match self {
-            NoSuchPid(_) | Refused { .. } | NoSuchCgroup(_) | WrongHierarchy { .. } | State { .. } => Fault::Client,
+            NoSuchPid(_)
+            | Refused { .. }
+            | NoSuchCgroup(_)
+            | WrongHierarchy { .. }
+            | State { .. }
+            | NothingToIsolate
+            | NotInState(_) => Fault::Client,
             NoPermission { .. } | NoWritableCgroup(_) | OldKernel { .. } | Unavailable { .. } | Io { .. } => {
                 Fault::Environment
             }
+            NotRecorded(e) => e.fault(),
             Internal(_) => Fault::Internal,
         }
     }

@@ -45,6 +45,19 @@
 //! `stress --cpu N`) or a shell command, each in its own process group, killed with the parent
 //! (`PR_SET_PDEATHSIG`), and killed and reaped on drop and at `exit()`. [`cpu`] measures CPU
 //! shares from `/proc/PID/stat`.
+//!
+//! # The `chstorm isolate` command
+//!
+//! [`run`] does what `chstorm isolate` was asked ([`IsolateOptions`]): print the detection,
+//! apply and record, undo recorded isolations (of given PIDs or a cgroup, or all), or start a
+//! command already isolated and undo at its end; the CLI only parses flags into the options.
+//!
+//! # Boundaries
+//!
+//! This crate owns Linux CPU isolation (cgroup files, scheduling policies, `/proc`), its state
+//! file, the offline load and the burner. It builds on `chstorm-child` only; it must not import
+//! ClickHouse clients (`chstorm-proto`), the load engine, the local harness, the outputs, the
+//! gateway, colocate (`chstorm-colocate` builds on this crate) or the CLI, nor clap or anyhow.
 
 mod apply;
 pub mod burn;
@@ -55,6 +68,7 @@ mod mechanism;
 pub mod offline;
 pub mod procfs;
 mod record;
+mod run;
 mod sched;
 pub mod state;
 
@@ -63,6 +77,7 @@ pub use cgroupfs::Hierarchy;
 pub use error::{Fault, IsolateError};
 pub use mechanism::{choose, detect_all, Availability, Mechanism, Request};
 pub use record::{thread_summary, Change, FileChange, Move, Record, Target, ThreadChange, UndoReport};
+pub use run::{applied_text, describe_target, detection_text, run, IsolateOptions};
 pub use sched::ThreadSched;
 
 /// Name of the child cgroup the cgroup mechanisms create (or reuse) under the controller root.

@@ -210,6 +210,19 @@ pub enum Request {
     One(Mechanism),
 }
 
+impl Request {
+    /// The name used on the command line and in JSON: `auto`, `all`, `cgroup-idle`, or the
+    /// mechanism's [`name`](Mechanism::name).
+    pub fn name(self) -> &'static str {
+        match self {
+            Request::Auto => "auto",
+            Request::All => "all",
+            Request::CgroupIdle => "cgroup-idle",
+            Request::One(m) => m.name(),
+        }
+    }
+}
+
 /// The mechanisms to use for `request`, given what [`detect_all`] found. Asking for one that
 /// is unavailable is an error that says why.
 pub fn choose(request: Request, found: &[Availability]) -> Result<Vec<Mechanism>, IsolateError> {

@@ -5,6 +5,12 @@
 //! with its share of the connections and one [`chstorm_stats::Interval`] (an HDR histogram plus
 //! counters) that it hands to the coordinator every second, so memory stays flat however long
 //! the run. The coordinator merges those into the per-second series and the run's totals.
+//!
+//! # Boundaries
+//!
+//! This crate owns the load loop, schedules, query templates and the run's statistics. It builds
+//! on `chstorm-proto` and `chstorm-stats`; it must not import the outputs, reports, sweeps, the
+//! gateway or the CLI, and uses the local harness only in its tests.
 
 pub mod engine;
 mod executor;

@@ -23,6 +23,12 @@
 //! Defaults: user `default` without password, `keep_alive_timeout` 3 s,
 //! `max_concurrent_queries` 1000, `log_queries=1` with `system.query_log`
 //! flushed every 1000 ms, log level `warning` into `DIR/log/`.
+//!
+//! # Boundaries
+//!
+//! This crate owns starting, checking and stopping local ClickHouse servers and clusters. It builds
+//! on `chstorm-child` only, so that every other crate's tests can use it; it must not import the
+//! transports (`chstorm-proto`), the load engine, the gateway or the CLI.
 
 mod cluster;
 mod config;

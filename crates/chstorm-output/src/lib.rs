@@ -6,6 +6,12 @@
 //! * [`csv`]: one row per run; the columns are Altinity clickhouse-sts's, then ours.
 //! * [`merge`]: combines runs made at the same time from several machines.
 //! * [`file`]: output files opened (and checked) before a run.
+//!
+//! # Boundaries
+//!
+//! This crate owns the bench result formats (`chstorm.bench.v1` JSON, text, CSV) and merging.
+//! It builds on `chstorm-stats` and `chstorm-load` (the run result); it must not import the
+//! transports, the HTML reports, sweeps, the gateway or the CLI.
 
 pub mod csv;
 pub mod file;

@@ -8,6 +8,12 @@
 //! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,
 //!   exception parsing, statement kinds.
 //! * [`cancel`]: giving up on a query without leaving it running on the server.
+//!
+//! # Boundaries
+//!
+//! This crate owns talking to ClickHouse (URLs, HTTP, native, TLS, errors, ClickHouse's rules).
+//! It must not import any other chstorm crate (it uses the local harness only in its tests):
+//! the load engine, the gateway and the compare tool all build on it.
 
 pub mod cancel;
 pub mod error;

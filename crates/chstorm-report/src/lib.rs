@@ -8,6 +8,12 @@
 //! Units: latencies in the inputs are in seconds (as in `chstorm.bench.v1`), QPS in queries per
 //! second, memory in bytes. The output is a pure function of the input: the same input gives the
 //! same bytes.
+//!
+//! # Boundaries
+//!
+//! This crate owns HTML and SVG rendering. It builds on `chstorm-output` and `chstorm-stats`
+//! (the results it draws); it must not import the load engine, the transports, sweeps, compare,
+//! colocate, the gateway or the CLI: those pass it data.
 
 pub mod format;
 pub mod html;

@@ -10,6 +10,13 @@
 //!   would measure; otherwise the sweep refuses, or with `--restart` starts over.
 //! * [`report`]: `report.html` from a sweep directory.
 //! * [`store`]: `--store URL` also writes each point into `chstorm.results`.
+//!
+//! # Boundaries
+//!
+//! This crate owns suites, sweep plans, resumable results and `--store`. It builds on
+//! `chstorm-proto`, `chstorm-load`, `chstorm-output`, `chstorm-data`, `chstorm-report` and
+//! `chstorm-yaml`; it must not import compare, the gateway, the isolation or colocate crates or
+//! the CLI, and uses the local harness only in its tests.
 
 pub mod plan;
 pub mod report;

@@ -11,6 +11,9 @@
 //! let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
 //! let url = format!("http://{}", gw.addr);
 //! ```
+//!
+//! It builds on `chstorm-local`, `chstorm-data` and `chstorm-proto`; it must not import the
+//! gateway (see above) or the CLI.
 
 use chstorm_data::{load_cluster, ClusterNode, ClusterTarget, DatasetName, LoadOptions};
 use chstorm_local::{ClusterSpec, LocalCluster};

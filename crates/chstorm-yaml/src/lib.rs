@@ -3,6 +3,11 @@
 //! [`parse`] deserializes a typed value and, on failure, says where: the field's path
 //! (`scenarios[1].concurrency`) and the best line known for it, and the reason in one line.
 //! [`Dur`] reads durations written as `500ms`, `10s`, `2m`.
+//!
+//! # Boundaries
+//!
+//! This crate owns YAML parsing with located errors. It must not import any other chstorm crate:
+//! suites (`chstorm-sweep`) and the gateway config build on it.
 
 use serde::de::{self, DeserializeOwned, Deserializer};
 use serde::Deserialize;

@@ -173,15 +173,3 @@ pub fn exit_code(r: &RunResult) -> i32 {
         _ => 0,
     }
 }
-
-/// Fails early, before a long run, when an output file's folder does not exist.
-pub fn check_writable(path: &Path) -> anyhow::Result<()> {
-    if path == Path::new("-") {
-        return Ok(());
-    }
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if !dir.is_dir() {
-        bail!("cannot write {}: folder {} does not exist", path.display(), dir.display());
-    }
-    Ok(())
-}

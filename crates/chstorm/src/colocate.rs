@@ -1,46 +1,24 @@
-//! `chstorm colocate`: measure an online ClickHouse alone, beside an offline CPU load, and
-//! beside the same load isolated, with identical bench settings; print the seed's table, write
-//! JSON (`chstorm.colocate.v1`) and an HTML page.
-//!
-//! Phases, in order: `baseline` (no offline load), `offline` (the load, no isolation), then one
-//! `isolated` phase per mechanism (one for `--isolation auto` or a named mechanism, one per
-//! available mechanism for `all`, none for `none`). Each loaded phase starts the load, isolates
-//! it, lets it run `--offline-warmup` (default 1 s), measures, then kills and reaps it and
-//! undoes the isolation.
+//! `chstorm colocate`: the flags, their defaults, and the dispatch to
+//! [`chstorm_colocate::run`], which measures the phases and writes the outputs.
 //!
 //! Defaults that differ from `chstorm bench`: the workload is the seed's
-//! [`SEED_QUERY`] when no query, query file or `--ping` is given; the concurrency is
-//! [`DEFAULT_CONCURRENCY`] (10) unless `-c` is on the command line (detected with clap's
-//! `value_source`); without `--url` (or `CHSTORM_URL`) a local server is started through the
-//! harness in a temporary directory, measured over the native protocol (as clickhouse-benchmark
-//! does), and stopped at the end.
-
-mod html;
-mod phase;
-mod report;
-mod rounds;
-mod server;
-mod table;
+//! [`SEED_QUERY`](chstorm_colocate::SEED_QUERY) when no query, query file or `--ping` is given;
+//! the concurrency is [`DEFAULT_CONCURRENCY`](chstorm_colocate::DEFAULT_CONCURRENCY) (10) unless
+//! `-c` is on the command line (detected with clap's `value_source`); without `--url` (or
+//! `CHSTORM_URL`) the library starts a local server. The burner is this binary's hidden `burn`
+//! sub-command.
 
 use crate::cli::BenchArgs;
 use crate::isolate::MechanismArg;
-use anyhow::{bail, Context};
-use chstorm_isolate::offline::OfflineSpec;
-use chstorm_isolate::{Mechanism, Request};
+use crate::progress::ProgressSink;
+use anyhow::Context;
+use chstorm_colocate::{ColocateOptions, Observer, Offline};
+use chstorm_isolate::Request;
 use chstorm_load::StopHandle;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, FromArgMatches, ValueEnum};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
-
-pub use report::{ColocateReport, PhaseReport, SCHEMA_ID};
-
-/// The seed's workload.
-pub const SEED_QUERY: &str = "SELECT * FROM system.numbers LIMIT 10000000 OFFSET 10000000";
-/// The seed's concurrency, used when `-c` is not given.
-pub const DEFAULT_CONCURRENCY: usize = 10;
-/// HTML file name when neither `--html` nor `--json FILE` is given.
-pub const DEFAULT_HTML: &str = "colocate.html";
 
 /// How the isolated phase isolates the offline load.
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,9 +64,9 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 500ms, 1s"))
 }
 
-/// colocate's own options (the bench options come flattened beside them).
+/// colocate's own flags (the bench flags come flattened beside them).
 #[derive(Args, Debug, Clone)]
-pub struct ColocateOptions {
+pub struct ColocateFlags {
     /// Offline load: this many spinning burner threads, like `stress --cpu N`.
     /// [default: the number of CPUs]
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
@@ -114,7 +92,7 @@ pub struct ColocateOptions {
 
     /// The HTML page. [default: FILE.html beside --json FILE, else ./colocate.html]
     #[arg(long, value_name = "FILE")]
-    pub html: Option<PathBuf>,
+    pub html: Option<std::path::PathBuf>,
 
     /// Write no HTML page.
     #[arg(long, conflicts_with = "html")]
@@ -122,11 +100,12 @@ pub struct ColocateOptions {
 }
 
 /// `chstorm colocate`'s arguments: every bench option, colocate's own, and whether `-c` was
-/// given (so that its default can be [`DEFAULT_CONCURRENCY`] instead of bench's 1).
+/// given (so that its default can be [`chstorm_colocate::DEFAULT_CONCURRENCY`] instead of
+/// bench's 1).
 #[derive(Debug, Clone)]
 pub struct ColocateArgs {
     pub bench: BenchArgs,
-    pub opts: ColocateOptions,
+    pub opts: ColocateFlags,
     /// `-c/--concurrency` was on the command line.
     pub concurrency_given: bool,
 }
@@ -143,7 +122,7 @@ impl FromArgMatches for ColocateArgs {
         let given = concurrency_given(m);
         Ok(ColocateArgs {
             bench: BenchArgs::from_arg_matches_mut(m)?,
-            opts: ColocateOptions::from_arg_matches_mut(m)?,
+            opts: ColocateFlags::from_arg_matches_mut(m)?,
             concurrency_given: given,
         })
     }
@@ -156,10 +135,10 @@ impl FromArgMatches for ColocateArgs {
 
 impl Args for ColocateArgs {
     fn augment_args(cmd: clap::Command) -> clap::Command {
-        ColocateOptions::augment_args(BenchArgs::augment_args(cmd))
+        ColocateFlags::augment_args(BenchArgs::augment_args(cmd))
     }
     fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        ColocateOptions::augment_args_for_update(BenchArgs::augment_args_for_update(cmd))
+        ColocateFlags::augment_args_for_update(BenchArgs::augment_args_for_update(cmd))
     }
 }
 
@@ -209,100 +188,56 @@ pub fn run(args: ColocateArgs, stop: &StopHandle) -> anyhow::Result<i32> {
 pub fn run_with(mut args: ColocateArgs, stop: &StopHandle, burner_exe: &Path) -> anyhow::Result<i32> {
     let b = &mut args.bench;
     if b.queries.is_empty() && b.queries_file.is_none() && !b.ping {
-        b.queries = vec![SEED_QUERY.to_string()];
+        b.queries = vec![chstorm_colocate::SEED_QUERY.to_string()];
     }
     if !args.concurrency_given {
-        b.concurrency = DEFAULT_CONCURRENCY;
+        b.concurrency = chstorm_colocate::DEFAULT_CONCURRENCY;
     }
-    let found = chstorm_isolate::detect_all();
-    let mechanisms: Vec<Mechanism> = match args.opts.isolation.request() {
-        Some(r) => chstorm_isolate::choose(r, &found).map_err(|e| anyhow::anyhow!("--isolation: {e}"))?,
-        None => Vec::new(),
-    };
-    let cores = chstorm_isolate::procfs::cores();
-    let offline = match &args.opts.offline_cmd {
-        Some(c) if c.trim().is_empty() => bail!("--offline-cmd is empty; give a command that keeps the CPU busy"),
-        Some(c) => OfflineSpec::Command(c.clone()),
-        None => {
-            let n = args.opts.offline_cpus.map(|n| n as usize).unwrap_or(cores);
-            let argv = vec!["burn".to_string(), "--threads".to_string(), n.to_string()];
-            OfflineSpec::Burner { exe: burner_exe.to_path_buf(), args: argv, threads: n }
-        }
-    };
-    let html_path = html_path(&args);
-    for p in [args.bench.json.as_deref(), args.bench.csv.as_deref(), html_path.as_deref()].into_iter().flatten() {
-        crate::bench::check_writable(p)?;
-    }
-    let server = server::Server::resolve(&mut args.bench)?;
     let (spec, meta) = crate::bench::build_spec(&args.bench)?;
-    let ctx = phase::Context {
+    let offline = match &args.opts.offline_cmd {
+        Some(c) => Offline::Command(c.clone()),
+        None => Offline::Burner { exe: burner_exe.to_path_buf(), threads: args.opts.offline_cpus.map(|n| n as usize) },
+    };
+    let opts = ColocateOptions {
         spec,
         meta,
+        local_server: args.bench.url.is_none(),
         offline,
+        isolation: args.opts.isolation.request(),
         offline_warmup: args.opts.offline_warmup,
-        server: &server,
-        cores,
-        quiet: args.bench.quiet,
+        rounds: args.opts.rounds,
+        json: args.bench.json.clone(),
+        csv: args.bench.csv.clone(),
+        html: chstorm_colocate::html_path(args.opts.no_html, args.opts.html.as_deref(), args.bench.json.as_deref()),
     };
-    let plans = phase::plans(&mechanisms);
-    let rounds = args.opts.rounds as usize;
-    let mut runs: Vec<Vec<phase::Outcome>> = plans.iter().map(|_| Vec::new()).collect();
-    'rounds: for round in 1..=rounds {
-        for (i, plan) in plans.iter().enumerate() {
-            if stop.is_interrupted() {
-                break 'rounds;
-            }
-            if !args.bench.quiet {
-                let r = if rounds > 1 { format!("round {round}/{rounds}, ") } else { String::new() };
-                eprintln!("chstorm colocate: {r}phase {}/{}: {}", i + 1, plans.len(), plan.describe(&ctx.offline));
-            }
-            match phase::run(plan, &ctx, stop)? {
-                Some(p) => runs[i].push(p),
-                None => break 'rounds,
-            }
-        }
-    }
-    let phases = runs.into_iter().filter(|r| !r.is_empty()).map(rounds::merge).collect::<anyhow::Result<Vec<_>>>()?;
-    let report = ColocateReport::new(&args, &ctx, &found, phases, stop.is_interrupted());
-    write_outputs(&args, &report, html_path.as_deref())?;
-    Ok(report.exit_code())
+    let mut progress = Progress { quiet: args.bench.quiet, sink: None };
+    let report = chstorm_colocate::run(opts, stop, &mut progress)?;
+    Ok(if report.interrupted() { crate::EXIT_INTERRUPTED } else { report.exit_code() })
 }
 
-fn html_path(args: &ColocateArgs) -> Option<PathBuf> {
-    if args.opts.no_html {
-        return None;
-    }
-    if let Some(p) = &args.opts.html {
-        return Some(p.clone());
-    }
-    match args.bench.json.as_deref() {
-        Some(j) if j != Path::new("-") => Some(j.with_extension("html")),
-        _ => Some(PathBuf::from(DEFAULT_HTML)),
-    }
+/// Progress on stderr: `chstorm colocate: ` lines and each phase's bar; nothing with --quiet.
+struct Progress {
+    quiet: bool,
+    sink: Option<ProgressSink>,
 }
 
-fn write_outputs(args: &ColocateArgs, report: &ColocateReport, html_path: Option<&Path>) -> anyhow::Result<()> {
-    let text = table::render(report);
-    let json = serde_json::to_string_pretty(report)? + "\n";
-    if args.bench.json.as_deref() == Some(Path::new("-")) {
-        eprint!("{text}");
-        print!("{json}");
-    } else {
-        print!("{text}");
-    }
-    if let Some(path) = args.bench.json.as_deref().filter(|p| *p != Path::new("-")) {
-        std::fs::write(path, &json).with_context(|| format!("cannot write {}", path.display()))?;
-    }
-    if let Some(path) = html_path {
-        std::fs::write(path, html::render(report)).with_context(|| format!("cannot write {}", path.display()))?;
-        if !args.bench.quiet {
-            eprintln!("chstorm colocate: wrote {}", path.display());
+impl Observer for Progress {
+    fn note(&mut self, line: &str) {
+        if !self.quiet {
+            eprintln!("chstorm colocate: {line}");
         }
     }
-    if let Some(path) = &args.bench.csv {
-        for p in &report.phases {
-            chstorm_output::csv::append(path, &chstorm_output::csv::row(&p.bench))?;
+    fn run_started(&mut self, planned: Option<Duration>) {
+        self.sink = Some(ProgressSink::new(self.quiet, planned));
+    }
+    fn progress(&mut self, p: &chstorm_load::Progress) {
+        if let Some(s) = self.sink.as_mut() {
+            s.update(p);
         }
     }
-    Ok(())
+    fn run_finished(&mut self) {
+        if let Some(mut s) = self.sink.take() {
+            s.finish();
+        }
+    }
 }

@@ -3,6 +3,16 @@
 //!
 //! Exit codes: 0 the command did its job; 1 the run ended early on `--max-errors`;
 //! 2 bad input or the run could not start; 130 interrupted by Ctrl-C (results still written).
+//!
+//! # Boundaries
+//!
+//! This crate owns the command line: the flags and their help (clap), turning flags into each
+//! library's options, progress on stderr, Ctrl-C, exit codes and the one-line error (anyhow).
+//! The work is in the library crates: `chstorm-load` and `chstorm-output` (bench, merge),
+//! `chstorm-sweep` and `chstorm-report` (sweep, report, demo), `chstorm-compare`,
+//! `chstorm-gateway`, `chstorm-colocate`, `chstorm-isolate`, `chstorm-local` and
+//! `chstorm-data`. No library crate may import this one; it imports `chstorm-testenv` only in
+//! its tests.
 
 pub mod bench;
 pub mod cli;

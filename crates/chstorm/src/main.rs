@@ -1,4 +1,5 @@
-//! The `chstorm` binary: parse arguments, call [`chstorm::run`], print a one-line error.
+//! The `chstorm` binary: parse arguments, call [`chstorm::run`], print a one-line error. It holds
+//! nothing else; see the library's doc for what the `chstorm` crate owns.
 
 use clap::Parser;
 

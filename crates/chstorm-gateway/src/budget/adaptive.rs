@@ -275,6 +275,7 @@ impl Controller {
         self.total
     }
 
+    #[cfg(test)]
     pub fn tuning(&self) -> Tuning {
         self.t
     }
@@ -289,11 +290,13 @@ impl Controller {
     }
 
     /// Moves that a probe proved (not the probe windows themselves).
+    #[cfg(test)]
     pub fn moves(&self) -> u64 {
         self.moves
     }
 
     /// Probes started.
+    #[cfg(test)]
     pub fn probes(&self) -> u64 {
         self.probes
     }

@@ -70,7 +70,7 @@
 
 pub mod cityhash;
 mod extract;
-pub mod lexer;
+pub(crate) mod lexer;
 mod rewrite;
 mod shard;
 mod sql;

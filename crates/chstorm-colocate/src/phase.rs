@@ -1,9 +1,9 @@
 //! One phase: start the offline load (if any), isolate it, let it warm up, run the bench,
 //! sample CPU shares around the run, then stop the load and undo the isolation, on every path.
 
-use super::server::Server;
-use crate::progress::ProgressSink;
-use anyhow::{bail, Context as _};
+use crate::error::ColocateError;
+use crate::server::Server;
+use crate::Observer;
 use chstorm_isolate::offline::{OfflineLoad, OfflineSpec};
 use chstorm_isolate::{cpu, Mechanism, Record, Target};
 use chstorm_load::{LoadSpec, StopHandle};
@@ -11,28 +11,27 @@ use chstorm_output::{BenchReport, RunMeta};
 use std::time::{Duration, Instant};
 
 /// What a colocate run shares between its phases.
-pub struct Context<'a> {
-    pub spec: LoadSpec,
-    pub meta: RunMeta,
-    pub offline: OfflineSpec,
-    pub offline_warmup: Duration,
-    pub server: &'a Server,
-    pub cores: usize,
-    pub quiet: bool,
+pub(crate) struct Context<'a> {
+    pub(crate) spec: LoadSpec,
+    pub(crate) meta: RunMeta,
+    pub(crate) offline: OfflineSpec,
+    pub(crate) offline_warmup: Duration,
+    pub(crate) server: &'a Server,
+    pub(crate) cores: usize,
 }
 
 /// One planned phase.
 #[derive(Debug, Clone, Copy)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// `baseline`, `offline` or `isolated`.
-    pub name: &'static str,
-    pub offline: bool,
-    pub mechanism: Option<Mechanism>,
+    pub(crate) name: &'static str,
+    pub(crate) offline: bool,
+    pub(crate) mechanism: Option<Mechanism>,
 }
 
 impl Plan {
     /// A line for the progress output.
-    pub fn describe(&self, offline: &OfflineSpec) -> String {
+    pub(crate) fn describe(&self, offline: &OfflineSpec) -> String {
         match (self.offline, self.mechanism) {
             (false, _) => format!("{} (no offline load)", self.name),
             (true, None) => format!("{} ({}, no isolation)", self.name, offline.describe()),
@@ -42,7 +41,7 @@ impl Plan {
 }
 
 /// baseline, offline, then one isolated phase per mechanism.
-pub fn plans(mechanisms: &[Mechanism]) -> Vec<Plan> {
+pub(crate) fn plans(mechanisms: &[Mechanism]) -> Vec<Plan> {
     let mut p = vec![
         Plan { name: "baseline", offline: false, mechanism: None },
         Plan { name: "offline", offline: true, mechanism: None },
@@ -52,19 +51,19 @@ pub fn plans(mechanisms: &[Mechanism]) -> Vec<Plan> {
 }
 
 /// What one phase measured.
-pub struct Outcome {
-    pub plan: Plan,
-    pub report: BenchReport,
+pub(crate) struct Outcome {
+    pub(crate) plan: Plan,
+    pub(crate) report: BenchReport,
     /// Percent of all cores, over the bench run.
-    pub server_cpu_pct: Option<f64>,
-    pub offline_cpu_pct: Option<f64>,
-    pub client_cpu_pct: f64,
+    pub(crate) server_cpu_pct: Option<f64>,
+    pub(crate) offline_cpu_pct: Option<f64>,
+    pub(crate) client_cpu_pct: f64,
     /// The offline load's leader pid in each round.
-    pub offline_pids: Vec<u32>,
+    pub(crate) offline_pids: Vec<u32>,
     /// Runs merged into this outcome (see `--rounds`).
-    pub rounds: usize,
+    pub(crate) rounds: usize,
     /// What the isolation did, read back, and what undoing it could not restore.
-    pub isolation: Vec<String>,
+    pub(crate) isolation: Vec<String>,
 }
 
 /// Stops the load, then undoes the isolation: on drop, so every exit path does it.
@@ -93,7 +92,12 @@ impl Drop for Guard {
 }
 
 /// Runs `plan`. None when interrupted before the measurement began.
-pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Option<Outcome>> {
+pub(crate) fn run(
+    plan: &Plan,
+    ctx: &Context,
+    stop: &StopHandle,
+    observer: &mut dyn Observer,
+) -> Result<Option<Outcome>, ColocateError> {
     let mut guard = Guard::default();
     let mut isolation = Vec::new();
     if plan.offline {
@@ -107,10 +111,7 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
         }
         if let Some(load) = guard.load.as_mut() {
             if !load.is_running() {
-                bail!(
-                    "the offline load ({}) exited during its warm-up; give a command that keeps running",
-                    ctx.offline.describe()
-                );
+                return Err(ColocateError::LoadExited(ctx.offline.describe()));
             }
         }
     }
@@ -118,10 +119,10 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
     let me = [std::process::id()];
     let (s0, c0) = (cpu::sample(&server_pids), cpu::sample(&me));
     let o0 = guard.load.as_ref().map(OfflineLoad::cpu_sample);
-    let mut sink = ProgressSink::new(ctx.quiet, ctx.spec.duration);
-    let result = chstorm_load::run(ctx.spec.clone(), stop, |p| sink.update(p))
-        .with_context(|| format!("cannot run against {}", ctx.meta.target))?;
-    sink.finish();
+    observer.run_started(ctx.spec.duration);
+    let result = chstorm_load::run(ctx.spec.clone(), stop, |p| observer.progress(p))
+        .map_err(|source| ColocateError::Run { target: ctx.meta.target.clone(), source })?;
+    observer.run_finished();
     let (s1, c1) = (cpu::sample(&server_pids), cpu::sample(&me));
     let o1 = guard.load.as_ref().map(OfflineLoad::cpu_sample);
     let offline_pids: Vec<u32> = guard.load.as_ref().map(OfflineLoad::pid).into_iter().collect();
@@ -146,7 +147,7 @@ pub fn run(plan: &Plan, ctx: &Context, stop: &StopHandle) -> anyhow::Result<Opti
 /// Starts the load into `guard`, isolated as the plan says: the burner after it is running
 /// (every thread already started, as an operator's workload would be), a custom command from
 /// its first instruction (so children it forks at once are covered too).
-fn start_load(plan: &Plan, ctx: &Context, guard: &mut Guard) -> anyhow::Result<()> {
+fn start_load(plan: &Plan, ctx: &Context, guard: &mut Guard) -> Result<(), ColocateError> {
     match (&ctx.offline, plan.mechanism) {
         (OfflineSpec::Command(c), Some(m)) => {
             let (record, pre) =
@@ -168,7 +169,7 @@ fn start_load(plan: &Plan, ctx: &Context, guard: &mut Guard) -> anyhow::Result<(
 
 /// The child cgroup colocate uses: `chstorm-colocate-PID`, its own, so that it never shares
 /// settings with a `chstorm isolate` of the operator's (which uses `chstorm-offline`).
-pub fn cgroup_name() -> String {
+fn cgroup_name() -> String {
     format!("chstorm-colocate-{}", std::process::id())
 }
 

@@ -5,14 +5,14 @@
 //! percentiles come from the summed HDR histograms (exact, not averages); CPU shares are
 //! means weighted by each run's measured time; per-second points are laid end to end.
 
-use super::phase::Outcome;
-use anyhow::Context;
+use crate::error::ColocateError;
+use crate::phase::Outcome;
 use chstorm_load::StopReason;
 
 /// Merges the runs of one phase (at least one), in round order.
-pub fn merge(mut runs: Vec<Outcome>) -> anyhow::Result<Outcome> {
+pub(crate) fn merge(mut runs: Vec<Outcome>) -> Result<Outcome, ColocateError> {
     if runs.len() <= 1 {
-        return runs.pop().context("a phase without runs");
+        return runs.pop().ok_or_else(|| ColocateError::Internal("a phase without runs".into()));
     }
     let named: Vec<(String, chstorm_output::BenchReport)> =
         runs.iter().enumerate().map(|(i, o)| (format!("round {}", i + 1), o.report.clone())).collect();

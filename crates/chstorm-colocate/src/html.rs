@@ -2,8 +2,8 @@
 //! built from [`chstorm_report`]'s blocks: the environment, the phase table, bar charts of QPS
 //! and latency per phase, and what each mechanism did or why it was unavailable.
 
-use super::report::ColocateReport;
-use super::table::{cells, COLUMNS};
+use crate::report::ColocateReport;
+use crate::table::{cells, COLUMNS};
 use chstorm_report::html::{escape, page, table};
 use chstorm_report::svg::{BarChart, BarSeries, YUnit};
 use chstorm_report::Table;

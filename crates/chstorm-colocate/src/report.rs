@@ -2,10 +2,10 @@
 //! (`schemas/chstorm.colocate.v1.json`). Latencies in seconds, CPU shares in percent of all
 //! cores (100 = every core busy), changes in percent against the baseline phase.
 
-use super::phase::{Context, Outcome};
-use super::ColocateArgs;
+use crate::phase::{Context, Outcome};
+use crate::ColocateOptions;
 use chstorm_isolate::offline::OfflineSpec;
-use chstorm_isolate::Availability;
+use chstorm_isolate::{Availability, Request};
 use chstorm_load::StopReason;
 use chstorm_output::BenchReport;
 use chstorm_stats::Percentiles;
@@ -131,8 +131,8 @@ fn change(v: f64, base: Option<f64>) -> Option<f64> {
 }
 
 impl ColocateReport {
-    pub(super) fn new(
-        args: &ColocateArgs,
+    pub(crate) fn new(
+        opts: &ColocateOptions,
         ctx: &Context,
         found: &[Availability],
         outcomes: Vec<Outcome>,
@@ -185,7 +185,7 @@ impl ColocateReport {
             schema: SCHEMA_ID.into(),
             chstorm_version: env!("CARGO_PKG_VERSION").into(),
             started_at: phases.first().map(|p| p.bench.started_at.clone()),
-            label: args.bench.label.clone(),
+            label: opts.meta.label.clone(),
             target: meta.target.clone(),
             protocol: meta.protocol.clone(),
             local_server: ctx.server.is_local(),
@@ -213,9 +213,8 @@ impl ColocateReport {
                 command,
                 warmup_s: ctx.offline_warmup.as_secs_f64(),
             },
-            rounds: args.opts.rounds as u64,
-            isolation: clap::ValueEnum::to_possible_value(&args.opts.isolation)
-                .map_or_else(String::new, |v| v.get_name().to_string()),
+            rounds: opts.rounds.max(1) as u64,
+            isolation: opts.isolation.map_or("none", Request::name).into(),
             mechanisms: found
                 .iter()
                 .enumerate()
@@ -234,10 +233,15 @@ impl ColocateReport {
         }
     }
 
-    /// 130 interrupted, 1 a phase hit --max-errors, else 0.
+    /// True when the run was interrupted (Ctrl-C): the phases are all that was measured.
+    pub fn interrupted(&self) -> bool {
+        self.stop_reason == "interrupted"
+    }
+
+    /// 1 when a phase stopped on `max_errors`, else 0 (an interrupted run is the caller's to
+    /// map; see [`interrupted`](Self::interrupted)).
     pub fn exit_code(&self) -> i32 {
         match self.stop_reason.as_str() {
-            "interrupted" => crate::EXIT_INTERRUPTED,
             "max_errors" => 1,
             _ => 0,
         }

@@ -1,7 +1,7 @@
 //! The text summary: the seed's table (QPS, P50, P90, P99 and the change against the
 //! baseline), with the server's and the offline load's CPU shares.
 
-use super::report::{ColocateReport, PhaseReport};
+use crate::report::{ColocateReport, PhaseReport};
 use chstorm_report::format::{fmt_qps_exact, fmt_seconds, NA};
 use std::fmt::Write;
 
