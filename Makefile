@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build release test lint demo bench clean
+.PHONY: all deps build release test lint demo bench profile clean
 
 all: release
 
@@ -34,6 +34,7 @@ demo: release
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
 ##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
+##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct, 10,000 idle connections
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
@@ -41,9 +42,14 @@ bench: release
 	$(CARGO) build --release -p chstorm --example ping_server
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
+	python3 scripts/bench_gateway_cpu.py --out bench-results
 	python3 scripts/bench_failover.py --out bench-results
 	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
 	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi
+
+## A CPU flamegraph of the gateway proxying SELECT 1 (perf + inferno): bench-results/gateway-cpu.svg
+profile: release
+	bash scripts/profile_gateway.sh bench-results/gateway-cpu.svg
 
 clean:
 	$(CARGO) clean
