@@ -63,6 +63,5 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
         head_times: cluster.head_times(plan.target),
     };
     let outcome = crate::attempt::run(&plan, body, &ctx).await;
-    let resp = exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline);
-    crate::respond::coalesce(resp).await
+    exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline)
 }
