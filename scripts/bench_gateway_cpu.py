@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""make bench (gateway CPU part): what one proxied query costs the gateway, beside the ratio to direct.
+
+One local 18.16 server (`chstorm local up`) and a gateway in front of it with every function on
+(shard routing of a table, user limits, metrics, the KILL guard, hedged reads, the thread
+budget). `wrk -t1 -c8 -d4s` of `SELECT 1` (GET /?query=SELECT%201) straight to the server and
+through the gateway, alternated --reps times. For each gateway run the gateway's user+sys CPU is
+read from /proc/PID/stat before and after: CPU per proxied query = CPU time / requests. The
+gateway's CPU is taken from the server on the same cores, so the QPS ratio is what a client of
+a 2-core box sees.
+
+Then 10,000 idle client connections are opened to the gateway and held: its RSS
+(/proc/PID/status VmRSS) with them open, and the time of 50 `/ping`s on a fresh connection each
+while they are held (median and max).
+
+Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connection figures, and
+writes OUT/gateway_cpu.json. Targets (issue 13): <= 25 us per query, >= 0.85 of direct QPS,
+10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
+"""
+import argparse, json, os, re, resource, socket, statistics, subprocess, sys, tempfile, time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gateway import free_port, sh, start_gateway  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+CONFIG = """listen: 127.0.0.1:{port}
+limits:
+  max_concurrency: 1024
+  queue_size: 1024
+  queue_max_wait: 1s
+clusters:
+  one:
+    shards:
+      - replicas: [{url}]
+    routing:
+      sharding_key: cityHash64(id)
+      tables:
+        t: t_local
+      where_column: id
+    threads: {{}}
+users:
+  - name: default
+    cluster: one
+    networks: [127.0.0.0/8]
+    max_concurrency: 512
+    requests_per_second: 1000000
+"""
+
+
+def cpu_seconds(pid):
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / TICK  # utime, stime (fields 14 and 15)
+
+
+def rss_mb(pid):
+    m = re.search(r"^VmRSS:\s+(\d+) kB", open(f"/proc/{pid}/status").read(), re.M)
+    return int(m.group(1)) / 1024
+
+
+def wrk(url, duration, conns):
+    out = sh(["wrk", "-t1", f"-c{conns}", f"-d{duration}s", f"{url}/?query=SELECT%201"])
+    reqs = int(re.search(r"(\d+) requests in", out).group(1))
+    qps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    errors = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        errors += sum(int(x) for x in m.groups())
+    return {"requests": reqs, "qps": qps, "errors": errors}
+
+
+def ping_ms(port):
+    t = time.perf_counter()
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    s.sendall(b"GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    data = b""
+    while b"Ok." not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    if b"Ok." not in data:
+        raise SystemExit(f"bench_gateway_cpu: /ping answered {data[:200]!r}")
+    return (time.perf_counter() - t) * 1e3
+
+
+def idle_connections(pid, port, n):
+    """Opens n idle connections, then measures RSS and /ping; closes them."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 1000)), hard))
+    before = rss_mb(pid)
+    socks = []
+    try:
+        for _ in range(n):
+            socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(1.0)  # let the gateway accept them all
+        held = rss_mb(pid)
+        pings = [ping_ms(port) for _ in range(50)]
+    finally:
+        for s in socks:
+            s.close()
+    return {"connections": n, "rss_mb_before": before, "rss_mb_held": held,
+            "ping_ms_median": statistics.median(pings), "ping_ms_max": max(pings)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="bench-results")
+    ap.add_argument("--duration", type=int, default=4, help="seconds per wrk run (default 4)")
+    ap.add_argument("--reps", type=int, default=3, help="direct/gateway pairs (default 3; medians)")
+    ap.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
+    ap.add_argument("--idle", type=int, default=10_000, help="idle client connections to hold (default 10,000)")
+    ap.add_argument("--chstorm", default="target/release/chstorm")
+    ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
+    args = ap.parse_args()
+    chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="chstorm-gwcpu-")
+    sdir = os.path.join(tmp, "server")
+    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    gw = None
+    try:
+        url = info["http_url"]
+        sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+        port = free_port()
+        cfg = os.path.join(tmp, "gateway.yaml")
+        open(cfg, "w").write(CONFIG.format(port=port, url=url))
+        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
+        if args.gateway_pid_file:
+            open(args.gateway_pid_file, "w").write(str(gw.pid))
+        wrk(gw_url, 1, args.connections)  # warm the pools
+        wrk(url, 1, args.connections)
+        runs = {"direct": [], "gateway": []}
+        for _ in range(args.reps):
+            runs["direct"].append(wrk(url, args.duration, args.connections))
+            c0 = cpu_seconds(gw.pid)
+            r = wrk(gw_url, args.duration, args.connections)
+            r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
+            r["gateway_cpu_us_per_query"] = r["gateway_cpu_s"] / max(1, r["requests"]) * 1e6
+            runs["gateway"].append(r)
+            print(f"  direct qps {runs['direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
+                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+        med = lambda who, k: statistics.median(x[k] for x in runs[who])
+        idle = idle_connections(gw.pid, port, args.idle)
+        res = {"wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
+               "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
+               "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
+               "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),
+               "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
+               "loadavg": os.getloadavg()}
+    finally:
+        if gw:
+            gw.terminate()
+            gw.wait()
+        subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
+    json.dump(res, open(os.path.join(out, "gateway_cpu.json"), "w"), indent=2)
+    print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (target <= 25)")
+    print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
+          f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}; target >= 0.85)")
+    print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
+          f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
+          f"max {idle['ping_ms_max']:.3f} ms (target < 1)")
+    if res["errors"]:
+        print(f"WARNING: {res['errors']} failed requests in the wrk runs")
+    print(f"figures written to {os.path.join(out, 'gateway_cpu.json')} (load average {res['loadavg'][0]:.1f})")
+
+
+if __name__ == "__main__":
+    main()
