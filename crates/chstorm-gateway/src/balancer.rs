@@ -218,6 +218,7 @@ mod tests {
                 })
                 .collect(),
             routing: None,
+            native: Default::default(),
         }
     }
 
