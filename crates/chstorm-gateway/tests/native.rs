@@ -228,7 +228,11 @@ fn native_port_end_to_end() {
     assert!(ok && out == b"4321\n", "{err}");
     let (ok, _, err) = client(gp, "default", "", &[], "SET max_threads = 1", None);
     assert!(!ok && err.contains("SETTINGS clause"), "{err}");
-    eprintln!("8. client settings passed as settings; SET refused");
+    // Server logs (Log packets, never compressed) reach the client with the answer.
+    let q = "SELECT count() FROM items FINAL WHERE shop_id = 3";
+    let (ok, out, err) = client(gp, "default", "", &["--send_logs_level", "trace"], q, None);
+    assert!(ok && out == client(dp, "default", "", &[], q, None).1 && err.contains("executeQuery"), "{err}");
+    eprintln!("8. client settings passed as settings; server logs relayed; SET refused");
 
     // 9. chstorm's own native client (chstorm bench --url clickhouse://): queries, rows, ping.
     let mut c = native_conn(&env, gp, "default");

@@ -365,6 +365,8 @@ impl Attempts<'_> {
             End::Done { clean, server_ended, status } => {
                 if server_ended {
                     guard.disarm();
+                } else {
+                    guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
                 }
                 if clean {
                     self.shared.pool.put(b);
