@@ -381,5 +381,34 @@ fn native_port_end_to_end() {
     assert!(retries >= 1.0, "no retry counted:\n{metrics}");
     eprintln!("13. 30 reads with a refusing replica per shard: all answered, {retries} retries");
     gw2.stop();
+
+    // 14. Failover: a replica killed (-9) while the gateway holds pooled connections to it;
+    //     every read of its shard still gets the direct answer (a stale pooled connection
+    //     breaks before any answer packet, a new one is refused: both move to the other
+    //     replica). Last, as it leaves the cluster one node short.
+    let cfg = config(&env);
+    let router = chstorm_gateway::Config::load(&cfg).unwrap().clusters["storm"].routing.clone().unwrap();
+    let gw3 = env.rt.block_on(Gateway::start(cfg)).unwrap();
+    let gp3 = gw3.native_addr.unwrap().port();
+    let shard2: Vec<u64> = (0..200u64)
+        .filter(|v| router.shard_of(&chstorm_gateway::route::KeyValue::UInt(*v)).unwrap() == 1)
+        .take(30)
+        .collect();
+    let q = |shop: u64| format!("SELECT count(), sum(item_id) FROM items FINAL WHERE shop_id = {shop}");
+    let mut conns: Vec<NativeConn> = (0..4).map(|_| native_conn(&env, gp3, "default")).collect();
+    for (i, shop) in shard2.iter().enumerate() {
+        // Several connections at once, so the pool keeps several connections to each replica.
+        env.rt.block_on(conns[i % 4].query("", &q(*shop), Duration::from_secs(10))).unwrap();
+    }
+    let victim = env.cluster.topology().node(2, 2).unwrap().pid;
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(200));
+    for shop in &shard2 {
+        let (a, b) =
+            (client(dp, "default", "", &[], &q(*shop), None), client(gp3, "default", "", &[], &q(*shop), None));
+        assert!(b.0 && a.1 == b.1, "{}: {}", q(*shop), b.2);
+    }
+    eprintln!("14. s2r2 killed: {} reads of shard 2 all answered as direct", shard2.len());
+    gw3.stop();
     eprintln!("all steps in {:?}", t.elapsed());
 }
