@@ -10,7 +10,7 @@
 use super::backend::BackendConn;
 use super::block::{skip_block, Scratch};
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
-use super::session::{ClientPacket, Shared};
+use super::session::{ClientConn, ClientPacket, Shared};
 use crate::attempt::{Decision, Failure, Policy};
 use crate::body::KillGuard;
 use crate::budget::Grant;
@@ -22,12 +22,10 @@ use chstorm_proto::native::wire::Io;
 use chstorm_proto::rules::retry_safe_code;
 use chstorm_proto::ProtoError;
 use http::{HeaderMap, Method, StatusCode};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
 use tower::retry::budget::Budget as _;
 
 /// Most bytes of external tables held for one query: 64 MiB.
@@ -35,15 +33,6 @@ pub const MAX_HELD: usize = 64 << 20;
 /// Answer packets are gathered up to this size before a write to the client (256 KiB), and
 /// written at once whenever nothing more is buffered from the backend.
 const FLUSH_AT: usize = 256 << 10;
-
-/// The client side of a session, as a query uses it.
-pub struct ClientConn {
-    pub w: OwnedWriteHalf,
-    pub rx: mpsc::Receiver<ClientPacket>,
-    pub revision: u64,
-    pub database: String,
-    pub peer: SocketAddr,
-}
 
 /// Counts a finished query as the HTTP path does.
 pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
@@ -94,8 +83,8 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     // The client's external tables, to the empty block that ends them.
     let mut held = Vec::new();
     loop {
-        match conn.rx.recv().await {
-            Some(ClientPacket::Data { raw, empty }) => {
+        match conn.read_packet().await {
+            ClientPacket::Data { raw, empty } => {
                 held.extend_from_slice(&raw);
                 if held.len() > MAX_HELD {
                     let msg = format!("chstorm gateway: external tables over {} MiB", MAX_HELD >> 20);
@@ -447,16 +436,16 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 tokio::select! {
                     biased;
                     r = &mut read => break r,
-                    p = conn.rx.recv() => match p {
-                        Some(ClientPacket::Data { raw, .. }) => {
+                    _ = conn.ready() => match conn.read_packet().await {
+                        ClientPacket::Data { raw, .. } => {
                             // A broken backend shows in the read.
                             let _ = bw.write_all(&raw).await;
                         }
-                        Some(ClientPacket::Cancel) => {
+                        ClientPacket::Cancel => {
                             cancelled = true;
                             let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
                         }
-                        Some(ClientPacket::Ping) => {}
+                        ClientPacket::Ping => {}
                         _ => return End::ClientGone,
                     },
                     _ = sleep => {

@@ -1,7 +1,9 @@
 //! One client connection on the native port: Hello and authentication, then Ping and Query
-//! packets until the client leaves. A per-connection task reads the client's packets whole
-//! ([`read_client`]) and hands them over a channel, so the query loop can wait for the backend
-//! and the client at once without ever dropping a half-read packet.
+//! packets until the client leaves. The client's packets are read whole by
+//! [`ClientConn::read_packet`]; while a query runs, the relay waits for the client's socket to
+//! be readable (which drops nothing when the backend answers first) and only then reads a
+//! packet, so it can wait for the backend and the client at once in one task (a reader task
+//! with a channel cost two thread wake-ups per query).
 
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
@@ -17,7 +19,6 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
 
 /// How long a client connection may sit idle between queries: 1 hour (18.16's
 /// `idle_connection_timeout`).
@@ -47,41 +48,56 @@ pub enum ClientPacket {
     BadSetting(String),
 }
 
-/// Reads the client's packets until it leaves; `revision` is the negotiated one.
-async fn read_client(mut io: Io<OwnedReadHalf>, revision: u64, tx: mpsc::Sender<ClientPacket>) {
-    let mut compression = false;
-    let mut scratch = Scratch::default();
-    loop {
-        let code = match io.varuint().await {
+/// The client side of a session.
+pub struct ClientConn {
+    pub io: Io<OwnedReadHalf>,
+    pub w: OwnedWriteHalf,
+    /// The negotiated revision.
+    pub revision: u64,
+    pub database: String,
+    /// The compression flag of the last Query packet: how its Data packets come.
+    compression: bool,
+    scratch: Scratch,
+}
+
+impl ClientConn {
+    /// Waits until a packet may be read without blocking on a half-sent one: bytes are
+    /// buffered, or the socket is readable (or closed). Cancel-safe.
+    pub async fn ready(&self) {
+        if !self.io.has_buffered() {
+            let _ = self.io.get_ref().readable().await;
+        }
+    }
+
+    /// Reads one packet whole. Not cancel-safe: a packet dropped midway leaves the stream out
+    /// of step (the caller then closes the connection).
+    pub async fn read_packet(&mut self) -> ClientPacket {
+        let revision = self.revision;
+        let code = match self.io.varuint().await {
             Ok(c) => c,
-            Err(_) => {
-                let _ = tx.send(ClientPacket::Gone(None)).await;
-                return;
-            }
+            Err(_) => return ClientPacket::Gone(None),
         };
-        let packet = match code {
-            client::QUERY => match packets::read_query(&mut io, revision).await {
+        match code {
+            client::QUERY => match packets::read_query(&mut self.io, revision).await {
                 Ok(q) => {
-                    compression = q.compression;
+                    self.compression = q.compression;
                     ClientPacket::Query(Box::new(q))
                 }
-                Err(QueryError::UnknownSetting(name)) => {
-                    let _ = tx.send(ClientPacket::BadSetting(name)).await;
-                    return;
-                }
+                Err(QueryError::UnknownSetting(name)) => ClientPacket::BadSetting(name),
                 Err(QueryError::Proto(e)) => ClientPacket::Gone(Some(e.to_string())),
             },
             client::DATA => {
+                let io = &mut self.io;
                 io.tee_start(Vec::new());
                 let read = async {
                     if revision >= chstorm_proto::native::packets::rev::TEMPORARY_TABLES {
                         io.skip_string().await?;
                     }
-                    skip_block(&mut io, revision, compression, &mut scratch).await
+                    skip_block(io, revision, self.compression, &mut self.scratch).await
                 }
                 .await;
                 let mut raw = vec![client::DATA as u8];
-                raw.extend_from_slice(&io.tee_take());
+                raw.extend_from_slice(&self.io.tee_take());
                 match read {
                     Ok(shape) => ClientPacket::Data { raw, empty: shape.is_empty() },
                     Err(e) => ClientPacket::Gone(Some(format!("a data block from the client: {e}"))),
@@ -90,10 +106,6 @@ async fn read_client(mut io: Io<OwnedReadHalf>, revision: u64, tx: mpsc::Sender<
             client::CANCEL => ClientPacket::Cancel,
             client::PING => ClientPacket::Ping,
             other => ClientPacket::Gone(Some(format!("packet {other} from the client is not supported"))),
-        };
-        let last = matches!(packet, ClientPacket::Gone(_));
-        if tx.send(packet).await.is_err() || last {
-            return;
         }
     }
 }
@@ -110,12 +122,17 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         _ => return,
     };
     let Some((user, revision, info)) = handshake(&shared, &state, &hello, peer, &mut w).await else { return };
-    let (tx, rx) = mpsc::channel(4);
-    let reader = tokio::spawn(read_client(io, revision, tx));
-    let mut conn = super::query::ClientConn { w, rx, revision, database: hello.database.clone(), peer };
+    let mut conn = ClientConn {
+        io,
+        w,
+        revision,
+        database: hello.database.clone(),
+        compression: false,
+        scratch: Scratch::default(),
+    };
     loop {
-        let packet = match tokio::time::timeout(IDLE_CLIENT, conn.rx.recv()).await {
-            Ok(Some(p)) => p,
+        let packet = match tokio::time::timeout(IDLE_CLIENT, conn.read_packet()).await {
+            Ok(p) => p,
             _ => break,
         };
         let go_on = match packet {
@@ -149,7 +166,6 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             break;
         }
     }
-    reader.abort();
     let _ = info;
 }
 
