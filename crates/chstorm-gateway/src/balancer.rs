@@ -228,6 +228,7 @@ mod tests {
                 })
                 .collect(),
             routing: None,
+            native: Default::default(),
         }
     }
 

@@ -226,6 +226,10 @@ struct RawShard {
     #[serde(default = "one")]
     weight: u32,
     replicas: Vec<String>,
+    /// The replicas' native TCP addresses (`HOST:PORT`), in the order of `replicas`; needed with
+    /// `listen_native`.
+    #[serde(default)]
+    native: Vec<String>,
 }
 
 fn one() -> u32 {
@@ -420,6 +424,7 @@ fn any_setting() -> Vec<String> {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     listen: String,
+    listen_native: Option<String>,
     metrics_listen: Option<String>,
     tls: Option<TlsFiles>,
     #[serde(default)]
@@ -462,6 +467,9 @@ pub struct Cluster {
     pub shards: Vec<Shard>,
     /// Shard routing, when configured.
     pub routing: Option<Router>,
+    /// Each replica's native TCP address (`HOST:PORT`) by its [`ReplicaAddr::base`]: from the
+    /// shards' `native` lists; every replica has one when `listen_native` is set.
+    pub native: BTreeMap<String, String>,
 }
 
 /// Which settings a user may set.
@@ -504,6 +512,9 @@ pub struct User {
 pub struct Config {
     pub source: PathBuf,
     pub listen: SocketAddr,
+    /// Where the gateway speaks ClickHouse's native TCP protocol (`crate::native`). None (the
+    /// default): it does not.
+    pub listen_native: Option<SocketAddr>,
     /// Where `/metrics` is served (plain HTTP, only `/metrics`). None (the default): on `listen`.
     /// When set, `listen` answers `/metrics` as ClickHouse does (404).
     pub metrics_listen: Option<SocketAddr>,
@@ -579,6 +590,18 @@ impl Config {
             .listen
             .parse()
             .map_err(|_| err("listen:", format!("listen: '{}' is not an address like 127.0.0.1:8124", raw.listen)))?;
+        let listen_native = match &raw.listen_native {
+            None => None,
+            Some(n) => Some(n.parse::<SocketAddr>().map_err(|_| {
+                err("listen_native:", format!("listen_native: '{n}' is not an address like 127.0.0.1:9001"))
+            })?),
+        };
+        if listen_native.is_some_and(|n| n == listen && n.port() != 0) {
+            return Err(err(
+                "listen_native:",
+                format!("listen_native: {listen} is also `listen`; the native protocol needs its own port"),
+            ));
+        }
         let metrics_listen = match &raw.metrics_listen {
             None => None,
             Some(m) => Some(m.parse::<SocketAddr>().map_err(|_| {
@@ -634,6 +657,7 @@ impl Config {
                 return Err(err(&format!("{name}:"), format!("clusters.{name}.shards: at least one shard is needed")));
             }
             let mut shards = Vec::new();
+            let mut native = BTreeMap::new();
             for (i, s) in c.shards.iter().enumerate() {
                 if s.replicas.is_empty() {
                     return Err(err(
@@ -658,6 +682,27 @@ impl Config {
                         .ok_or_else(|| err(r, format!("clusters.{name}.shards[{i}].replicas: '{r}' has no host")))?;
                     let port = u.port_or_known_default().unwrap_or(8123);
                     replicas.push(ReplicaAddr { base: format!("{}://{host}:{port}", u.scheme()), https });
+                }
+                if !s.native.is_empty() || listen_native.is_some() {
+                    let at = format!("clusters.{name}.shards[{i}].native");
+                    if s.native.len() != replicas.len() {
+                        return Err(err(
+                            &format!("{name}:"),
+                            format!(
+                                "{at}: {} addresses for {} replicas; with listen_native each replica needs its native \
+                                 HOST:PORT (its tcp_port), in the order of `replicas`",
+                                s.native.len(),
+                                replicas.len()
+                            ),
+                        ));
+                    }
+                    for (r, n) in replicas.iter().zip(&s.native) {
+                        let port = n.rsplit_once(':').and_then(|(h, p)| (!h.is_empty()).then_some(p));
+                        if port.and_then(|p| p.parse::<u16>().ok()).filter(|p| *p != 0).is_none() {
+                            return Err(err(n, format!("{at}: '{n}' is not HOST:PORT like 127.0.0.1:9000")));
+                        }
+                        native.insert(r.base.clone(), n.clone());
+                    }
                 }
                 shards.push(Shard { weight: s.weight, replicas });
             }
@@ -729,7 +774,8 @@ impl Config {
                     },
                 );
             }
-            clusters.insert(name.clone(), Cluster { name, user: c.user, password: c.password, shards, routing });
+            clusters
+                .insert(name.clone(), Cluster { name, user: c.user, password: c.password, shards, routing, native });
         }
         let mut users = BTreeMap::new();
         for (i, u) in raw.users.into_iter().enumerate() {
@@ -809,6 +855,7 @@ impl Config {
         Ok(Config {
             source: source.to_path_buf(),
             listen,
+            listen_native,
             metrics_listen,
             tls: raw.tls,
             limits: raw.limits,
@@ -851,6 +898,27 @@ mod tests {
 
     fn bad(text: &str) -> String {
         Config::parse(text, Path::new("g.yaml")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn listen_native_needs_a_native_address_per_replica() {
+        let c = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
+        assert_eq!(c.listen_native.map(|a| a.port()), Some(9001));
+        assert_eq!(c.clusters["storm"].native["http://127.0.0.1:18126"], "127.0.0.1:19003");
+        let e = bad(&EXAMPLE.replace("listen_native: 127.0.0.1:9001", "listen_native: nine"));
+        assert!(e.contains("listen_native: 'nine' is not an address"), "{e}");
+        let e = bad(&EXAMPLE.replace("listen_native: 127.0.0.1:9001", "listen_native: 127.0.0.1:8124"));
+        assert!(e.contains("is also `listen`"), "{e}");
+        let e = bad(&EXAMPLE.replace("native: [127.0.0.1:19002, 127.0.0.1:19003]", "native: [127.0.0.1:19002]"));
+        assert!(e.contains("shards[1].native: 1 addresses for 2 replicas"), "{e}");
+        let e = bad(&EXAMPLE.replace("127.0.0.1:19003]", "127.0.0.1]"));
+        assert!(e.contains("'127.0.0.1' is not HOST:PORT"), "{e}");
+        // Without listen_native, no list is needed.
+        let text = EXAMPLE
+            .replace("listen_native: 127.0.0.1:9001", "")
+            .replace("native: [127.0.0.1:19002, 127.0.0.1:19003]", "");
+        let c = Config::parse(&text, Path::new("g.yaml")).unwrap();
+        assert!(c.listen_native.is_none() && c.clusters["storm"].native.len() == 2);
     }
 
     #[test]

@@ -185,46 +185,11 @@ where
         Box::pin(async move {
             let state = state_of(&req);
             let (name, password) = credentials(&req);
-            if let Err(why) = crate::config::check_user_name(&name) {
-                return Ok(rejected(&state, UNKNOWN_USER, StatusCode::UNAUTHORIZED, format!("chstorm gateway: {why}")));
-            }
-            let Some(user) = state.users.get(&name) else {
-                return Ok(rejected(
-                    &state,
-                    UNKNOWN_USER,
-                    StatusCode::UNAUTHORIZED,
-                    "chstorm gateway: unknown user or wrong password".into(),
-                ));
-            };
-            let ok = match &user.cfg.password_sha256 {
-                None => password.is_empty(),
-                Some(hash) => sha2::Sha256::digest(password.as_bytes()).as_slice() == hash,
-            };
-            if !ok {
-                return Ok(rejected(
-                    &state,
-                    UNKNOWN_USER,
-                    StatusCode::UNAUTHORIZED,
-                    "chstorm gateway: unknown user or wrong password".into(),
-                ));
-            }
             let addr = req.extensions().get::<ClientAddr>().map(|a| a.0.ip());
-            let allowed = addr.is_some_and(|ip| {
-                let ip = match ip {
-                    std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
-                    v4 => v4,
-                };
-                user.cfg.networks.iter().any(|n| n.contains(&ip))
-            });
-            if !allowed {
-                let from = addr.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
-                return Ok(rejected(
-                    &state,
-                    &name,
-                    StatusCode::FORBIDDEN,
-                    format!("chstorm gateway: user '{name}' may not connect from {from}"),
-                ));
-            }
+            let user = match authenticate(&state, &name, &password, addr) {
+                Ok(u) => u,
+                Err(r) => return Ok(rejected(&state, &r.label, r.status, r.message)),
+            };
             if let Some(who) = req.extensions().get::<AuthenticatedAs>() {
                 let _ = who.0.set(name.clone());
             }
@@ -232,6 +197,57 @@ where
             inner.call(req).await
         })
     }
+}
+
+/// Why [`authenticate`] refused a client.
+#[derive(Debug, Clone)]
+pub struct AuthRefusal {
+    /// 401 (unknown user, wrong password, a name no user could have) or 403 (network).
+    pub status: StatusCode,
+    /// The metrics label: the user's name once the password was right, else [`UNKNOWN_USER`].
+    pub label: String,
+    /// The one-line message for the client.
+    pub message: String,
+}
+
+/// Checks a client's user name, password and address against the configured users: the one
+/// check of both listeners (HTTP here, native in `crate::native`).
+pub fn authenticate(
+    state: &State,
+    name: &str,
+    password: &str,
+    addr: Option<std::net::IpAddr>,
+) -> Result<Arc<crate::state::UserRt>, AuthRefusal> {
+    let refuse = |status, label: &str, message: String| AuthRefusal { status, label: label.to_string(), message };
+    if let Err(why) = crate::config::check_user_name(name) {
+        return Err(refuse(StatusCode::UNAUTHORIZED, UNKNOWN_USER, format!("chstorm gateway: {why}")));
+    }
+    let wrong =
+        || refuse(StatusCode::UNAUTHORIZED, UNKNOWN_USER, "chstorm gateway: unknown user or wrong password".into());
+    let Some(user) = state.users.get(name) else { return Err(wrong()) };
+    let ok = match &user.cfg.password_sha256 {
+        None => password.is_empty(),
+        Some(hash) => sha2::Sha256::digest(password.as_bytes()).as_slice() == hash,
+    };
+    if !ok {
+        return Err(wrong());
+    }
+    let allowed = addr.is_some_and(|ip| {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        user.cfg.networks.iter().any(|n| n.contains(&ip))
+    });
+    if !allowed {
+        let from = addr.map(|a| a.to_string()).unwrap_or_else(|| "?".into());
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            name,
+            format!("chstorm gateway: user '{name}' may not connect from {from}"),
+        ));
+    }
+    Ok(user.clone())
 }
 
 /// The authenticated user, resolved once by [`Authenticate`] and carried in the request's

@@ -19,6 +19,8 @@
 //! * [`upstream`]: one kept-alive pool per replica behind the `Backend` trait; [`backend_io`]: its
 //!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
 //!   whole one.
+//! * [`native`]: ClickHouse's native TCP protocol on `listen_native`, through the same
+//!   authentication, admission, [`plan`] and retry policy, relaying packets unchanged.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
@@ -41,6 +43,7 @@ mod layers;
 mod listen;
 mod log;
 mod metrics;
+mod native;
 mod plan;
 mod proxy;
 mod read;

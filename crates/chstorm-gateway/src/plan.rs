@@ -7,7 +7,9 @@
 //! attempt loop may do with the request (retry, hedge, re-issue on a replica going down).
 //!
 //! Must not import the attempt loop, the backends or the server: it is called by both the HTTP
-//! path and (later) the native one.
+//! path and the native one (`crate::native::query`), which feeds it a POST to `/` without
+//! headers whose parameters are the Query packet's settings (and `database` from its Hello), and
+//! sends the settings of [`Plan::params`] in its Query packet.
 
 use crate::config::{AllowedSettings, Cluster, User};
 use crate::request::{encode_params, is_setting, HOP_BY_HOP, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
@@ -117,6 +119,9 @@ pub struct Plan {
     /// `query_id=...[&readonly=1]`: last, so `readonly` applies to the query and not to the
     /// gateway's own settings before it.
     tail: String,
+    /// The backend parameters in order, before the thread grant, `query_id` and `readonly`
+    /// (which [`Plan::path_and_query`] adds): what the native path sends as settings.
+    pub params: Vec<(String, String)>,
     /// Headers to forward.
     pub headers: HeaderMap,
     /// The text to send as the body instead of the client's (a routed query's rewritten text).
@@ -332,6 +337,7 @@ pub fn plan(
         query_id,
         path_and_params,
         tail,
+        params,
         headers: forwarded,
         replace_body,
         want_threads,

@@ -17,7 +17,7 @@ use std::time::Instant;
 pub use crate::respond::reply;
 
 /// A query_id for a query whose client set none: `chgw-` and 24 random hex digits.
-fn new_query_id() -> String {
+pub(crate) fn new_query_id() -> String {
     format!("chgw-{:016x}{:08x}", rand::random::<u64>(), rand::random::<u32>())
 }
 

@@ -52,6 +52,8 @@ pub struct Gateway {
     pub addr: SocketAddr,
     /// Where `/metrics` is served when `metrics_listen` is set.
     pub metrics_addr: Option<SocketAddr>,
+    /// Where the native protocol is served when `listen_native` is set.
+    pub native_addr: Option<SocketAddr>,
     state: Arc<ArcSwap<State>>,
     config_path: PathBuf,
     metrics: Arc<Metrics>,
@@ -87,7 +89,8 @@ impl Gateway {
         let acceptor = tls_acceptor(&cfg)?;
         // The state first (health checks, pools, budgets), then the sockets: with reuse_port a
         // new gateway takes the port's new connections from the moment it binds.
-        let (listen, reuse_port, metrics_listen) = (cfg.listen, cfg.reuse_port, cfg.metrics_listen);
+        let (listen, reuse_port, metrics_listen, listen_native) =
+            (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native);
         let state =
             Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
         let (listener, addr) = bind(listen, reuse_port)?;
@@ -96,6 +99,11 @@ impl Gateway {
             None => None,
         };
         let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
+        let native_listener = match listen_native {
+            Some(n) => Some(bind(n, reuse_port)?),
+            None => None,
+        };
+        let native_addr = native_listener.as_ref().map(|(_, a)| *a);
         let drain = Arc::new(crate::drain::Drain::default());
         let main = Listener {
             state: state.clone(),
@@ -113,14 +121,18 @@ impl Gateway {
             };
             tasks.push(accept_loop(l, only, None));
         }
+        if let Some((l, _)) = native_listener {
+            tasks.push(crate::native::spawn(l, state.clone()));
+        }
         let idle = state.load().upstream.idle_timeout;
         log(
             "info",
             "gateway listening",
             serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
+                "native_addr": native_addr.map(|a| a.to_string()),
                 "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, metrics_addr, state, config_path, metrics, tasks, drain })
+        Ok(Gateway { addr, metrics_addr, native_addr, state, config_path, metrics, tasks, drain })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
@@ -130,6 +142,9 @@ impl Gateway {
         let running = &self.state.load().config;
         if cfg.listen != running.listen {
             log("warn", "listen address changed in the config; restart the gateway to apply it", serde_json::json!({}));
+        }
+        if cfg.listen_native != running.listen_native {
+            log("warn", "listen_native changed in the config; restart the gateway to apply it", serde_json::json!({}));
         }
         if cfg.metrics_listen != running.metrics_listen {
             log("warn", "metrics_listen changed in the config; restart the gateway to apply it", serde_json::json!({}));

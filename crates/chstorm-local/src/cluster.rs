@@ -143,6 +143,10 @@ pub struct Topology {
     pub gateway_config: PathBuf,
     /// `http://127.0.0.1:PORT`, where a gateway started with `gateway_config` listens.
     pub gateway_url: String,
+    /// `clickhouse://127.0.0.1:PORT`, where that gateway speaks the native protocol
+    /// (`listen_native`). Empty in a `cluster.json` written before it existed.
+    #[serde(default)]
+    pub gateway_native_url: String,
 }
 
 impl Topology {
@@ -211,12 +215,16 @@ impl LocalCluster {
         let dir = fs::canonicalize(&spec.dir)
             .map_err(|e| LocalError::io(format!("resolve directory {}", spec.dir.display()), e))?;
         refuse_if_running(&dir)?;
-        let gateway_port = match spec.gateway_port {
+        let (gateway_port, gateway_native_port) = match spec.gateway_port {
             Some(p) => {
                 check_free(p)?;
-                p
+                let native = free_ports(2)?.into_iter().find(|n| *n != p).unwrap_or(0);
+                (p, native)
             }
-            None => free_ports(1)?[0],
+            None => {
+                let free = free_ports(2)?;
+                (free[0], free[1])
+            }
         };
         let mut attempt = 1;
         let (nodes, ports) = loop {
@@ -249,10 +257,12 @@ impl LocalCluster {
                 .collect(),
             gateway_config: gateway_config.clone(),
             gateway_url: format!("http://127.0.0.1:{gateway_port}"),
+            gateway_native_url: format!("clickhouse://127.0.0.1:{gateway_native_port}"),
         };
         let cluster = LocalCluster { nodes, topology, dir, detached: false };
         // On an error below, Drop stops the nodes.
-        let yaml = gateway_yaml(CLUSTER_NAME, gateway_port, &ports, &cluster.dir.display().to_string());
+        let yaml =
+            gateway_yaml(CLUSTER_NAME, gateway_port, gateway_native_port, &ports, &cluster.dir.display().to_string());
         fs::write(&gateway_config, yaml)
             .map_err(|e| LocalError::io(format!("write {}", gateway_config.display()), e))?;
         cluster.write_topology()?;

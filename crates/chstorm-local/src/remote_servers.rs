@@ -45,16 +45,24 @@ pub(crate) fn macros_xml(shard: usize, replica: usize) -> String {
     format!("  <macros><shard>{shard}</shard><replica>{replica}</replica></macros>")
 }
 
-/// The gateway config for the cluster: listens on `127.0.0.1:gateway_port`,
-/// one cluster `cluster` with every shard's replicas' HTTP URLs, routing of
+/// The gateway config for the cluster: listens on `127.0.0.1:gateway_port` (HTTP) and
+/// `127.0.0.1:native_port` (`listen_native`), one cluster `cluster` with every shard's
+/// replicas' HTTP URLs and native addresses, routing of
 /// `items` to `items_local` by `cityHash64(shop_id)`, and user `default`
 /// without a password from loopback only. Everything else has the defaults
 /// of `docs/gateway.example.yaml`, with generous per-user limits.
-pub(crate) fn gateway_yaml(cluster: &str, gateway_port: u16, nodes: &[NodePorts], dir: &str) -> String {
+pub(crate) fn gateway_yaml(
+    cluster: &str,
+    gateway_port: u16,
+    native_port: u16,
+    nodes: &[NodePorts],
+    dir: &str,
+) -> String {
     let mut y = String::with_capacity(2048);
     let _ = writeln!(y, "# chstorm gateway configuration for the local cluster in {}", yaml_comment(dir));
     y.push_str("# written by `chstorm local up`; format: docs/gateway.example.yaml\n");
     let _ = writeln!(y, "listen: 127.0.0.1:{gateway_port}");
+    let _ = writeln!(y, "listen_native: 127.0.0.1:{native_port}");
     y.push_str(
         "limits:
   max_concurrency: 256
@@ -76,21 +84,13 @@ clusters:
     );
     let _ = writeln!(y, "  {cluster}:");
     y.push_str("    user: default\n    password: \"\"\n    shards:\n");
-    let mut shard = 0;
-    for n in nodes {
-        if n.shard != shard {
-            if shard != 0 {
-                y.push_str("]\n");
-            }
-            shard = n.shard;
-            y.push_str("      - weight: 1\n        replicas: [");
-        } else {
-            y.push_str(", ");
-        }
-        let _ = write!(y, "http://127.0.0.1:{}", n.http);
-    }
-    if shard != 0 {
-        y.push_str("]\n");
+    let shards = nodes.iter().map(|n| n.shard).max().unwrap_or(0);
+    for shard in 1..=shards {
+        let of: Vec<&NodePorts> = nodes.iter().filter(|n| n.shard == shard).collect();
+        let list = |f: &dyn Fn(&NodePorts) -> String| of.iter().map(|n| f(n)).collect::<Vec<_>>().join(", ");
+        let _ =
+            writeln!(y, "      - weight: 1\n        replicas: [{}]", list(&|n| format!("http://127.0.0.1:{}", n.http)));
+        let _ = writeln!(y, "        native: [{}]", list(&|n| format!("127.0.0.1:{}", n.tcp)));
     }
     y.push_str(
         "    routing:
@@ -153,10 +153,10 @@ mod tests {
 
     #[test]
     fn gateway_yaml_shards() {
-        let y = gateway_yaml("storm", 9999, &nodes(), "/tmp/x");
-        assert!(y.contains("listen: 127.0.0.1:9999\n"));
+        let y = gateway_yaml("storm", 9999, 9998, &nodes(), "/tmp/x");
+        assert!(y.contains("listen: 127.0.0.1:9999\nlisten_native: 127.0.0.1:9998\n"));
         assert!(y.contains(
-            "      - weight: 1\n        replicas: [http://127.0.0.1:101, http://127.0.0.1:102]\n      - weight: 1\n        replicas: [http://127.0.0.1:103, http://127.0.0.1:104]\n    routing:"
+            "      - weight: 1\n        replicas: [http://127.0.0.1:101, http://127.0.0.1:102]\n        native: [127.0.0.1:201, 127.0.0.1:202]\n      - weight: 1\n        replicas: [http://127.0.0.1:103, http://127.0.0.1:104]\n        native: [127.0.0.1:203, 127.0.0.1:204]\n    routing:"
         ));
         assert!(y.contains("        items: items_local\n"));
         assert!(y.contains("    cluster: storm\n"));

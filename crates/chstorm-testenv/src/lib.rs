@@ -54,7 +54,8 @@ pub fn start_cluster() -> Env {
 }
 
 impl Env {
-    /// Writes the cluster's generated gateway.yaml, listening on a free port (`127.0.0.1:0`) and
+    /// Writes the cluster's generated gateway.yaml, listening on free ports (`127.0.0.1:0`, HTTP
+    /// and native) and
     /// with `edit` applied to its text, to a new file in the env's dir; returns its path.
     pub fn gateway_config(&self, edit: impl Fn(String) -> String) -> PathBuf {
         let path = self.dir.path().join(format!("gw-{}.yaml", next_id()));
@@ -66,7 +67,11 @@ impl Env {
     pub fn gateway_config_text(&self, edit: impl Fn(String) -> String) -> String {
         let text = std::fs::read_to_string(&self.cluster.topology().gateway_config).unwrap();
         let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
-        edit(text.replace(&listen, "listen: 127.0.0.1:0"))
+        let mut text = text.replace(&listen, "listen: 127.0.0.1:0");
+        if let Some(native) = text.lines().find(|l| l.starts_with("listen_native:")).map(str::to_string) {
+            text = text.replace(&native, "listen_native: 127.0.0.1:0");
+        }
+        edit(text)
     }
 
     /// `http://127.0.0.1:PORT` of a node (1-based shard and replica).

@@ -44,6 +44,9 @@ fn print_topology(t: &Topology, json: bool) -> anyhow::Result<()> {
     }
     println!("gateway config  {}", t.gateway_config.display());
     println!("gateway url     {}   (where a gateway started with that config listens)", t.gateway_url);
+    if !t.gateway_native_url.is_empty() {
+        println!("gateway native  {}   (its native protocol: listen_native)", t.gateway_native_url);
+    }
     Ok(())
 }
 

@@ -72,6 +72,8 @@ fn cluster_up_load_down_through_the_binary() {
     let yaml: serde_yaml::Value =
         serde_yaml::from_str(&fs::read_to_string(canon.join("gateway.yaml")).unwrap()).unwrap();
     assert_eq!(format!("http://{}", yaml["listen"].as_str().unwrap()), gateway_url);
+    let native_url = topo["gateway_native_url"].as_str().unwrap();
+    assert_eq!(format!("clickhouse://{}", yaml["listen_native"].as_str().unwrap()), native_url);
     let yaml_shards: Vec<Vec<String>> = yaml["clusters"]["storm"]["shards"]
         .as_sequence()
         .unwrap()

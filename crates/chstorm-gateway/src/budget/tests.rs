@@ -315,6 +315,7 @@ fn auto_reads_the_servers_cores() {
             ],
         }],
         routing: None,
+        native: Default::default(),
     };
     let mut t = cfg(0, 4, ThreadMode::Grant, 0, false);
     t.total = ThreadTotal::Auto;
@@ -409,6 +410,7 @@ fn adaptive_in_config_starts_at_the_cores_until_the_server_tells() {
             replicas: vec![crate::config::ReplicaAddr { base: "http://h1:1".into(), https: false }],
         }],
         routing: None,
+        native: Default::default(),
     };
     let mut t = cfg(0, 4, ThreadMode::Queue, 0, false);
     t.total = ThreadTotal::Adaptive;

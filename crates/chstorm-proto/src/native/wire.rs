@@ -75,6 +75,11 @@ pub struct Io<S> {
     end: usize,
     /// Bytes consumed before `buf[0]`: with `start`, the stream position of the reader.
     base: u64,
+    /// When set, every byte consumed is also copied here ([`Io::tee_start`]): a proxy parses a
+    /// packet to find where it ends and passes on the very bytes it read.
+    tee: Option<Vec<u8>>,
+    /// `buf[tee_from..start]` is consumed but not yet copied to `tee`.
+    tee_from: usize,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
@@ -95,8 +100,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
     /// reset connection counts as closed.
     pub async fn discard_to_eof(&mut self) -> Result<u64, ProtoError> {
         let mut total = (self.end - self.start) as u64;
+        self.tee = None;
         self.start = 0;
         self.end = 0;
+        self.tee_from = 0;
         loop {
             match self.stream.read(&mut self.buf[..]).await {
                 Ok(0) => return Ok(total),
@@ -112,7 +119,49 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
 
 impl<S: AsyncRead + Unpin> Io<S> {
     pub fn new(stream: S) -> Io<S> {
-        Io { stream, buf: vec![0u8; READ_BUF_SIZE].into_boxed_slice(), start: 0, end: 0, base: 0 }
+        Io {
+            stream,
+            buf: vec![0u8; READ_BUF_SIZE].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            base: 0,
+            tee: None,
+            tee_from: 0,
+        }
+    }
+
+    /// The underlying stream (to check it without reading through the buffer).
+    pub fn get_ref(&self) -> &S {
+        &self.stream
+    }
+
+    /// True when bytes are buffered but not consumed yet.
+    pub fn has_buffered(&self) -> bool {
+        self.start < self.end
+    }
+
+    /// Starts copying every byte consumed from now on into `out` (cleared first), until
+    /// [`Io::tee_take`].
+    pub fn tee_start(&mut self, mut out: Vec<u8>) {
+        out.clear();
+        self.tee = Some(out);
+        self.tee_from = self.start;
+    }
+
+    /// Stops copying and returns the bytes consumed since [`Io::tee_start`] (empty if none was
+    /// started).
+    pub fn tee_take(&mut self) -> Vec<u8> {
+        self.tee_flush();
+        self.tee.take().unwrap_or_default()
+    }
+
+    /// Copies the consumed, not yet copied bytes to the tee: before they leave the buffer.
+    #[inline]
+    fn tee_flush(&mut self) {
+        if let Some(t) = self.tee.as_mut() {
+            t.extend_from_slice(&self.buf[self.tee_from..self.start]);
+        }
+        self.tee_from = self.start;
     }
 
     /// Swaps in a new stream (after a reconnect), dropping the old one and its unread bytes.
@@ -121,6 +170,8 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.start = 0;
         self.end = 0;
         self.base = 0;
+        self.tee = None;
+        self.tee_from = 0;
     }
 
     /// Number of bytes consumed so far; differences measure the size of what was read.
@@ -138,6 +189,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
     /// Reads more bytes from the stream, moving unread bytes to the front first when the
     /// buffer has no room at its end. Fails on EOF.
     async fn fill(&mut self) -> Result<(), ProtoError> {
+        self.tee_flush();
         if self.start == self.end {
             self.base += self.start as u64;
             self.start = 0;
@@ -148,6 +200,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
             self.end -= self.start;
             self.start = 0;
         }
+        self.tee_from = self.start;
         if self.end == self.buf.len() {
             return Err(ProtoError::Protocol("read buffer full".into()));
         }
@@ -165,10 +218,12 @@ impl<S: AsyncRead + Unpin> Io<S> {
         while self.end - self.start < n {
             if self.buf.len() - self.start < n {
                 // Not enough room after `start`: compact on the next fill.
+                self.tee_flush();
                 self.base += self.start as u64;
                 self.buf.copy_within(self.start..self.end, 0);
                 self.end -= self.start;
                 self.start = 0;
+                self.tee_from = 0;
             }
             self.fill().await?;
         }
@@ -382,6 +437,26 @@ mod tests {
         assert_eq!(io.i32_le().await.unwrap(), -1);
         assert_eq!(io.position(), data.len() as u64);
         assert!(matches!(io.u8().await, Err(ProtoError::Io(_))));
+    }
+
+    #[tokio::test]
+    async fn the_tee_copies_exactly_the_bytes_consumed() {
+        let mut data = Vec::new();
+        put_varuint(&mut data, 300);
+        let long = vec![7u8; READ_BUF_SIZE * 2 + 5];
+        put_str(&mut data, &long);
+        put_str(&mut data, b"after");
+        for trickle in [false, true] {
+            let mut io: Io<Box<dyn AsyncRead + Unpin + '_>> =
+                Io::new(if trickle { Box::new(Trickle(&data)) } else { Box::new(&data[..]) });
+            assert_eq!(io.varuint().await.unwrap(), 300);
+            io.tee_start(Vec::new());
+            io.skip_string().await.unwrap();
+            let teed = io.tee_take();
+            let n = data.len() - 6;
+            assert_eq!(teed, &data[2..n], "trickle {trickle}");
+            assert_eq!(io.string().await.unwrap(), "after");
+        }
     }
 
     #[tokio::test]

@@ -1,0 +1,54 @@
+//! ClickHouse's native TCP protocol on `listen_native`: the gateway acts as a ClickHouse server
+//! towards the client and as a client towards the replicas, with the HTTP path's users, rules,
+//! plan, replica choice, retry policy and budget.
+//!
+//! # Revision
+//!
+//! The gateway answers Hello with `min(client's revision, 54412)`: 54412 is ClickHouse 18.16's
+//! revision and the one `chstorm_proto::native` speaks, so the settings in a Query packet come
+//! in the old typed format ([`settings`]). Backend connections are opened at the same revision,
+//! so every packet relayed has one layout on both sides. Features of later revisions are
+//! therefore not offered, even between a new client and a new server: settings as strings
+//! (54429), client write info in Progress (54420), server-side query parameters, the Hello
+//! addendum and quota keys of 54458+, OpenTelemetry, profile events packets, parallel replicas,
+//! interserver secrets, and `TablesStatus` requests.
+//!
+//! # What is relayed
+//!
+//! Data, Progress, ProfileInfo, Totals, Extremes, Log, TableColumns, Exception and EndOfStream
+//! from the server, Data (external tables, INSERT blocks) and Cancel from the client: parsed
+//! only to find where each packet ends, and passed on as the very bytes read ([`block`]).
+//! Compressed blocks (the Query packet's flag, on by default in `clickhouse-client` and always
+//! in `clickhouse-benchmark`) pass as the frames they came in; LZ4 and uncompressed frames are
+//! understood, ZSTD frames are refused with an exception.
+//!
+//! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
+//! [`block`] (block boundaries), [`backend`] (connections and pool), [`session`] (one client
+//! connection), [`query`] (one query: admission, plan, attempts, relay).
+
+pub mod backend;
+pub mod block;
+pub mod packets;
+pub mod query;
+pub mod session;
+pub mod settings;
+
+use crate::state::State;
+use arc_swap::ArcSwap;
+use std::sync::Arc;
+
+/// Accepts native connections on `listener` until the task is aborted.
+pub fn spawn(listener: tokio::net::TcpListener, state: Arc<ArcSwap<State>>) -> tokio::task::JoinHandle<()> {
+    let max_idle = state.load().config.pool.max_idle_per_replica;
+    let shared = Arc::new(session::Shared {
+        state,
+        pool: backend::Pool::new(max_idle),
+        server_info: std::sync::Mutex::new(None),
+    });
+    tokio::spawn(async move {
+        loop {
+            let Ok((tcp, peer)) = listener.accept().await else { continue };
+            tokio::spawn(session::serve(shared.clone(), tcp, peer));
+        }
+    })
+}

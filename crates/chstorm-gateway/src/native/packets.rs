@@ -1,0 +1,232 @@
+//! The packets the gateway reads and writes as a server (the client's Hello and Query, its own
+//! Hello, Pong and Exception) and as a client of a backend (Hello and Query at a chosen
+//! revision). Packet codes and revisions are `chstorm_proto::native::packets`'.
+
+use super::settings::{type_of, unzigzag, Ty};
+use chstorm_proto::native::packets::{client, rev, server};
+use chstorm_proto::native::wire::{put_str, put_varuint, Io};
+use chstorm_proto::native::ServerInfo;
+use chstorm_proto::ProtoError;
+use tokio::io::AsyncRead;
+
+/// `ClientInfo::QueryKind::INITIAL_QUERY`.
+pub const QUERY_KIND_INITIAL: u8 = 1;
+/// The oldest client revision served: the first with `ClientInfo` in the Query packet (54032).
+pub const MIN_CLIENT_REVISION: u64 = rev::CLIENT_INFO;
+
+/// The client's Hello.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientHello {
+    pub client_name: String,
+    pub revision: u64,
+    pub database: String,
+    pub user: String,
+    pub password: String,
+}
+
+/// Reads the client's Hello, packet code included.
+pub async fn read_client_hello<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<ClientHello, ProtoError> {
+    match io.varuint().await? {
+        client::HELLO => {}
+        other => return Err(ProtoError::Protocol(format!("expected Hello from the client, got packet {other}"))),
+    }
+    let client_name = io.string().await?;
+    io.varuint().await?; // major
+    io.varuint().await?; // minor
+    let revision = io.varuint().await?;
+    let database = io.string().await?;
+    let user = io.string().await?;
+    let password = io.string().await?;
+    Ok(ClientHello { client_name, revision, database, user, password })
+}
+
+/// The gateway's Hello: the backend's name, version and timezone, at `revision`.
+pub fn server_hello(out: &mut Vec<u8>, info: &ServerInfo, revision: u64) {
+    put_varuint(out, server::HELLO);
+    put_str(out, info.name.as_bytes());
+    put_varuint(out, info.version_major);
+    put_varuint(out, info.version_minor);
+    put_varuint(out, revision);
+    if revision >= rev::SERVER_TIMEZONE {
+        put_str(out, info.timezone.as_bytes());
+    }
+    if revision >= rev::SERVER_DISPLAY_NAME {
+        put_str(out, info.display_name.as_bytes());
+    }
+    if revision >= rev::VERSION_PATCH {
+        put_varuint(out, info.version_patch);
+    }
+}
+
+/// An Exception packet as ClickHouse writes one: `DB::Exception`, the message prefixed with it
+/// (what its `displayText()` gives), no stack trace, nothing nested.
+pub fn exception(out: &mut Vec<u8>, code: i32, message: &str) {
+    put_varuint(out, server::EXCEPTION);
+    out.extend_from_slice(&code.to_le_bytes());
+    put_str(out, b"DB::Exception");
+    put_str(out, format!("DB::Exception: {message}").as_bytes());
+    put_str(out, b"");
+    out.push(0);
+}
+
+/// The client's Query packet (its code already read).
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub query_id: String,
+    /// The raw `ClientInfo` (the client's name, version, user and host for `system.query_log`),
+    /// passed to the backend as it came.
+    pub client_info: Vec<u8>,
+    pub query_kind: u8,
+    /// The settings, their values as text.
+    pub settings: Vec<(String, String)>,
+    pub stage: u64,
+    pub compression: bool,
+    pub sql: String,
+}
+
+/// Why a Query packet could not be taken.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The stream is broken or out of step: close the connection.
+    #[error(transparent)]
+    Proto(#[from] ProtoError),
+    /// A setting 18.16 does not know: its value cannot be skipped (code 115; close).
+    #[error("Unknown setting {0}")]
+    UnknownSetting(String),
+}
+
+/// Reads a Query packet's body at `revision`.
+pub async fn read_query<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<Query, QueryError> {
+    let mut q = Query { query_id: io.string().await?, ..Query::default() };
+    if revision >= rev::CLIENT_INFO {
+        io.tee_start(Vec::with_capacity(128));
+        let info = read_client_info(io, revision).await;
+        q.client_info = io.tee_take();
+        q.query_kind = info?;
+    }
+    loop {
+        let name = io.string().await?;
+        if name.is_empty() {
+            break;
+        }
+        let value = match type_of(&name) {
+            Some(Ty::UInt) => io.varuint().await?.to_string(),
+            Some(Ty::Int) => unzigzag(io.varuint().await?).to_string(),
+            Some(Ty::Str) => io.string().await?,
+            None => return Err(QueryError::UnknownSetting(name)),
+        };
+        q.settings.push((name, value));
+    }
+    q.stage = io.varuint().await?;
+    q.compression = io.varuint().await? != 0;
+    q.sql = io.string().await?;
+    Ok(q)
+}
+
+/// Reads a `ClientInfo`; returns its query kind.
+async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<u8, ProtoError> {
+    let kind = io.u8().await?;
+    if kind == 0 {
+        return Ok(kind);
+    }
+    io.skip_string().await?; // initial_user
+    io.skip_string().await?; // initial_query_id
+    io.skip_string().await?; // initial_address
+    let interface = io.u8().await?;
+    match interface {
+        1 => {
+            io.skip_string().await?; // os_user
+            io.skip_string().await?; // client_hostname
+            io.skip_string().await?; // client_name
+            io.varuint().await?;
+            io.varuint().await?;
+            io.varuint().await?; // client revision
+        }
+        2 => {
+            io.u8().await?; // http_method
+            io.skip_string().await?; // http_user_agent
+        }
+        other => return Err(ProtoError::Protocol(format!("unknown client interface {other}"))),
+    }
+    if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
+        io.skip_string().await?;
+    }
+    if revision >= rev::VERSION_PATCH && interface == 1 {
+        io.varuint().await?;
+    }
+    Ok(kind)
+}
+
+/// The gateway's Hello to a backend, at `revision`, with the cluster's credentials.
+pub fn backend_hello(out: &mut Vec<u8>, revision: u64, database: &str, user: &str, password: &str) {
+    use chstorm_proto::native::packets::{CLIENT_NAME, CLIENT_VERSION_MAJOR, CLIENT_VERSION_MINOR};
+    put_varuint(out, client::HELLO);
+    put_str(out, format!("{CLIENT_NAME} gateway").as_bytes());
+    put_varuint(out, CLIENT_VERSION_MAJOR);
+    put_varuint(out, CLIENT_VERSION_MINOR);
+    put_varuint(out, revision);
+    put_str(out, database.as_bytes());
+    put_str(out, user.as_bytes());
+    put_str(out, password.as_bytes());
+}
+
+/// A Query packet for a backend: the client's `ClientInfo` (already in this revision's layout)
+/// and stage and compression, the planned settings (typed) and text.
+pub fn backend_query(
+    out: &mut Vec<u8>,
+    q: &Query,
+    query_id: &str,
+    settings: &[(String, String)],
+    sql: &str,
+) -> Result<(), super::settings::SettingError> {
+    put_varuint(out, client::QUERY);
+    put_str(out, query_id.as_bytes());
+    out.extend_from_slice(&q.client_info);
+    for (k, v) in settings {
+        super::settings::put_setting(out, k, v)?;
+    }
+    put_str(out, b"");
+    put_varuint(out, q.stage);
+    put_varuint(out, q.compression as u64);
+    put_str(out, sql.as_bytes());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_query_round_trips_through_the_backend_encoding() {
+        let info = chstorm_proto::native::packets::client_info(54412);
+        let mut p = Vec::new();
+        put_str(&mut p, b"qid");
+        p.extend_from_slice(&info);
+        crate::native::settings::put_setting(&mut p, "max_threads", "2").unwrap();
+        crate::native::settings::put_setting(&mut p, "load_balancing", "in_order").unwrap();
+        put_str(&mut p, b"");
+        put_varuint(&mut p, 2);
+        put_varuint(&mut p, 1);
+        put_str(&mut p, b"SELECT 1");
+        let q = read_query(&mut Io::new(&p[..]), 54412).await.unwrap();
+        assert_eq!(q.query_id, "qid");
+        assert_eq!(q.client_info, info);
+        assert_eq!(q.query_kind, QUERY_KIND_INITIAL);
+        assert_eq!(q.settings, vec![("max_threads".into(), "2".into()), ("load_balancing".into(), "in_order".into())]);
+        assert_eq!((q.stage, q.compression, q.sql.as_str()), (2, true, "SELECT 1"));
+        let mut out = Vec::new();
+        backend_query(&mut out, &q, "qid", &q.settings, "SELECT 1").unwrap();
+        assert_eq!(out[0], client::QUERY as u8);
+        assert_eq!(&out[1..], &p[..], "the same bytes back");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_setting_is_refused() {
+        let mut p = Vec::new();
+        put_str(&mut p, b"");
+        p.push(0); // no client info
+        put_str(&mut p, b"no_such_setting");
+        put_varuint(&mut p, 1);
+        assert!(matches!(read_query(&mut Io::new(&p[..]), 54412).await, Err(QueryError::UnknownSetting(_))));
+    }
+}
