@@ -34,10 +34,9 @@ pub enum StatementKind {
     Write,
 }
 
-/// Classifies `sql` by its first keyword, skipping white space, `--` and `#!`/`# ` line comments,
-/// `/* */` comments and opening brackets. Unknown or empty text is a [`StatementKind::Write`]
-/// (the safe answer: a write is never retried and a read-only user may not send it).
-pub fn statement_kind(sql: &str) -> StatementKind {
+/// The first keyword of `sql`, skipping white space, `--` line comments, `/* */` comments and
+/// opening brackets: `"  /* x */ (select 1)"` gives `"select"`; empty when there is none.
+pub fn first_keyword(sql: &str) -> &str {
     let mut s = sql;
     loop {
         let t = s.trim_start();
@@ -53,7 +52,14 @@ pub fn statement_kind(sql: &str) -> StatementKind {
         }
     }
     let end = s.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let word = &s[..end];
+    &s[..end]
+}
+
+/// Classifies `sql` by its first keyword ([`first_keyword`]). Unknown or empty text is a
+/// [`StatementKind::Write`] (the safe answer: a write is never retried and a read-only user may
+/// not send it).
+pub fn statement_kind(sql: &str) -> StatementKind {
+    let word = first_keyword(sql);
     const READS: &[&str] = &["SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"];
     if READS.iter().any(|r| r.eq_ignore_ascii_case(word)) {
         StatementKind::Read
@@ -65,6 +71,14 @@ pub fn statement_kind(sql: &str) -> StatementKind {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_keywords() {
+        assert_eq!(first_keyword("  -- c\n /* x */ set max_threads = 1"), "set");
+        assert_eq!(first_keyword("USE db"), "USE");
+        assert_eq!(first_keyword(" ((SELECT 1))"), "SELECT");
+        assert_eq!(first_keyword(""), "");
+    }
 
     #[test]
     fn classification() {

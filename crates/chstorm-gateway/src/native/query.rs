@@ -50,22 +50,6 @@ fn exception_bytes(code: i32, message: &str) -> Vec<u8> {
     out
 }
 
-/// The first word of a statement, after white space and comments.
-fn first_word(sql: &str) -> &str {
-    let mut s = sql;
-    loop {
-        let t = s.trim_start();
-        if let Some(rest) = t.strip_prefix("--") {
-            s = rest.split_once('\n').map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else {
-            let end = t.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(t.len());
-            return &t[..end];
-        }
-    }
-}
-
 /// The ClickHouse code for a refusal of the plan or of admission.
 fn refusal_code(status: StatusCode, message: &str) -> i32 {
     match status {
@@ -131,7 +115,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         let msg = "only initial queries are served on the gateway's native port (not a server's secondary queries)";
         return say(&mut conn.w, refuse(48, msg)).await;
     }
-    let word = first_word(&q.sql);
+    let word = chstorm_proto::rules::first_keyword(&q.sql);
     if word.eq_ignore_ascii_case("SET") || word.eq_ignore_ascii_case("USE") {
         count(state, name, 400, "rejected");
         let msg = format!(
@@ -496,14 +480,6 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn first_words() {
-        assert_eq!(first_word("  -- c\n /* x */ set max_threads = 1"), "set");
-        assert_eq!(first_word("USE db"), "USE");
-        assert_eq!(first_word("SELECT 1"), "SELECT");
-        assert_eq!(first_word(""), "");
-    }
 
     #[test]
     fn refusal_codes() {
