@@ -16,6 +16,9 @@ while they are held (median and max).
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connection figures, and
 writes OUT/gateway_cpu.json. Targets (issue 13): <= 25 us per query, >= 0.85 of direct QPS,
 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
+
+--bare measures a gateway with the least configured (no routing section, no thread budget, no
+user limits, hedging off), to show what those functions cost.
 """
 import argparse, json, os, re, resource, socket, statistics, subprocess, sys, tempfile, time
 
@@ -46,6 +49,19 @@ users:
     networks: [127.0.0.0/8]
     max_concurrency: 512
     requests_per_second: 1000000
+"""
+
+
+BARE = """listen: 127.0.0.1:{port}
+hedging:
+  delay: off
+clusters:
+  one:
+    shards:
+      - replicas: [{url}]
+users:
+  - name: default
+    cluster: one
 """
 
 
@@ -113,6 +129,7 @@ def main():
     ap.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
     ap.add_argument("--idle", type=int, default=10_000, help="idle client connections to hold (default 10,000)")
     ap.add_argument("--chstorm", default="target/release/chstorm")
+    ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     args = ap.parse_args()
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
@@ -126,7 +143,7 @@ def main():
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         port = free_port()
         cfg = os.path.join(tmp, "gateway.yaml")
-        open(cfg, "w").write(CONFIG.format(port=port, url=url))
+        open(cfg, "w").write((BARE if args.bare else CONFIG).format(port=port, url=url))
         gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
@@ -144,7 +161,7 @@ def main():
                   f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle)
-        res = {"wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
+        res = {"config": "bare" if args.bare else "full", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
                "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
                "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
                "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),
@@ -155,7 +172,7 @@ def main():
             gw.terminate()
             gw.wait()
         subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
-    json.dump(res, open(os.path.join(out, "gateway_cpu.json"), "w"), indent=2)
+    json.dump(res, open(os.path.join(out, "gateway_cpu_bare.json" if args.bare else "gateway_cpu.json"), "w"), indent=2)
     print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (target <= 25)")
     print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
           f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}; target >= 0.85)")
