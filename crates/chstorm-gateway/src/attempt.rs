@@ -266,10 +266,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                 }
                 if policy.can_hedge(running.len(), attempts) {
                     let exclude = excluded(&tried, &running);
-                    let shard = match plan.target {
-                        Target::Shard(s) => Some(s),
-                        _ => None,
-                    };
+                    let shard = plan.target.shard();
                     // A hedge goes only to a healthy replica that can help: one that is not slow
                     // itself or, when this query waits on a stalled replica (no answer at all
                     // for a deadline: hung), one that is not stalled. None now (the others are
@@ -309,10 +306,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                 let id = running[i].id();
                 let mut exclude = excluded(&tried, &running);
                 exclude.push(id);
-                let shard = match plan.target {
-                    Target::Shard(s) => Some(s),
-                    _ => None,
-                };
+                let shard = plan.target.shard();
                 if policy.retry(&Failure::Down, attempts) == Decision::Retry
                     && ctx.balancer.has_healthy(shard, &exclude)
                     && ctx.retry_budget.withdraw()
@@ -498,15 +492,14 @@ async fn start(
 ) -> Option<Running> {
     let hedge = hedge_to.is_some();
     let inflight = match (plan.target, hedge_to) {
-        (Target::Shard(s), Some(ok)) => ctx.balancer.pick_healthy_where(Some(s), exclude, ok),
-        (Target::Any, Some(ok)) => ctx.balancer.pick_healthy_where(None, exclude, ok),
-        (Target::Shard(s), None) => ctx.balancer.pick(Some(s), exclude),
-        (Target::Any, None) => ctx.balancer.pick(None, exclude),
         (Target::Session(h), _) => ctx.balancer.pick_sticky(h, exclude),
+        (t, Some(ok)) => ctx.balancer.pick_healthy_where(t.shard(), exclude, ok),
+        (t, None) => ctx.balancer.pick(t.shard(), exclude),
     }?;
     let replica = inflight.replica().clone();
     if hedge && !replica.is_healthy() {
-        // A hedge goes only to a healthy replica; the pick fell back to a down one.
+        // A hedge goes only to a healthy replica (pick_healthy_where never gives another; a
+        // session's sticky pick may).
         return None;
     }
     let grant = match (ctx.threads, plan.want_threads) {

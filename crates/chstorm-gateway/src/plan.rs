@@ -80,6 +80,14 @@ pub enum Target {
 }
 
 impl Target {
+    /// The shard a routed query goes to; None for a fan-out or a session (any shard).
+    pub fn shard(&self) -> Option<usize> {
+        match self {
+            Target::Shard(s) => Some(*s),
+            Target::Any | Target::Session(_) => None,
+        }
+    }
+
     /// The `route` label of metrics and logs.
     pub fn label(&self) -> &'static str {
         match self {
