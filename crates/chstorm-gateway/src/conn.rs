@@ -63,10 +63,10 @@ impl Listener {
         let _ = tcp.set_nodelay(true);
         let header_timeout = self.state.load().config.limits.client_header_timeout.0;
         match tls {
-            // A new connection costs only its socket until its first bytes come: the serving
-            // future (hyper's connection state, its buffers) is boxed and made only then. Held
-            // inline in every connection's task it made 10,000 idle connections take 160 MB.
-            // Same timeout and metric as hyper's own.
+            // A new connection costs only its socket until its first bytes come: hyper's
+            // connection (its state and its read and write buffers) is made, boxed, only then.
+            // Served at once, 10,000 idle connections took 160 MB; now 34 MB. Same timeout and
+            // metric as hyper's own for a connection that never sends.
             None => {
                 // (A peek, not `readable()`: tokio counts a new socket as readable until a read
                 // says otherwise.)
