@@ -98,6 +98,13 @@ impl LatencyHistogram {
         self.h.is_empty()
     }
 
+    /// Number of samples at or above `latency`, to the histogram's resolution (3 significant
+    /// digits): a sample in the same bucket as `latency` counts.
+    pub fn count_at_or_above(&self, latency: Duration) -> u64 {
+        let us = (latency.as_micros() as u64).clamp(1, HIGHEST_US);
+        self.h.count_between(us, HIGHEST_US)
+    }
+
     /// The latency at percentile `p` (0 to 100), in seconds; 0 for an empty histogram.
     pub fn percentile_s(&self, p: f64) -> f64 {
         if self.h.is_empty() {
@@ -213,6 +220,18 @@ mod tests {
         }
         assert!((s.min - 0.0001).abs() < 1e-7);
         assert!((s.mean - 0.50005).abs() / 0.50005 < 0.001);
+    }
+
+    #[test]
+    fn counts_samples_at_or_above_a_latency() {
+        let mut h = LatencyHistogram::new();
+        h.record_n(ms(1), 90);
+        h.record_n(ms(20), 10);
+        assert_eq!(h.count_at_or_above(ms(20)), 10);
+        assert_eq!(h.count_at_or_above(ms(2)), 10);
+        assert_eq!(h.count_at_or_above(ms(1)), 100);
+        assert_eq!(h.count_at_or_above(ms(21)), 0);
+        assert_eq!(LatencyHistogram::new().count_at_or_above(ms(1)), 0);
     }
 
     #[test]
