@@ -13,7 +13,7 @@ use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -34,6 +34,8 @@ pub struct BackendConn {
     key: Key,
 }
 
+type IdleMap = HashMap<Key, Vec<(BackendConn, Instant)>>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     native: String,
@@ -41,11 +43,9 @@ struct Key {
     revision: u64,
 }
 
-/// Why a connection could not be had.
+/// Why a connection could not be had (the connect or the Hello failed: no query was sent).
 #[derive(Debug)]
 pub struct ConnectError {
-    /// True when the TCP connection itself failed: nothing reached the server.
-    pub refused: bool,
     pub message: String,
 }
 
@@ -61,12 +61,9 @@ impl BackendConn {
     ) -> Result<BackendConn, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(native)).await {
             Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Err(ConnectError { refused: true, message: format!("connect {native}: {e}") }),
+            Ok(Err(e)) => return Err(ConnectError { message: format!("connect {native}: {e}") }),
             Err(_) => {
-                return Err(ConnectError {
-                    refused: true,
-                    message: format!("connect {native}: no answer within {connect_timeout:?}"),
-                })
+                return Err(ConnectError { message: format!("connect {native}: no answer within {connect_timeout:?}") })
             }
         };
         let _ = tcp.set_nodelay(true);
@@ -80,10 +77,8 @@ impl BackendConn {
         };
         let server = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(ConnectError { refused: false, message: format!("hello to {native}: {e}") }),
-            Err(_) => {
-                return Err(ConnectError { refused: false, message: format!("hello to {native}: no answer in 5 s") })
-            }
+            Ok(Err(e)) => return Err(ConnectError { message: format!("hello to {native}: {e}") }),
+            Err(_) => return Err(ConnectError { message: format!("hello to {native}: no answer in 5 s") }),
         };
         let revision = revision.min(server.revision);
         let key = Key { native: native.to_string(), database: database.to_string(), revision };
@@ -100,15 +95,16 @@ impl BackendConn {
     }
 }
 
-/// Idle connections by replica, database and revision.
+/// Idle connections by replica, database and revision; clones share them.
+#[derive(Clone)]
 pub struct Pool {
-    idle: Mutex<HashMap<Key, Vec<(BackendConn, Instant)>>>,
+    idle: Arc<Mutex<IdleMap>>,
     max_idle: usize,
 }
 
 impl Pool {
     pub fn new(max_idle_per_replica: usize) -> Pool {
-        Pool { idle: Mutex::new(HashMap::new()), max_idle: max_idle_per_replica }
+        Pool { idle: Arc::new(Mutex::new(HashMap::new())), max_idle: max_idle_per_replica }
     }
 
     /// An idle connection, if one is alive.

@@ -24,7 +24,8 @@
 //!
 //! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
 //! [`block`] (block boundaries), [`backend`] (connections and pool), [`session`] (one client
-//! connection), [`query`] (one query: admission, plan, attempts, relay).
+//! connection), [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an
+//! attempt on a replica, for the attempt loop the HTTP port uses too).
 
 pub mod backend;
 pub mod block;
@@ -32,6 +33,7 @@ pub mod packets;
 pub mod query;
 pub mod session;
 pub mod settings;
+pub mod transport;
 
 use crate::state::State;
 use arc_swap::ArcSwap;
