@@ -14,7 +14,7 @@ use super::backend::BackendConn;
 use super::block::Scratch;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Shared};
-use super::transport::{read_server_packet, Native, NativeHead};
+use super::transport::{read_server_packet, Native, NativeHead, Packet};
 use crate::attempt::{Ctx, Outcome};
 use crate::metrics::{RequestLabels, RouteLabel};
 use crate::plan::{BodyShape, Plan, PlanInput};
@@ -283,7 +283,8 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut out: Vec<u8> = Vec::new();
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
-    let mut next = Some((Ok((first.code, first.exception)), first.raw));
+    let head = Packet { code: first.code, exception: first.exception, empty: false };
+    let mut next = Some((Ok(head), first.raw));
     loop {
         let (result, raw) = match next.take() {
             Some(p) => p,
@@ -326,7 +327,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
             }
         };
         let (code, exc) = match result {
-            Ok(c) => c,
+            Ok(p) => (p.code, p.exception),
             Err(e) => {
                 out.extend_from_slice(&exception_bytes(
                     210,

@@ -3,14 +3,15 @@
 //! held external tables, and resolves at the answer's first packet, its *head*. So the native
 //! port hedges, re-issues on down and retries through the very loop the HTTP port uses.
 //!
-//! The head of a native answer comes sooner than an HTTP one: 18.16 sends a SELECT's header
-//! block (its columns, no rows) once the query is analysed, before it reads any data, where
-//! the HTTP answer's head waits for the first block of the result. So a native read is hedged
-//! when its replica does not even start it within the per-try deadline (hung, stopped, queueing
-//! connections), not when it is slow to compute; and the native port keeps its own head-time
-//! window per route (`ClusterRt::native_head_times`), so its quick heads do not shorten the
-//! HTTP deadline.
-
+//! The head of a native read is its first packet with content: 18.16 sends a SELECT's header
+//! block (its columns, no rows) once the query is analysed, and Progress packets while it
+//! runs, before any result. Those are held, not relayed, until the first block with rows, the
+//! totals, an exception or the end of the answer: so, as over HTTP, a read whose replica dies
+//! or hangs before its first result can still move to another replica, and the per-try deadline
+//! (the hedge) and `head_timeout` run to the first result, not to the header. A write's head is
+//! its first packet: an INSERT's header block asks the client for its data. The native port
+//! keeps its own head-time window per route (`ClusterRt::native_head_times`), since its packets
+//! come in another rhythm than HTTP answers.
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
 use super::packets::{self, Query};
@@ -28,15 +29,26 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedReadHalf;
 
-/// The answer's first packet, read whole, and the connection it came on.
+/// The answer's head (the packets up to and including its first with content, read whole),
+/// and the connection it came on.
 pub struct NativeHead {
     pub conn: BackendConn,
-    /// The packet's code (`server::DATA`, `server::EXCEPTION`, ...).
+    /// The last packet's code (`server::DATA`, `server::EXCEPTION`, ...).
     pub code: u64,
     /// Its exception code, when it is an Exception.
     pub exception: Option<i32>,
-    /// Its bytes, to relay as they are.
+    /// The packets' bytes, to relay as they are.
     pub raw: Vec<u8>,
+}
+
+/// One server packet, as read by [`read_server_packet`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet {
+    pub code: u64,
+    /// The exception code, when it is an Exception.
+    pub exception: Option<i32>,
+    /// True for a packet without content: Progress, or a Data packet without rows (a header).
+    pub empty: bool,
 }
 
 /// Where and how the attempts of one native query connect.
@@ -99,6 +111,8 @@ impl Transport for Native<'_> {
             Err(e) => return Some(fail(true, e.to_string())),
         };
         let (pool, revision, compressed) = (self.pool.clone(), self.revision, self.q.compression);
+        // Only a read's empty packets are held: an INSERT's header waits for the client's data.
+        let hold_empty = self.plan.latitude.retry;
         let (database, user, password) = (self.database.to_string(), self.user.to_string(), self.password.to_string());
         let (connect_timeout, label) = (self.connect_timeout, replica.label().to_string());
         Some(Box::pin(async move {
@@ -124,9 +138,15 @@ impl Transport for Native<'_> {
             };
             conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
             let mut scratch = Scratch::default();
-            let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
-            let (code, exception) = read.map_err(|e| lost("reading the answer from", &e))?;
-            Ok(NativeHead { conn, code, exception, raw })
+            let mut held = Vec::new();
+            loop {
+                let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
+                let p = read.map_err(|e| lost("reading the answer from", &e))?;
+                held.extend_from_slice(&raw);
+                if !(hold_empty && p.empty) {
+                    return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held });
+                }
+            }
         }))
     }
 
@@ -152,26 +172,31 @@ impl Transport for Native<'_> {
     }
 }
 
-/// Reads one server packet whole; (its code, its bytes, the exception code if it is one).
+/// Reads one server packet whole; (what it is, its bytes).
 pub async fn read_server_packet(
     io: &mut Io<OwnedReadHalf>,
     revision: u64,
     compressed: bool,
     scratch: &mut Scratch,
-) -> (Result<(u64, Option<i32>), ProtoError>, Vec<u8>) {
+) -> (Result<Packet, ProtoError>, Vec<u8>) {
     io.tee_start(Vec::new());
     let r = async {
         let code = io.varuint().await?;
         let mut exc = None;
+        let mut empty = false;
         match code {
             server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
                 if revision >= rev::TEMPORARY_TABLES {
                     io.skip_string().await?;
                 }
                 // Server logs are never compressed.
-                skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
+                let shape = skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
+                empty = code == server::DATA && shape.rows == 0;
             }
-            server::PROGRESS => skip_progress(io, revision).await?,
+            server::PROGRESS => {
+                skip_progress(io, revision).await?;
+                empty = true;
+            }
             server::PROFILE_INFO => skip_profile_info(io).await?,
             server::EXCEPTION => match read_exception(io).await {
                 ProtoError::Server { code, .. } => exc = Some(code),
@@ -184,7 +209,7 @@ pub async fn read_server_packet(
             }
             other => return Err(ProtoError::Protocol(format!("unexpected packet {other} from the server"))),
         }
-        Ok((code, exc))
+        Ok(Packet { code, exception: exc, empty })
     }
     .await;
     (r, io.tee_take())
