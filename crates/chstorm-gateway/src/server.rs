@@ -59,6 +59,9 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     drain: Arc<crate::drain::Drain>,
+    /// The worker threads that serve the connections; they stop when the gateway is dropped
+    /// (and the accept loops, which share them, are stopped).
+    workers: Arc<crate::workers::Workers>,
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
@@ -67,16 +70,19 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, 
     Ok((listener, bound))
 }
 
-/// Accepts connections until the task is aborted; each is served on its own task.
+/// Accepts connections until the task is aborted; each is served on its own task, on the next
+/// worker.
 fn accept_loop(
     listener: tokio::net::TcpListener,
     serve: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    workers: Arc<crate::workers::Workers>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            tokio::spawn(serve.clone().serve_tcp(tcp, peer, tls.clone()));
+            let (serve, tls) = (serve.clone(), tls.clone());
+            workers.serve(tcp, move |tcp| serve.serve_tcp(tcp, peer, tls));
         }
     })
 }
@@ -91,6 +97,10 @@ impl Gateway {
         // new gateway takes the port's new connections from the moment it binds.
         let (listen, reuse_port, metrics_listen, listen_native) =
             (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native);
+        let workers = Arc::new(
+            crate::workers::Workers::start(cfg.workers)
+                .map_err(|e| GatewayError::Setup(format!("cannot start {} worker threads: {e}", cfg.workers)))?,
+        );
         let state =
             Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
         let (listener, addr) = bind(listen, reuse_port)?;
@@ -111,7 +121,7 @@ impl Gateway {
             role: Role::Main { metrics_here: metrics_listener.is_none() },
             drain: drain.clone(),
         };
-        let mut tasks = vec![accept_loop(listener, main, acceptor)];
+        let mut tasks = vec![accept_loop(listener, main, acceptor, workers.clone())];
         if let Some((l, _)) = metrics_listener {
             let only = Listener {
                 state: state.clone(),
@@ -119,20 +129,20 @@ impl Gateway {
                 role: Role::MetricsOnly,
                 drain: drain.clone(),
             };
-            tasks.push(accept_loop(l, only, None));
+            tasks.push(accept_loop(l, only, None, workers.clone()));
         }
         if let Some((l, _)) = native_listener {
-            tasks.push(crate::native::spawn(l, state.clone()));
+            tasks.push(crate::native::spawn(l, state.clone(), workers.clone()));
         }
         let idle = state.load().upstream.idle_timeout;
         log(
             "info",
             "gateway listening",
             serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
-                "native_addr": native_addr.map(|a| a.to_string()),
+                "native_addr": native_addr.map(|a| a.to_string()), "workers": workers.count(),
                 "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, metrics_addr, native_addr, state, config_path, metrics, tasks, drain })
+        Ok(Gateway { addr, metrics_addr, native_addr, state, config_path, metrics, tasks, drain, workers })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
@@ -152,6 +162,11 @@ impl Gateway {
         let new = State::build(cfg, self.metrics.clone()).await.map_err(GatewayError::Setup)?;
         self.state.store(Arc::new(new));
         Ok(())
+    }
+
+    /// How many worker threads serve the connections (`workers`).
+    pub fn workers(&self) -> usize {
+        self.workers.count()
     }
 
     /// The file the config is (re)loaded from.

@@ -82,7 +82,7 @@ impl State {
         let replicas: Vec<_> =
             config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
-        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas)?);
+        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas, config.workers)?);
         let mut clusters = BTreeMap::new();
         let mut health_tasks = Vec::new();
         for (name, c) in &config.clusters {

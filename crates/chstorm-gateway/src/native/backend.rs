@@ -9,6 +9,7 @@
 //! port with TLS is not supported yet.
 
 use super::packets::backend_hello;
+use crate::workers::current;
 use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
@@ -41,6 +42,9 @@ struct Key {
     native: String,
     database: String,
     revision: u64,
+    /// The worker thread whose reactor the connection is registered with
+    /// ([`crate::workers::current`]): a connection is only handed out on its own worker.
+    worker: usize,
 }
 
 /// Why a connection could not be had (the connect or the Hello failed: no query was sent).
@@ -81,7 +85,7 @@ impl BackendConn {
             Err(_) => return Err(ConnectError { message: format!("hello to {native}: no answer in 5 s") }),
         };
         let revision = revision.min(server.revision);
-        let key = Key { native: native.to_string(), database: database.to_string(), revision };
+        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
         Ok(BackendConn { io, w, server, revision, key })
     }
 
@@ -109,7 +113,7 @@ impl Pool {
 
     /// An idle connection, if one is alive.
     pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<BackendConn> {
-        let key = Key { native: native.to_string(), database: database.to_string(), revision };
+        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(&key)?;
         while let Some((c, at)) = list.pop() {

@@ -39,8 +39,13 @@ use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
 
-/// Accepts native connections on `listener` until the task is aborted.
-pub fn spawn(listener: tokio::net::TcpListener, state: Arc<ArcSwap<State>>) -> tokio::task::JoinHandle<()> {
+/// Accepts native connections on `listener` until the task is aborted; each is served on the
+/// next worker.
+pub fn spawn(
+    listener: tokio::net::TcpListener,
+    state: Arc<ArcSwap<State>>,
+    workers: Arc<crate::workers::Workers>,
+) -> tokio::task::JoinHandle<()> {
     let max_idle = state.load().config.pool.max_idle_per_replica;
     let shared = Arc::new(session::Shared {
         state,
@@ -50,7 +55,8 @@ pub fn spawn(listener: tokio::net::TcpListener, state: Arc<ArcSwap<State>>) -> t
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            tokio::spawn(session::serve(shared.clone(), tcp, peer));
+            let shared = shared.clone();
+            workers.serve(tcp, move |tcp| session::serve(shared, tcp, peer));
         }
     })
 }
