@@ -22,33 +22,53 @@
 //! in `clickhouse-benchmark`) pass as the frames they came in; LZ4 and uncompressed frames are
 //! understood, ZSTD frames are refused with an exception.
 //!
+//! # TLS
+//!
+//! `listen_native_secure` serves the same protocol over TLS (as ClickHouse's `tcp_port_secure`),
+//! with the certificate of the gateway's `tls:` section; the session code is the same, over
+//! the halves of [`client_io`]. Backend connections (gateway to replica) are plain TCP.
+//!
 //! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
-//! [`block`] (block boundaries), [`backend`] (connections and pool), [`session`] (one client
-//! connection), [`query`] (one query: admission, plan, attempts, relay).
+//! [`block`] (block boundaries), [`backend`] (connections and pool), [`client_io`] (a client
+//! connection, plain or TLS), [`session`] (one client connection, and the graceful stop),
+//! [`query`] (one query: admission, plan, attempts, relay).
 
 pub mod backend;
 pub mod block;
+pub mod client_io;
 pub mod packets;
 pub mod query;
 pub mod session;
 pub mod settings;
 
+use crate::drain::Drain;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
+use tokio_rustls::TlsAcceptor;
 
-/// Accepts native connections on `listener` until the task is aborted.
-pub fn spawn(listener: tokio::net::TcpListener, state: Arc<ArcSwap<State>>) -> tokio::task::JoinHandle<()> {
+/// What both native listeners (plain and TLS) share: one backend pool, one server Hello.
+pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Shared> {
     let max_idle = state.load().config.pool.max_idle_per_replica;
-    let shared = Arc::new(session::Shared {
+    Arc::new(session::Shared {
         state,
         pool: backend::Pool::new(max_idle),
         server_info: std::sync::Mutex::new(None),
-    });
+        drain,
+    })
+}
+
+/// Accepts native connections on `listener` (TLS first when `tls` is given) until the task is
+/// aborted; each is served on its own task.
+pub fn spawn(
+    listener: tokio::net::TcpListener,
+    shared: Arc<session::Shared>,
+    tls: Option<TlsAcceptor>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            tokio::spawn(session::serve(shared.clone(), tcp, peer));
+            tokio::spawn(session::serve(shared.clone(), tcp, peer, tls.clone()));
         }
     })
 }

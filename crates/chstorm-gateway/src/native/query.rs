@@ -9,6 +9,7 @@
 
 use super::backend::BackendConn;
 use super::block::{skip_block, Scratch};
+use super::client_io::ClientWrite;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Shared};
 use crate::attempt::{Decision, Failure, Policy};
@@ -25,7 +26,7 @@ use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedReadHalf;
 use tower::retry::budget::Budget as _;
 
 /// Most bytes of external tables held for one query: 64 MiB.
@@ -40,7 +41,7 @@ pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
 }
 
 /// Writes `bytes` to the client; false when it is gone.
-async fn say(w: &mut OwnedWriteHalf, bytes: Vec<u8>) -> bool {
+async fn say(w: &mut ClientWrite, bytes: Vec<u8>) -> bool {
     w.write_all(&bytes).await.is_ok()
 }
 
