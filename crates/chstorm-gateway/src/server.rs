@@ -183,6 +183,11 @@ impl Gateway {
         &self.config_path
     }
 
+    /// Client connections open now, HTTP and native (for tests and logs).
+    pub fn open_connections(&self) -> usize {
+        self.drain.open()
+    }
+
     /// The running config's user names (for tests and logs).
     pub fn users(&self) -> Vec<String> {
         self.state.load().config.users.keys().cloned().collect()
