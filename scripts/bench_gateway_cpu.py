@@ -13,6 +13,10 @@ Then 10,000 idle client connections are opened to the gateway and held: its RSS
 (/proc/PID/status VmRSS) with them open, and the time of 50 `/ping`s on a fresh connection each
 while they are held (median and max).
 
+Then the native port (issue 15): `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` straight
+to the server's native port and through the gateway's `listen_native`, alternated --reps times,
+with the gateway's CPU per native query read the same way. Target: >= 0.8 of direct QPS.
+
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connection figures, and
 writes OUT/gateway_cpu.json. Targets (issue 13): <= 25 us per query, >= 0.85 of direct QPS,
 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
@@ -29,6 +33,7 @@ from bench_gateway import free_port, sh, start_gateway  # noqa: E402
 TICK = os.sysconf("SC_CLK_TCK")
 
 CONFIG = """listen: 127.0.0.1:{port}
+listen_native: 127.0.0.1:{native_port}
 limits:
   max_concurrency: 1024
   queue_size: 1024
@@ -37,6 +42,7 @@ clusters:
   one:
     shards:
       - replicas: [{url}]
+        native: [{native}]
     routing:
       sharding_key: cityHash64(id)
       tables:
@@ -53,12 +59,14 @@ users:
 
 
 BARE = """listen: 127.0.0.1:{port}
+listen_native: 127.0.0.1:{native_port}
 hedging:
   delay: off
 clusters:
   one:
     shards:
       - replicas: [{url}]
+        native: [{native}]
 users:
   - name: default
     cluster: one
@@ -84,6 +92,15 @@ def wrk(url, duration, conns):
     if m:
         errors += sum(int(x) for x in m.groups())
     return {"requests": reqs, "qps": qps, "errors": errors}
+
+
+def native_bench(chstorm, target, duration, conns):
+    """chstorm bench over the native protocol: requests, qps, errors."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        sh([chstorm, "bench", "--url", target, "-q", "SELECT 1", "-c", str(conns), "-d", f"{duration}s",
+            "--json", f.name])
+        r = json.load(open(f.name))
+    return {"requests": r["queries"], "qps": r["qps"], "errors": r["errors"]}
 
 
 def ping_ms(port):
@@ -141,9 +158,10 @@ def main():
     try:
         url = info["http_url"]
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
-        port = free_port()
+        port, native_port = free_port(), free_port()
+        native = info["native_url"].removeprefix("clickhouse://")
         cfg = os.path.join(tmp, "gateway.yaml")
-        open(cfg, "w").write((BARE if args.bare else CONFIG).format(port=port, url=url))
+        open(cfg, "w").write((BARE if args.bare else CONFIG).format(port=port, url=url, native_port=native_port, native=native))
         gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
@@ -159,12 +177,30 @@ def main():
             runs["gateway"].append(r)
             print(f"  direct qps {runs['direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
                   f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+        # The native port: chstorm bench straight to the server's and through the gateway's.
+        gw_native = f"clickhouse://127.0.0.1:{native_port}"
+        native_bench(chstorm, gw_native, 1, args.connections)
+        native_bench(chstorm, info["native_url"], 1, args.connections)
+        runs["native_direct"], runs["native_gateway"] = [], []
+        for _ in range(args.reps):
+            runs["native_direct"].append(native_bench(chstorm, info["native_url"], args.duration, args.connections))
+            c0 = cpu_seconds(gw.pid)
+            r = native_bench(chstorm, gw_native, args.duration, args.connections)
+            r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
+            r["gateway_cpu_us_per_query"] = r["gateway_cpu_s"] / max(1, r["requests"]) * 1e6
+            runs["native_gateway"].append(r)
+            print(f"  native direct qps {runs['native_direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
+                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle)
         res = {"config": "bare" if args.bare else "full", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
                "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
                "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
                "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),
+               "native": {"bench": f"chstorm bench -q 'SELECT 1' -c {args.connections} -d {args.duration}s",
+                          "gateway_cpu_us_per_query": med("native_gateway", "gateway_cpu_us_per_query"),
+                          "qps_ratio": med("native_gateway", "qps") / med("native_direct", "qps"),
+                          "direct_qps": med("native_direct", "qps"), "gateway_qps": med("native_gateway", "qps")},
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
     finally:
@@ -176,6 +212,10 @@ def main():
     print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (target <= 25)")
     print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
           f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}; target >= 0.85)")
+    n = res["native"]
+    print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
+          f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}; target >= 0.8), "
+          f"gateway cpu {n['gateway_cpu_us_per_query']:.1f} us per native query")
     print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
           f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
           f"max {idle['ping_ms_max']:.3f} ms (target < 1)")

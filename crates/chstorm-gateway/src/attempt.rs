@@ -20,8 +20,10 @@
 //!   of an answer went to the client (the loop ends at the first answer head).
 //!
 //! Hedges and retries draw on one retry budget (tower's `TpsBudget`), so a sick cluster is not
-//! stormed. I/O goes through [`Backend`], so all of this runs in unit tests against a fake
-//! backend in paused time.
+//! stormed. One loop serves both protocols: a [`Transport`] sends a query to a replica and says
+//! what its answer head is (an HTTP response head, [`Http`]; the first packet of a native
+//! answer, `crate::native::query`). HTTP I/O goes through [`Backend`], so all of this runs in
+//! unit tests against a fake backend in paused time.
 
 use crate::balancer::Balancer;
 use crate::body::KillGuard;
@@ -125,6 +127,111 @@ pub struct Ctx<'a> {
     pub head_times: &'a HeadTimes,
 }
 
+/// How the attempts reach a replica. The attempt loop ([`attempts`]) is the same for every
+/// transport: it picks replicas, takes thread grants, guards each query with a KILL, hedges,
+/// retries and stops; a transport only sends and judges what came back.
+pub trait Transport: Send {
+    /// What an attempt resolves to when its replica answers: the answer head.
+    type Head: Send + 'static;
+    /// Sends the query to `replica`, with `threads` granted by the thread budget; the future
+    /// resolves at the answer head. None when the query can no longer be sent (a streamed body
+    /// already went with an earlier attempt).
+    fn send(
+        &mut self,
+        replica: &Arc<Replica>,
+        threads: Option<usize>,
+    ) -> Option<BoxFuture<Result<Self::Head, BackendError>>>;
+    /// True when attempts carry a streamed client body: a broken exchange may be the client's fault.
+    fn streamed(&self) -> bool;
+    /// True when `head` starts a successful answer (else [`Transport::judge_error`] reads it).
+    fn is_success(head: &Self::Head) -> bool;
+    /// An error answer's head: a retry-safe refusal ([`Judged::Busy`]) or an answer to pass on.
+    fn judge_error(head: Self::Head) -> BoxFuture<Judged<Self::Head>>;
+    /// `replica` was just marked down by a failed attempt: forget its idle connections.
+    fn went_down(&self, replica: &Replica);
+}
+
+/// What an error answer is.
+pub enum Judged<H> {
+    /// A real answer (a wrong query is wrong everywhere): it goes to the client.
+    Answer(H),
+    /// ClickHouse refused with a code proving the query did not run; the exception's text.
+    Busy(i32, String),
+}
+
+/// The HTTP transport: one request per attempt through [`Backend`].
+pub struct Http<'a> {
+    plan: &'a Plan,
+    body: SendBody,
+    backend: Arc<dyn Backend>,
+    auth: &'a str,
+}
+
+impl Transport for Http<'_> {
+    type Head = Response<GBody>;
+
+    fn send(
+        &mut self,
+        replica: &Arc<Replica>,
+        threads: Option<usize>,
+    ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
+        let plan = self.plan;
+        let uri = format!("{}{}", replica.addr.base, plan.path_and_query(threads));
+        // An empty body still says so: 18.16 answers a POST without Content-Length or
+        // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
+        let empty_post = plan.method == http::Method::POST
+            && match &self.body {
+                SendBody::Held(b) => plan.replace_body.as_ref().map_or(b.is_empty(), |t| t.is_empty()),
+                SendBody::Once(_) => false,
+            };
+        let req_body = match &mut self.body {
+            SendBody::Held(b) => match &plan.replace_body {
+                Some(text) => full(Bytes::from(text.clone())),
+                None => full(b.clone()),
+            },
+            SendBody::Once(b) => b.take()?,
+        };
+        let mut req = Request::builder().method(plan.method.clone()).uri(uri).body(req_body).ok()?;
+        *req.headers_mut() = plan.headers.clone();
+        if empty_post {
+            req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
+        }
+        req.headers_mut().insert(
+            "authorization",
+            http::HeaderValue::from_str(self.auth).unwrap_or(http::HeaderValue::from_static("")),
+        );
+        Some(self.backend.send(&replica.addr, req))
+    }
+
+    fn streamed(&self) -> bool {
+        matches!(self.body, SendBody::Once(_))
+    }
+
+    fn is_success(head: &Self::Head) -> bool {
+        head.status().is_success()
+    }
+
+    fn judge_error(head: Self::Head) -> BoxFuture<Judged<Self::Head>> {
+        Box::pin(async move {
+            // An error answer: small; read it to find the code.
+            let (parts, rbody) = head.into_parts();
+            let text =
+                tokio::time::timeout(ERROR_BODY_TIMEOUT, read_limited(rbody, MAX_ERROR_BODY)).await.unwrap_or_default();
+            let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
+            match http_exception_code(header, &text) {
+                Some(code) if retry_safe_code(code) => {
+                    Judged::Busy(code, String::from_utf8_lossy(&text).trim().to_string())
+                }
+                _ => Judged::Answer(Response::from_parts(parts, full(text))),
+            }
+        })
+    }
+
+    fn went_down(&self, replica: &Replica) {
+        self.backend.reset_pool(&replica.addr);
+    }
+}
+
 /// The client's body, as the attempts send it.
 pub enum SendBody {
     /// Held whole: every attempt sends a copy.
@@ -144,19 +251,19 @@ pub struct Won {
 /// How the attempts ended.
 // One per request, moved once into `respond`: boxing the answer would only add an allocation.
 #[allow(clippy::large_enum_variant)]
-pub enum Outcome {
+pub enum Outcome<H = Response<GBody>> {
     /// An answer head (success, or an error answer to pass on, its body already read).
-    Answer { resp: Response<GBody>, won: Won, retries: u32, hedged: bool },
+    Answer { head: H, won: Won, retries: u32, hedged: bool },
     /// No answer: the status and the one-line message for the client.
     Failed { status: StatusCode, message: String, replica: Option<Arc<Replica>>, retries: u32 },
 }
 
-enum AttemptEnd {
-    Head(Response<GBody>),
+enum AttemptEnd<H> {
+    Head(H),
     Failed(BackendError),
 }
 
-struct Running {
+struct Running<H> {
     hedge: bool,
     /// It carries the client's streamed body: a broken exchange may be the client's fault.
     streamed: bool,
@@ -167,12 +274,12 @@ struct Running {
     overdue: Option<Overdue>,
     grant: Option<Grant>,
     guard: KillGuard,
-    fut: BoxFuture<AttemptEnd>,
+    fut: BoxFuture<AttemptEnd<H>>,
     /// Fires when the attempt's replica is marked down (idempotent reads only).
     down: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
 }
 
-impl Running {
+impl<H> Running<H> {
     fn id(&self) -> (usize, usize) {
         let r = self.inflight.replica();
         (r.shard, r.index)
@@ -183,15 +290,21 @@ impl Running {
     }
 }
 
-enum Event {
+enum Event<H> {
     Deadline,
     Hedge,
-    Ended(usize, AttemptEnd),
+    Ended(usize, AttemptEnd<H>),
     Down(usize),
 }
 
-/// Runs the attempts for `plan`.
-pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+/// Runs the attempts for `plan` over HTTP.
+pub async fn run(plan: &Plan, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+    let mut http = Http { plan, body, backend: ctx.backend.clone(), auth: ctx.auth };
+    attempts(plan, &mut http, ctx).await
+}
+
+/// Runs the attempts for `plan` over `transport`.
+pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_>) -> Outcome<T::Head> {
     let policy = Policy {
         latitude: plan.latitude,
         max_attempts: ctx.balancer.replicas().count() + 1,
@@ -199,7 +312,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
         hedge_after: ctx.head_times.deadline(ctx.hedging),
     };
     ctx.retry_budget.deposit();
-    let mut running: Vec<Running> = Vec::with_capacity(2);
+    let mut running: Vec<Running<T::Head>> = Vec::with_capacity(2);
     // Replicas not to pick again: one that refused a connection, went down or was busy; one
     // whose (perhaps pooled, stale) connection broke a second time.
     let mut tried: Vec<(usize, usize)> = Vec::new();
@@ -209,7 +322,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
-    let Some(first) = start(plan, &mut body, ctx, &[], None).await else {
+    let Some(first) = start(plan, transport, ctx, &[], None).await else {
         return no_replica(plan, None, 0, 0);
     };
     attempts += 1;
@@ -283,7 +396,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                                 refused_by_budget = true;
                                 ctx.metrics.budget_exhausted.inc();
                             }
-                        } else if let Some(a) = start(plan, &mut body, ctx, &exclude, Some(&helps)).await {
+                        } else if let Some(a) = start(plan, transport, ctx, &exclude, Some(&helps)).await {
                             attempts += 1;
                             hedged = true;
                             ctx.metrics.hedges.inc();
@@ -311,7 +424,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     && ctx.balancer.has_healthy(shard, &exclude)
                     && ctx.retry_budget.withdraw()
                 {
-                    if let Some(b) = start(plan, &mut body, ctx, &exclude, None).await {
+                    if let Some(b) = start(plan, transport, ctx, &exclude, None).await {
                         let a = running.swap_remove(i);
                         tried.push(id);
                         a.cancel("replica_down");
@@ -329,7 +442,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     replica.answered();
                 }
                 let (failure, detail) = match end {
-                    AttemptEnd::Head(resp) if resp.status().is_success() => {
+                    AttemptEnd::Head(head) if T::is_success(&head) => {
                         ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
                         if a.hedge {
                             ctx.metrics.hedge_wins.inc();
@@ -340,32 +453,32 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                             l.cancel("hedge_lost");
                         }
                         let won = Won { replica, inflight: a.inflight, grant: a.grant, guard: a.guard };
-                        return Outcome::Answer { resp, won, retries, hedged };
+                        return Outcome::Answer { head, won, retries, hedged };
                     }
-                    AttemptEnd::Head(resp) => {
-                        // An error answer: small; read it to find the code.
+                    AttemptEnd::Head(head) => {
+                        // The server answered with an error: its query has ended.
                         a.guard.disarm();
-                        let (parts, rbody) = resp.into_parts();
-                        let text = tokio::time::timeout(ERROR_BODY_TIMEOUT, read_limited(rbody, MAX_ERROR_BODY))
-                            .await
-                            .unwrap_or_default();
-                        let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
-                        match http_exception_code(header, &text) {
-                            Some(code) if retry_safe_code(code) => {
+                        match T::judge_error(head).await {
+                            Judged::Busy(code, text) => {
                                 if ctx.balancer.report_failure(&replica) {
-                                    went_down(ctx, &replica, &format!("ClickHouse code {code}"), &plan.query_id);
+                                    went_down(
+                                        ctx,
+                                        &*transport,
+                                        &replica,
+                                        &format!("ClickHouse code {code}"),
+                                        &plan.query_id,
+                                    );
                                 }
                                 tried.push((replica.shard, replica.index));
-                                (Failure::Busy(code), String::from_utf8_lossy(&text).trim().to_string())
+                                (Failure::Busy(code), text)
                             }
-                            _ => {
+                            Judged::Answer(head) => {
                                 // A real answer (a wrong query is wrong everywhere): it wins.
                                 for l in running.drain(..) {
                                     l.cancel("hedge_lost");
                                 }
-                                let resp = Response::from_parts(parts, full(text));
                                 let won = Won { replica, inflight: a.inflight, grant: a.grant, guard: a.guard };
-                                return Outcome::Answer { resp, won, retries, hedged };
+                                return Outcome::Answer { head, won, retries, hedged };
                             }
                         }
                     }
@@ -383,7 +496,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                         // stalled past its idle timeout): only a refused connection blames the
                         // replica then.
                         if (e.connect || !a.streamed) && ctx.balancer.report_failure(&replica) {
-                            went_down(ctx, &replica, &e.message, &plan.query_id);
+                            went_down(ctx, &*transport, &replica, &e.message, &plan.query_id);
                         }
                         let detail = format!("replica {} ({}) failed: {}", replica.label(), replica.addr.base, e);
                         if e.connect {
@@ -410,7 +523,7 @@ pub async fn run(plan: &Plan, mut body: SendBody, ctx: &Ctx<'_>) -> Outcome {
                     ctx.metrics.budget_exhausted.inc();
                     return give_up(failed_message(&failure, &detail));
                 }
-                match start(plan, &mut body, ctx, &excluded(&tried, &running), None).await {
+                match start(plan, transport, ctx, &excluded(&tried, &running), None).await {
                     Some(a) => {
                         attempts += 1;
                         retries += 1;
@@ -445,7 +558,7 @@ async fn read_limited(mut body: GBody, limit: usize) -> Bytes {
 }
 
 /// Replicas a new attempt must not go to: those tried, and those with an attempt running.
-fn excluded(tried: &[(usize, usize)], running: &[Running]) -> Vec<(usize, usize)> {
+fn excluded<H>(tried: &[(usize, usize)], running: &[Running<H>]) -> Vec<(usize, usize)> {
     tried.iter().copied().chain(running.iter().map(Running::id)).collect()
 }
 
@@ -458,7 +571,7 @@ fn failed_message(failure: &Failure, detail: &str) -> String {
     }
 }
 
-fn no_replica(plan: &Plan, replica: Option<Arc<Replica>>, attempts: usize, retries: u32) -> Outcome {
+fn no_replica<H>(plan: &Plan, replica: Option<Arc<Replica>>, attempts: usize, retries: u32) -> Outcome<H> {
     let shard = match plan.target {
         Target::Shard(s) => format!(" for shard {}", s + 1),
         _ => String::new(),
@@ -472,8 +585,9 @@ fn no_replica(plan: &Plan, replica: Option<Arc<Replica>>, attempts: usize, retri
 }
 
 /// A replica was just marked down by a failed request: forget its pooled connections and log.
-fn went_down(ctx: &Ctx<'_>, replica: &Replica, why: &str, query_id: &str) {
+fn went_down<T: Transport>(ctx: &Ctx<'_>, transport: &T, replica: &Replica, why: &str, query_id: &str) {
     ctx.backend.reset_pool(&replica.addr);
+    transport.went_down(replica);
     crate::log::log(
         "warn",
         "replica down (request failed)",
@@ -482,14 +596,14 @@ fn went_down(ctx: &Ctx<'_>, replica: &Replica, why: &str, query_id: &str) {
 }
 
 /// Starts an attempt on a replica not tried and not running: picks it, takes its thread grant,
-/// builds the request and sends it. None when no replica is left (or a streamed body is gone).
-async fn start(
+/// and sends the query. None when no replica is left (or a streamed body is gone).
+async fn start<T: Transport>(
     plan: &Plan,
-    body: &mut SendBody,
+    transport: &mut T,
     ctx: &Ctx<'_>,
     exclude: &[(usize, usize)],
     hedge_to: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
-) -> Option<Running> {
+) -> Option<Running<T::Head>> {
     let hedge = hedge_to.is_some();
     let inflight = match (plan.target, hedge_to) {
         (Target::Session(h), _) => ctx.balancer.pick_sticky(h, exclude),
@@ -506,29 +620,8 @@ async fn start(
         (Some(b), Some(want)) => b.acquire(&replica, want, &plan.query_id).await,
         _ => None,
     };
-    let uri = format!("{}{}", replica.addr.base, plan.path_and_query(grant.as_ref().map(Grant::threads)));
-    let streamed = matches!(body, SendBody::Once(_));
-    // An empty body still says so: 18.16 answers a POST without Content-Length or
-    // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
-    let empty_post = plan.method == http::Method::POST
-        && match &*body {
-            SendBody::Held(b) => plan.replace_body.as_ref().map_or(b.is_empty(), |t| t.is_empty()),
-            SendBody::Once(_) => false,
-        };
-    let req_body = match body {
-        SendBody::Held(b) => match &plan.replace_body {
-            Some(text) => full(Bytes::from(text.clone())),
-            None => full(b.clone()),
-        },
-        SendBody::Once(b) => b.take()?,
-    };
-    let mut req = Request::builder().method(plan.method.clone()).uri(uri).body(req_body).ok()?;
-    *req.headers_mut() = plan.headers.clone();
-    if empty_post {
-        req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
-    }
-    req.headers_mut()
-        .insert("authorization", http::HeaderValue::from_str(ctx.auth).unwrap_or(http::HeaderValue::from_static("")));
+    let streamed = transport.streamed();
+    let send = transport.send(&replica, grant.as_ref().map(Grant::threads))?;
     // The query may start running as soon as it is sent: guard it from here on.
     let guard = KillGuard {
         armed: true,
@@ -539,13 +632,11 @@ async fn start(
         backend: ctx.backend.clone(),
         metrics: ctx.metrics.clone(),
     };
-    let send = ctx.backend.send(&replica.addr, req);
-    // Only attempts that may move listen to the replica going down.
     // Only attempts that may move listen to the replica going down.
     let down = plan.latitude.hedge.then(|| Box::pin(replica.down_signal().cancelled_owned()));
-    let fut: BoxFuture<AttemptEnd> = Box::pin(async move {
+    let fut: BoxFuture<AttemptEnd<T::Head>> = Box::pin(async move {
         match send.await {
-            Ok(resp) => AttemptEnd::Head(resp),
+            Ok(head) => AttemptEnd::Head(head),
             Err(e) => AttemptEnd::Failed(e),
         }
     });

@@ -442,9 +442,21 @@ struct RawConfig {
     shutdown: Shutdown,
     #[serde(default)]
     reuse_port: bool,
+    workers: Option<RawWorkers>,
     clusters: BTreeMap<String, RawCluster>,
     users: Vec<RawUser>,
 }
+
+/// `workers:` as written: a count or a word (`auto`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum RawWorkers {
+    Count(i64),
+    Word(String),
+}
+
+/// The most worker threads `workers:` may ask for.
+pub const MAX_WORKERS: usize = 256;
 
 /// A backend replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -533,6 +545,9 @@ pub struct Config {
     /// Listen with SO_REUSEPORT, so a new gateway can start on the port before the old one
     /// stops. Default false (a second gateway on the port by mistake is an error).
     pub reuse_port: bool,
+    /// Worker threads, each with its own runtime, connections and backend pools
+    /// ([`crate::workers`]). Default `auto`: the machine's logical cores.
+    pub workers: usize,
     pub clusters: BTreeMap<String, Cluster>,
     pub users: BTreeMap<String, User>,
     /// Thread budgets by cluster name (clusters without a `threads` section have none).
@@ -601,6 +616,22 @@ impl Config {
             .listen
             .parse()
             .map_err(|_| err("listen:", format!("listen: '{}' is not an address like 127.0.0.1:8124", raw.listen)))?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let workers = match &raw.workers {
+            None => cores,
+            Some(RawWorkers::Word(w)) if w == "auto" => cores,
+            Some(RawWorkers::Count(n)) if (1..=MAX_WORKERS as i64).contains(n) => *n as usize,
+            Some(w) => {
+                let said = match w {
+                    RawWorkers::Count(n) => n.to_string(),
+                    RawWorkers::Word(s) => format!("'{s}'"),
+                };
+                return Err(err(
+                    "workers:",
+                    format!("workers: {said} is not `auto` or a thread count from 1 to {MAX_WORKERS}"),
+                ));
+            }
+        };
         let listen_native = match &raw.listen_native {
             None => None,
             Some(n) => Some(n.parse::<SocketAddr>().map_err(|_| {
@@ -912,6 +943,7 @@ impl Config {
             hedging: raw.hedging,
             shutdown: raw.shutdown,
             reuse_port: raw.reuse_port,
+            workers,
             clusters,
             users,
             threads,
@@ -945,6 +977,19 @@ mod tests {
 
     fn bad(text: &str) -> String {
         Config::parse(text, Path::new("g.yaml")).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn workers_are_auto_or_a_count() {
+        let cores = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap().workers, cores);
+        let with = |w: &str| format!("workers: {w}\n{EXAMPLE}");
+        assert_eq!(Config::parse(&with("auto"), Path::new("g.yaml")).unwrap().workers, cores);
+        assert_eq!(Config::parse(&with("3"), Path::new("g.yaml")).unwrap().workers, 3);
+        for w in ["0", "-1", "257", "many"] {
+            let e = bad(&with(w));
+            assert!(e.contains("is not `auto` or a thread count from 1 to 256"), "{w}: {e}");
+        }
     }
 
     #[test]

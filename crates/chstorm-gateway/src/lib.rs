@@ -55,6 +55,7 @@ mod server;
 mod sql_rules;
 mod state;
 mod upstream;
+mod workers;
 
 pub use config::Config;
 pub use server::{Gateway, GatewayError};

@@ -65,7 +65,7 @@ impl Exit<'_> {
                 set_ids(r.headers_mut(), query_id, route, None, None);
                 r
             }
-            Outcome::Answer { resp, won, retries, hedged } => {
+            Outcome::Answer { head: resp, won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
                 strip_hop(&mut parts.headers);
                 let threads = won.grant.as_ref().map(|g| g.threads());

@@ -62,6 +62,9 @@ pub struct Gateway {
     metrics: Arc<Metrics>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     drain: Arc<crate::drain::Drain>,
+    /// The worker threads that serve the connections; they stop when the gateway is dropped
+    /// (and the accept loops, which share them, are stopped).
+    workers: Arc<crate::workers::Workers>,
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
@@ -70,16 +73,19 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, 
     Ok((listener, bound))
 }
 
-/// Accepts connections until the task is aborted; each is served on its own task.
+/// Accepts connections until the task is aborted; each is served on its own task, on the next
+/// worker.
 fn accept_loop(
     listener: tokio::net::TcpListener,
     serve: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    workers: Arc<crate::workers::Workers>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            tokio::spawn(serve.clone().serve_tcp(tcp, peer, tls.clone()));
+            let (serve, tls) = (serve.clone(), tls.clone());
+            workers.serve(tcp, move |tcp| serve.serve_tcp(tcp, peer, tls));
         }
     })
 }
@@ -94,6 +100,10 @@ impl Gateway {
         // new gateway takes the port's new connections from the moment it binds.
         let (listen, reuse_port, metrics_listen, listen_native, listen_native_secure) =
             (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native, cfg.listen_native_secure);
+        let workers = Arc::new(
+            crate::workers::Workers::start(cfg.workers)
+                .map_err(|e| GatewayError::Setup(format!("cannot start {} worker threads: {e}", cfg.workers)))?,
+        );
         let state =
             Arc::new(ArcSwap::from_pointee(State::build(cfg, metrics.clone()).await.map_err(GatewayError::Setup)?));
         let (listener, addr) = bind(listen, reuse_port)?;
@@ -119,7 +129,7 @@ impl Gateway {
             role: Role::Main { metrics_here: metrics_listener.is_none() },
             drain: drain.clone(),
         };
-        let mut tasks = vec![accept_loop(listener, main, acceptor.clone())];
+        let mut tasks = vec![accept_loop(listener, main, acceptor.clone(), workers.clone())];
         if let Some((l, _)) = metrics_listener {
             let only = Listener {
                 state: state.clone(),
@@ -127,17 +137,17 @@ impl Gateway {
                 role: Role::MetricsOnly,
                 drain: drain.clone(),
             };
-            tasks.push(accept_loop(l, only, None));
+            tasks.push(accept_loop(l, only, None, workers.clone()));
         }
         if native_listener.is_some() || native_secure_listener.is_some() {
             let shared = crate::native::shared(state.clone(), drain.clone());
             if let Some((l, _)) = native_listener {
-                tasks.push(crate::native::spawn(l, shared.clone(), None));
+                tasks.push(crate::native::spawn(l, shared.clone(), None, workers.clone()));
             }
             if let Some((l, _)) = native_secure_listener {
                 // Config validation makes sure `tls` is set with `listen_native_secure`.
                 let tls = acceptor.ok_or_else(|| GatewayError::Tls("listen_native_secure needs `tls:`".into()))?;
-                tasks.push(crate::native::spawn(l, shared, Some(tls)));
+                tasks.push(crate::native::spawn(l, shared, Some(tls), workers.clone()));
             }
         }
         let idle = state.load().upstream.idle_timeout;
@@ -146,10 +156,21 @@ impl Gateway {
             "gateway listening",
             serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
                 "native_addr": native_addr.map(|a| a.to_string()),
-                "native_secure_addr": native_secure_addr.map(|a| a.to_string()),
+                "native_secure_addr": native_secure_addr.map(|a| a.to_string()), "workers": workers.count(),
                 "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, metrics_addr, native_addr, native_secure_addr, state, config_path, metrics, tasks, drain })
+        Ok(Gateway {
+            addr,
+            metrics_addr,
+            native_addr,
+            native_secure_addr,
+            state,
+            config_path,
+            metrics,
+            tasks,
+            drain,
+            workers,
+        })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
@@ -176,6 +197,11 @@ impl Gateway {
         let new = State::build(cfg, self.metrics.clone()).await.map_err(GatewayError::Setup)?;
         self.state.store(Arc::new(new));
         Ok(())
+    }
+
+    /// How many worker threads serve the connections (`workers`).
+    pub fn workers(&self) -> usize {
+        self.workers.count()
     }
 
     /// The file the config is (re)loaded from.

@@ -22,16 +22,27 @@ pub struct ClusterRt {
     pub budget: Option<Arc<crate::budget::ClusterBudget>>,
     /// Recent answer-head times per route: one per shard, then fan-out and sessions.
     head_times: Vec<HeadTimes>,
+    /// The same for the native port, whose heads come sooner (`crate::native::transport`).
+    native_head_times: Vec<HeadTimes>,
 }
 
 impl ClusterRt {
     /// The recent answer-head times of the route a query takes.
     pub fn head_times(&self, target: Target) -> &HeadTimes {
-        let fanout = self.head_times.len() - 1;
-        match target {
-            Target::Shard(s) => self.head_times.get(s).unwrap_or(&self.head_times[fanout]),
-            Target::Any | Target::Session(_) => &self.head_times[fanout],
-        }
+        route_times(&self.head_times, target)
+    }
+
+    /// The recent answer-head times of the route a native query takes.
+    pub fn native_head_times(&self, target: Target) -> &HeadTimes {
+        route_times(&self.native_head_times, target)
+    }
+}
+
+fn route_times(times: &[HeadTimes], target: Target) -> &HeadTimes {
+    let fanout = times.len() - 1;
+    match target {
+        Target::Shard(s) => times.get(s).unwrap_or(&times[fanout]),
+        Target::Any | Target::Session(_) => &times[fanout],
     }
 }
 
@@ -71,7 +82,7 @@ impl State {
         let replicas: Vec<_> =
             config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
-        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas)?);
+        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas, config.workers)?);
         let mut clusters = BTreeMap::new();
         let mut health_tasks = Vec::new();
         for (name, c) in &config.clusters {
@@ -96,8 +107,10 @@ impl State {
                 }
                 None => None,
             };
-            let head_times = (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
-            clusters.insert(name.clone(), ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times });
+            let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
+            let (head_times, native_head_times) = (routes(), routes());
+            let rt = ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times, native_head_times };
+            clusters.insert(name.clone(), rt);
         }
         let users = config
             .users

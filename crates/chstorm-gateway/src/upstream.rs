@@ -75,9 +75,10 @@ pub trait Backend: Send + Sync + 'static {
 pub struct Upstream {
     /// For KILL QUERY and the thread budget's polls.
     client: HttpsClient,
-    /// One pool per replica base URL (`http://host:port`), swapped for a fresh one when the
-    /// replica goes down.
-    pools: HashMap<String, ArcSwap<HttpsClient>>,
+    /// Pools per replica base URL (`http://host:port`): one per worker thread
+    /// ([`crate::workers::current`]), so a pooled connection's task runs on the thread of the
+    /// requests that use it. Each is swapped for a fresh one when the replica goes down.
+    pools: HashMap<String, Vec<ArcSwap<HttpsClient>>>,
     /// Builds a fresh per-replica client.
     make_pool: Box<dyn Fn() -> HttpsClient + Send + Sync>,
     /// For health probes: no pooling, so every probe tests the replica's listener. A server in
@@ -110,8 +111,13 @@ fn webpki_roots_list() -> Vec<rustls::pki_types::TrustAnchor<'static>> {
 }
 
 impl Upstream {
-    /// A pool for each of `replicas`, plus the shared client for kills and budget polls.
-    pub fn new(cfg: &PoolCfg, idle_timeout: Duration, replicas: &[ReplicaAddr]) -> Result<Upstream, String> {
+    /// `workers` pools for each of `replicas`, plus the shared client for kills and budget polls.
+    pub fn new(
+        cfg: &PoolCfg,
+        idle_timeout: Duration,
+        replicas: &[ReplicaAddr],
+        workers: usize,
+    ) -> Result<Upstream, String> {
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout.0));
@@ -131,7 +137,10 @@ impl Upstream {
                 .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();
-        let pools = replicas.iter().map(|r| (r.base.clone(), ArcSwap::from_pointee(make_pool()))).collect();
+        let pools = replicas
+            .iter()
+            .map(|r| (r.base.clone(), (0..workers.max(1)).map(|_| ArcSwap::from_pointee(make_pool())).collect()))
+            .collect();
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(crate::backend_io::ResetIfAbandoned(https));
@@ -143,7 +152,7 @@ impl Upstream {
         match cfg.idle_timeout {
             IdleTimeout::Fixed(d) => d,
             IdleTimeout::Auto => {
-                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), &[]) else { return FALLBACK_IDLE };
+                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), &[], 1) else { return FALLBACK_IDLE };
                 let mut learned: Option<Duration> = None;
                 for r in replicas {
                     if let Some(t) = probe.keepalive_timeout(r).await {
@@ -188,10 +197,10 @@ impl Upstream {
         self.client.request(req).await
     }
 
-    /// The pool of `replica` (the shared client for a replica not in the config).
+    /// This worker's pool of `replica` (the shared client for a replica not in the config).
     fn pool(&self, replica: &ReplicaAddr) -> HttpsClient {
         match self.pools.get(&replica.base) {
-            Some(p) => HttpsClient::clone(&p.load()),
+            Some(p) => HttpsClient::clone(&p[crate::workers::current() % p.len()].load()),
             None => self.client.clone(),
         }
     }
@@ -234,8 +243,8 @@ impl Backend for Upstream {
     }
 
     fn reset_pool(&self, replica: &ReplicaAddr) {
-        if let Some(p) = self.pools.get(&replica.base) {
-            p.store(Arc::new((self.make_pool)()));
+        for slot in self.pools.get(&replica.base).into_iter().flatten() {
+            slot.store(Arc::new((self.make_pool)()));
         }
     }
 }

@@ -35,7 +35,9 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<i32> {
         );
         return Ok(0);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // The connections are served on the gateway's worker threads (`workers`); this runtime only
+    // accepts, checks health and polls budgets.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
         let gw = chstorm_gateway::Gateway::start(args.config.clone()).await?;
         eprintln!("chstorm gateway: listening on http://{} (config {})", gw.addr, args.config.display());

@@ -1,16 +1,22 @@
 //! Replica failures under load through the gateway: kill -9 of one replica, then a rolling
-//! restart of all four, with bench sending point lookups in an open loop. No query may fail.
+//! restart of all four, with bench sending point lookups in an open loop, over HTTP and over the
+//! native port. No query may fail.
 
 mod common;
 use chstorm_testenv::{curl, start_cluster, Env, ROWS};
 
-/// A gateway on the env's cluster with `edit` applied to the generated config: (gateway, url).
-fn gateway_with(env: &Env, edit: impl Fn(String) -> String) -> (chstorm_gateway::Gateway, String) {
-    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(edit))).unwrap();
+use std::time::{Duration, Instant};
+
+/// A gateway on the env's cluster: (gateway, its HTTP url).
+fn gateway(env: &Env) -> (chstorm_gateway::Gateway, String) {
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
     let url = format!("http://{}", gw.addr);
     (gw, url)
 }
-use std::time::{Duration, Instant};
+
+/// The tests of this file take turns: each runs a 2x2 cluster and an open loop, and two at once
+/// would measure the 2 cores' contention instead of the gateway.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn lookup() -> String {
     // Point lookups the gateway routes (a literal shop_id), skewed toward the big shops.
@@ -40,12 +46,28 @@ fn wait_for(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn replica_failures_under_load_fail_no_query() {
+    failures_under_load(false);
+}
+
+#[test]
+fn replica_failures_under_load_fail_no_native_query() {
+    failures_under_load(true);
+}
+
+/// The scenario, with bench on the gateway's HTTP port or on its native port (`clickhouse://`).
+fn failures_under_load(native: bool) {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let mut env = start_cluster();
-    let (_gw, gw) = gateway_with(&env, |t| t);
+    let (gw_handle, gw) = gateway(&env);
+    // bench's target: the metrics stay on the HTTP port.
+    let target = match native {
+        true => format!("clickhouse://default@{}", gw_handle.native_addr.expect("local up writes listen_native")),
+        false => gw.clone(),
+    };
     let q = lookup();
 
     // 1. kill -9 of replica 1.1 while 500 lookups a second go through the gateway.
-    let (url, q2) = (gw.clone(), q.clone());
+    let (url, q2) = (target.clone(), q.clone());
     let load = std::thread::spawn(move || {
         common::bench(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "6s", "--timeout", "5s"]).1
     });
@@ -54,6 +76,7 @@ fn replica_failures_under_load_fail_no_query() {
     // Marked down on the first failure, not after probes: within well under the probe interval x fall.
     wait_for("replica 1.1 marked down", Duration::from_millis(1500), || replica_up(&gw, "1.1") == Some(false));
     let r = load.join().unwrap();
+    eprintln!("kill -9 (native: {native}): queries {} errors {} max {:.4}", r.queries, r.errors, r.latency_s.max);
     assert_eq!(r.errors, 0, "failed queries across a kill -9: {:?}", r.errors_by_kind);
     assert!(r.queries >= 900, "the load really ran: {} queries", r.queries);
     // It comes back after a restart.
@@ -62,7 +85,7 @@ fn replica_failures_under_load_fail_no_query() {
 
     // 2. A rolling restart of all four replicas, one at a time, under load (the load runs until
     // the last replica is back, at most 40 s).
-    let (url, q2) = (gw.clone(), q.clone());
+    let (url, q2) = (target.clone(), q.clone());
     let stop_load = chstorm_load::StopHandle::new();
     let stop2 = stop_load.clone();
     let load = std::thread::spawn(move || {
@@ -98,6 +121,10 @@ fn replica_failures_under_load_fail_no_query() {
     }
     stop_load.interrupt();
     let r = load.join().unwrap();
+    eprintln!(
+        "rolling restart (native: {native}): queries {} errors {} max {:.4}",
+        r.queries, r.errors, r.latency_s.max
+    );
     assert_eq!(r.errors, 0, "failed queries across a rolling restart: {:?}", r.errors_by_kind);
     assert!(r.queries > 1000, "the load really ran: {} queries", r.queries);
     let m = curl(&[&format!("{gw}/metrics")]).2;

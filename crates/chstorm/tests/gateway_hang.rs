@@ -1,6 +1,6 @@
 //! A replica that hangs (SIGSTOP for 3 s, then SIGCONT, as a frozen VM or a stalled disk does)
-//! under open-loop routed lookups through the gateway: hedged reads answer from the other
-//! replica, so no query fails and none waits for the hung one.
+//! under open-loop routed lookups through the gateway, over HTTP and over the native port:
+//! hedged reads answer from the other replica, so no query fails and none waits for the hung one.
 
 mod common;
 use chstorm_testenv::{curl, start_cluster, ROWS};
@@ -24,20 +24,35 @@ fn metric(gw: &str, name: &str) -> f64 {
 
 #[test]
 fn a_hung_replica_stalls_no_query() {
+    hang(false);
+}
+
+#[test]
+fn a_hung_replica_stalls_no_native_query() {
+    hang(true);
+}
+
+/// The scenario, with bench on the gateway's HTTP port or on its native port (`clickhouse://`).
+fn hang(native: bool) {
     let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let env = start_cluster();
     let gw_handle = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
     let gw = format!("http://{}", gw_handle.addr);
+    // bench's target: the metrics stay on the HTTP port.
+    let target = match native {
+        true => format!("clickhouse://default@{}", gw_handle.native_addr.expect("local up writes listen_native")),
+        false => gw.clone(),
+    };
     let shops = (ROWS / 100).max(1);
     let q = format!(
         "SELECT * FROM items FINAL WHERE shop_id = {{s:zipf({shops},1.1)}} AND item_id = {{i:uniform(1,{ROWS})}}"
     );
     // Warm the route's answer times, so the per-try deadline follows them.
     let (code, warm) =
-        common::bench(&["--url", &gw, "-q", &q, "--rate", RATE, "-c", "32", "-d", "2s", "--timeout", "5s"]);
+        common::bench(&["--url", &target, "-q", &q, "--rate", RATE, "-c", "32", "-d", "2s", "--timeout", "5s"]);
     assert_eq!((code, warm.errors), (0, 0), "{:?}", warm.errors_by_kind);
 
-    let (url, q2) = (gw.clone(), q.clone());
+    let (url, q2) = (target.clone(), q.clone());
     let load = std::thread::spawn(move || {
         common::bench(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "7s", "--timeout", "5s"]).1
     });
@@ -48,8 +63,8 @@ fn a_hung_replica_stalls_no_query() {
     unsafe { libc_kill(pid, 18) }; // SIGCONT
     let r = load.join().unwrap();
     eprintln!(
-        "hang: queries {} errors {} late {:?} dropped {:?} p99 {:.4} p99.9 {:.4} max {:.4}",
-        r.queries, r.errors, r.late, r.dropped, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
+        "hang (native: {}): queries {} errors {} late {:?} dropped {:?} p99 {:.4} p99.9 {:.4} max {:.4}",
+        native, r.queries, r.errors, r.late, r.dropped, r.latency_s.p99, r.latency_s.p99_9, r.latency_s.max
     );
     eprintln!(
         "hang: hedges {} wins {} held {} per-try timeouts {} re-issued on down {} budget exhausted {} retries {}",

@@ -328,7 +328,7 @@ async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried
     let w = World::new(&fake);
     let o = w.run(&w.plan(ROUTED_READ, BodyShape::Held), held()).await;
     match o {
-        Outcome::Answer { resp, retries, .. } => assert_eq!((resp.status().as_u16(), retries), (404, 0)),
+        Outcome::Answer { head: resp, retries, .. } => assert_eq!((resp.status().as_u16(), retries), (404, 0)),
         Outcome::Failed { .. } => panic!("failed"),
     }
     assert_eq!(fake.sent_to().len(), 1);

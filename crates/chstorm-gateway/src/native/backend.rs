@@ -9,11 +9,12 @@
 //! port with TLS is not supported yet.
 
 use super::packets::backend_hello;
+use crate::workers::current;
 use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -34,18 +35,21 @@ pub struct BackendConn {
     key: Key,
 }
 
+type IdleMap = HashMap<Key, Vec<(BackendConn, Instant)>>;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct Key {
     native: String,
     database: String,
     revision: u64,
+    /// The worker thread whose reactor the connection is registered with
+    /// ([`crate::workers::current`]): a connection is only handed out on its own worker.
+    worker: usize,
 }
 
-/// Why a connection could not be had.
+/// Why a connection could not be had (the connect or the Hello failed: no query was sent).
 #[derive(Debug)]
 pub struct ConnectError {
-    /// True when the TCP connection itself failed: nothing reached the server.
-    pub refused: bool,
     pub message: String,
 }
 
@@ -61,12 +65,9 @@ impl BackendConn {
     ) -> Result<BackendConn, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(native)).await {
             Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Err(ConnectError { refused: true, message: format!("connect {native}: {e}") }),
+            Ok(Err(e)) => return Err(ConnectError { message: format!("connect {native}: {e}") }),
             Err(_) => {
-                return Err(ConnectError {
-                    refused: true,
-                    message: format!("connect {native}: no answer within {connect_timeout:?}"),
-                })
+                return Err(ConnectError { message: format!("connect {native}: no answer within {connect_timeout:?}") })
             }
         };
         let _ = tcp.set_nodelay(true);
@@ -80,13 +81,11 @@ impl BackendConn {
         };
         let server = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(ConnectError { refused: false, message: format!("hello to {native}: {e}") }),
-            Err(_) => {
-                return Err(ConnectError { refused: false, message: format!("hello to {native}: no answer in 5 s") })
-            }
+            Ok(Err(e)) => return Err(ConnectError { message: format!("hello to {native}: {e}") }),
+            Err(_) => return Err(ConnectError { message: format!("hello to {native}: no answer in 5 s") }),
         };
         let revision = revision.min(server.revision);
-        let key = Key { native: native.to_string(), database: database.to_string(), revision };
+        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
         Ok(BackendConn { io, w, server, revision, key })
     }
 
@@ -100,20 +99,21 @@ impl BackendConn {
     }
 }
 
-/// Idle connections by replica, database and revision.
+/// Idle connections by replica, database and revision; clones share them.
+#[derive(Clone)]
 pub struct Pool {
-    idle: Mutex<HashMap<Key, Vec<(BackendConn, Instant)>>>,
+    idle: Arc<Mutex<IdleMap>>,
     max_idle: usize,
 }
 
 impl Pool {
     pub fn new(max_idle_per_replica: usize) -> Pool {
-        Pool { idle: Mutex::new(HashMap::new()), max_idle: max_idle_per_replica }
+        Pool { idle: Arc::new(Mutex::new(HashMap::new())), max_idle: max_idle_per_replica }
     }
 
     /// An idle connection, if one is alive.
     pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<BackendConn> {
-        let key = Key { native: native.to_string(), database: database.to_string(), revision };
+        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(&key)?;
         while let Some((c, at)) = list.pop() {

@@ -31,7 +31,8 @@
 //! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
 //! [`block`] (block boundaries), [`backend`] (connections and pool), [`client_io`] (a client
 //! connection, plain or TLS), [`session`] (one client connection, and the graceful stop),
-//! [`query`] (one query: admission, plan, attempts, relay).
+//! [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a
+//! replica, for the attempt loop the HTTP port uses too).
 
 pub mod backend;
 pub mod block;
@@ -40,6 +41,7 @@ pub mod packets;
 pub mod query;
 pub mod session;
 pub mod settings;
+pub mod transport;
 
 use crate::drain::Drain;
 use crate::state::State;
@@ -58,17 +60,19 @@ pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Sha
     })
 }
 
-/// Accepts native connections on `listener` (TLS first when `tls` is given) until the task is
-/// aborted; each is served on its own task.
+/// Accepts native connections on `listener` until the task is aborted; each is served (after
+/// a TLS handshake when `tls` is given) on the next worker.
 pub fn spawn(
     listener: tokio::net::TcpListener,
     shared: Arc<session::Shared>,
     tls: Option<TlsAcceptor>,
+    workers: Arc<crate::workers::Workers>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            tokio::spawn(session::serve(shared.clone(), tcp, peer, tls.clone()));
+            let (shared, tls) = (shared.clone(), tls.clone());
+            workers.serve(tcp, move |tcp| session::serve(shared, tcp, peer, tls));
         }
     })
 }

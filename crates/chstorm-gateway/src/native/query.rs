@@ -1,33 +1,31 @@
 //! One Query packet: the client's external tables are read whole (held, so a read can be sent
 //! again), the query passes the same admission and the same [`crate::plan`] as an HTTP request,
-//! then attempts run under the same [`Policy`] and retry budget as HTTP: a read that has sent
-//! nothing to the client yet moves to another replica when its connection is refused, breaks
-//! before the first answer packet, or the server answers a retry-safe code (202, 209, 210, 279).
-//! Hedged reads are HTTP-only for now. The answer's packets are relayed as read
+//! then the attempts run in the HTTP port's loop ([`crate::attempt::attempts`], through the
+//! native [`super::transport`]): the same policy, hedging, re-issue on down and retry budget. A
+//! read that has sent nothing to the client yet moves to another replica when its connection is
+//! refused, breaks before the first answer packet, its replica is marked down, or the server
+//! answers a retry-safe code (202, 209, 210, 279); one without a first packet after the per-try
+//! deadline is hedged. While the attempts run, the client is watched: a Cancel drops them (each
+//! query is killed on its replica) and ends the answer. The answer's packets are relayed as read
 //! ([`super::block`]); the client's packets during the query (INSERT data, Cancel) go to the
 //! backend as read. Every query is counted in `chstorm_gateway_requests_total` like an HTTP one.
 
 use super::backend::BackendConn;
-use super::block::{skip_block, Scratch};
+use super::block::Scratch;
 use super::client_io::ClientWrite;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Shared};
-use crate::attempt::{Decision, Failure, Policy};
-use crate::body::KillGuard;
-use crate::budget::Grant;
+use super::transport::{read_server_packet, Native, NativeHead, Packet};
+use crate::attempt::{Ctx, Outcome};
 use crate::metrics::{RequestLabels, RouteLabel};
-use crate::plan::{BodyShape, PlanInput, Target};
+use crate::plan::{BodyShape, Plan, PlanInput};
 use crate::state::{ClusterRt, State, UserRt};
-use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
-use chstorm_proto::native::wire::Io;
-use chstorm_proto::rules::retry_safe_code;
-use chstorm_proto::ProtoError;
+use chstorm_proto::native::packets::server;
+use chstorm_proto::rules::http_exception_code;
 use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedReadHalf;
-use tower::retry::budget::Budget as _;
 
 /// Most bytes of external tables held for one query: 64 MiB.
 pub const MAX_HELD: usize = 64 << 20;
@@ -153,301 +151,183 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     };
     let sql = plan.replace_body.clone().unwrap_or_else(|| q.sql.clone());
     let route = plan.target.label();
-    let attempts = Attempts { shared, state, cluster, plan: &plan, q: &q, sql: &sql, held: &held, user };
-    let (status, keep) = attempts.run(conn).await;
+    let database = conn.database.clone();
+    let mut transport = Native {
+        pool: shared.pool.clone(),
+        natives: &cluster.cfg.native,
+        database: &database,
+        revision: conn.revision,
+        user: &cluster.cfg.user,
+        password: &cluster.cfg.password,
+        connect_timeout: state.config.pool.connect_timeout.0,
+        q: &q,
+        plan: &plan,
+        sql: &sql,
+        held: &held,
+        settings: plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect(),
+        readonly: user.cfg.readonly,
+    };
+    // A setting whose value cannot be encoded fails here, before any replica is tried.
+    if let Err(e) = transport.query_packet(None) {
+        count(state, name, 400, "rejected");
+        return say(&mut conn.w, exception_bytes(115, &e.to_string())).await;
+    }
+    let (status, keep) = answer(state, cluster, &plan, &mut transport, conn).await;
     count(state, name, status, route);
     state.metrics.duration.get_or_create(&RouteLabel { route }).observe(started.elapsed().as_secs_f64());
     keep
 }
 
-struct Attempts<'a> {
-    shared: &'a Shared,
-    state: &'a State,
-    cluster: &'a ClusterRt,
-    plan: &'a crate::plan::Plan,
-    q: &'a Query,
-    sql: &'a str,
-    held: &'a [u8],
-    user: &'a UserRt,
+/// Runs the attempts (the HTTP port's loop, [`crate::attempt::attempts`]) while watching the
+/// client, then relays the winner's answer; (status for the metrics, keep the client).
+async fn answer(
+    state: &State,
+    cluster: &ClusterRt,
+    plan: &Plan,
+    transport: &mut Native<'_>,
+    conn: &mut ClientConn,
+) -> (u16, bool) {
+    let ctx = Ctx {
+        backend: &state.backend,
+        balancer: &cluster.balancer,
+        threads: cluster.budget.as_ref(),
+        auth: &cluster.auth,
+        retry_budget: &state.retry_budget,
+        metrics: &state.metrics,
+        hedging: &state.config.hedging,
+        head_times: cluster.native_head_times(plan.target),
+    };
+    // Client packets before the answer's head: INSERT data (a client waits for the header
+    // block first, but may not), held for the winner.
+    let mut early: Vec<u8> = Vec::new();
+    let outcome = {
+        let attempts = crate::attempt::attempts(plan, transport, &ctx);
+        tokio::pin!(attempts);
+        loop {
+            tokio::select! {
+                biased;
+                o = &mut attempts => break o,
+                _ = conn.ready() => match conn.read_packet().await {
+                    ClientPacket::Data { raw, .. } if early.len() + raw.len() <= MAX_HELD => early.extend_from_slice(&raw),
+                    // Dropping the attempts cancels their queries (KILL QUERY by query_id).
+                    ClientPacket::Cancel => {
+                        let mut end = Vec::new();
+                        chstorm_proto::native::wire::put_varuint(&mut end, server::END_OF_STREAM);
+                        return (499, say(&mut conn.w, end).await);
+                    }
+                    ClientPacket::Ping => {}
+                    _ => return (499, false),
+                },
+            }
+        }
+    };
+    match outcome {
+        Outcome::Failed { status, message, .. } => {
+            let code = http_exception_code(None, message.as_bytes()).unwrap_or(1002);
+            let text = message.strip_prefix(&format!("Code: {code}. ")).unwrap_or(&message);
+            (status.as_u16(), say(&mut conn.w, exception_bytes(code, text)).await)
+        }
+        Outcome::Answer { head, mut won, .. } => {
+            let NativeHead { conn: mut backend, code, exception, raw } = head;
+            if !early.is_empty() && backend.w.write_all(&early).await.is_err() {
+                let msg = "chstorm gateway: the replica failed while the client's data was sent";
+                won.guard.reason = "replica_failed";
+                return (502, say(&mut conn.w, exception_bytes(210, msg)).await);
+            }
+            let first = First { code, exception, raw };
+            match relay(conn, &mut backend, transport.q.compression, plan, first).await {
+                End::Done { clean, server_ended, status } => {
+                    if server_ended {
+                        won.guard.disarm();
+                    } else {
+                        won.guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
+                    }
+                    if clean {
+                        transport.pool.put(backend);
+                    }
+                    (status, true)
+                }
+                End::ClientGone => {
+                    won.guard.reason = "client_gone";
+                    // Cancel on the connection too; dropping it closes it.
+                    let _ = backend.w.try_write(&[chstorm_proto::native::packets::client::CANCEL as u8]);
+                    (499, false)
+                }
+            }
+        }
+    }
 }
 
 /// How a relay ended.
 enum End {
-    /// Nothing reached the client: another replica may take the query.
-    Retryable(Failure, String),
     /// The answer ended (EndOfStream or an exception): `clean` when the connection may be
-    /// pooled; `status` for the metrics.
+    /// pooled; `server_ended` when the server ended it (no KILL needed); `status` for the metrics.
     Done { clean: bool, server_ended: bool, status: u16 },
     /// The client left or broke the protocol: close it (and cancel the query).
     ClientGone,
 }
 
-impl Attempts<'_> {
-    /// The settings for the backend: the plan's, the thread grant as a real `max_threads`
-    /// setting, and `readonly = 1` last for a read-only user.
-    fn settings(&self, grant: Option<&Grant>) -> Vec<(String, String)> {
-        let mut s: Vec<(String, String)> =
-            self.plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect();
-        if let Some(g) = grant {
-            s.push(("max_threads".into(), g.threads().to_string()));
-        }
-        if self.user.cfg.readonly {
-            s.push(("readonly".into(), "1".into()));
-        }
-        s
-    }
-
-    /// Runs the attempts; (status for the metrics, keep the client connection).
-    async fn run(&self, conn: &mut ClientConn) -> (u16, bool) {
-        let (state, cluster, plan) = (self.state, self.cluster, self.plan);
-        let policy = Policy {
-            latitude: plan.latitude,
-            max_attempts: cluster.balancer.replicas().count() + 1,
-            max_extra: 0,
-            hedge_after: None,
-        };
-        state.retry_budget.deposit();
-        let mut tried: Vec<(usize, usize)> = Vec::new();
-        let mut lost_once: Vec<(usize, usize)> = Vec::new();
-        let mut attempts = 0usize;
-        loop {
-            let inflight = match plan.target {
-                Target::Shard(s) => cluster.balancer.pick(Some(s), &tried),
-                Target::Any => cluster.balancer.pick(None, &tried),
-                Target::Session(h) => cluster.balancer.pick_sticky(h, &tried),
-            };
-            let Some(inflight) = inflight else {
-                let msg = format!("chstorm gateway: no replica left to try after {attempts} attempts");
-                return (503, self.say(conn, exception_bytes(279, &msg)).await);
-            };
-            attempts += 1;
-            let replica = inflight.replica().clone();
-            let id = (replica.shard, replica.index);
-            let Some(native) = cluster.cfg.native.get(&replica.addr.base) else {
-                let msg = format!("chstorm gateway: replica {} has no native address in the config", replica.label());
-                return (500, self.say(conn, exception_bytes(1002, &msg)).await);
-            };
-            let grant = match (cluster.budget.as_ref(), plan.want_threads) {
-                (Some(b), Some(want)) => b.acquire(&replica, want, &plan.query_id).await,
-                _ => None,
-            };
-            let mut query = Vec::with_capacity(256 + self.sql.len() + self.held.len());
-            if let Err(e) =
-                packets::backend_query(&mut query, self.q, &plan.query_id, &self.settings(grant.as_ref()), self.sql)
-            {
-                return (400, self.say(conn, exception_bytes(115, &e.to_string())).await);
-            }
-            query.extend_from_slice(self.held);
-            let failure = match self.attempt(conn, native, &replica, &query).await {
-                Ok((status, keep)) => return (status, keep),
-                Err(f) => f,
-            };
-            let (failure, message, pooled) = failure;
-            let blame = pooled && !lost_once.contains(&id) && matches!(failure, Failure::Lost(_));
-            if blame {
-                // A pooled connection may have gone stale: one more try on a fresh one.
-                lost_once.push(id);
-            } else {
-                tried.push(id);
-                if !matches!(failure, Failure::Busy(_)) && cluster.balancer.report_failure(&replica) {
-                    self.shared.pool.reset(native);
-                    state.backend.reset_pool(&replica.addr);
-                    crate::log::log(
-                        "warn",
-                        "replica down (native query failed)",
-                        serde_json::json!({"replica": replica.label(), "native": native, "error": message,
-                            "query_id": plan.query_id}),
-                    );
-                }
-            }
-            let retry = policy.retry(&failure, attempts) == Decision::Retry;
-            if !retry || !state.retry_budget.withdraw() {
-                if retry {
-                    state.metrics.budget_exhausted.inc();
-                }
-                let (code, status) = match failure {
-                    Failure::Busy(c) => (c, 503),
-                    _ => (210, 502),
-                };
-                let msg = format!("chstorm gateway: replica {} failed: {message}", replica.label());
-                return (status, self.say(conn, exception_bytes(code, &msg)).await);
-            }
-            state.metrics.retries.inc();
-        }
-    }
-
-    async fn say(&self, conn: &mut ClientConn, bytes: Vec<u8>) -> bool {
-        conn.w.write_all(&bytes).await.is_ok()
-    }
-
-    /// One attempt on `native`: Ok((status, keep the client)) when the client got an answer,
-    /// Err((failure, message, on a pooled connection)) when another replica may take it.
-    async fn attempt(
-        &self,
-        conn: &mut ClientConn,
-        native: &str,
-        replica: &Arc<crate::replica::Replica>,
-        query: &[u8],
-    ) -> Result<(u16, bool), (Failure, String, bool)> {
-        let (state, cluster, plan) = (self.state, self.cluster, self.plan);
-        let pooled = self.shared.pool.take(native, &conn.database, conn.revision);
-        let was_pooled = pooled.is_some();
-        let mut b = match pooled {
-            Some(c) => c,
-            None => BackendConn::connect(
-                native,
-                &conn.database,
-                conn.revision,
-                &cluster.cfg.user,
-                &cluster.cfg.password,
-                state.config.pool.connect_timeout.0,
-            )
-            .await
-            .map_err(|e| {
-                let f = if e.refused { Failure::Unsent(e.message.clone()) } else { Failure::Lost(e.message.clone()) };
-                (f, e.message, false)
-            })?,
-        };
-        if b.revision != conn.revision {
-            let msg = format!(
-                "chstorm gateway: replica {} speaks protocol revision {}, below the client's {}",
-                replica.label(),
-                b.revision,
-                conn.revision
-            );
-            return Ok((502, self.say(conn, exception_bytes(210, &msg)).await));
-        }
-        // The query may run as soon as it is sent: guard it (KILL QUERY when given up).
-        let mut guard = KillGuard {
-            armed: true,
-            reason: "client_gone",
-            query_id: plan.query_id.clone(),
-            replica: replica.addr.clone(),
-            auth: cluster.auth.clone(),
-            backend: state.backend.clone(),
-            metrics: state.metrics.clone(),
-        };
-        if let Err(e) = b.w.write_all(query).await {
-            guard.disarm();
-            return Err((Failure::Lost(e.to_string()), format!("sending the query: {e}"), was_pooled));
-        }
-        match relay(conn, &mut b, self.q.compression, plan).await {
-            End::Retryable(f, msg) => {
-                guard.disarm();
-                Err((f, msg, was_pooled))
-            }
-            End::Done { clean, server_ended, status } => {
-                if server_ended {
-                    guard.disarm();
-                } else {
-                    guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
-                }
-                if clean {
-                    self.shared.pool.put(b);
-                }
-                Ok((status, true))
-            }
-            End::ClientGone => {
-                guard.reason = "client_gone";
-                // Cancel on the connection too; dropping it closes it.
-                let _ = b.w.try_write(&[chstorm_proto::native::packets::client::CANCEL as u8]);
-                Ok((499, false))
-            }
-        }
-    }
+/// The answer's first packet, already read by the attempt.
+struct First {
+    code: u64,
+    exception: Option<i32>,
+    raw: Vec<u8>,
 }
 
-/// Reads one server packet whole; (its code, its bytes, the exception code if it is one).
-async fn read_server_packet(
-    io: &mut Io<OwnedReadHalf>,
-    revision: u64,
-    compressed: bool,
-    scratch: &mut Scratch,
-) -> (Result<(u64, Option<i32>), ProtoError>, Vec<u8>) {
-    io.tee_start(Vec::new());
-    let r = async {
-        let code = io.varuint().await?;
-        let mut exc = None;
-        match code {
-            server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
-                if revision >= rev::TEMPORARY_TABLES {
-                    io.skip_string().await?;
-                }
-                // Server logs are never compressed.
-                skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
-            }
-            server::PROGRESS => skip_progress(io, revision).await?,
-            server::PROFILE_INFO => skip_profile_info(io).await?,
-            server::EXCEPTION => match read_exception(io).await {
-                ProtoError::Server { code, .. } => exc = Some(code),
-                e => return Err(e),
-            },
-            server::END_OF_STREAM => {}
-            server::TABLE_COLUMNS => {
-                io.skip_string().await?;
-                io.skip_string().await?;
-            }
-            other => return Err(ProtoError::Protocol(format!("unexpected packet {other} from the server"))),
-        }
-        Ok((code, exc))
-    }
-    .await;
-    (r, io.tee_take())
-}
-
-/// Relays the answer to the client and the client's packets to the backend until the answer
-/// ends, the client leaves, or the deadline passes.
-async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &crate::plan::Plan) -> End {
-    let started = tokio::time::Instant::now();
-    let head_deadline = started + plan.head_timeout;
-    let body_deadline = plan.body_deadline.map(|d| started + d);
+/// Relays the answer to the client, from its first packet, and the client's packets to the
+/// backend, until the answer ends, the client leaves, or the body deadline passes.
+async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: First) -> End {
+    let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
     let mut scratch = Scratch::default();
-    let (mut committed, mut cancelled) = (false, false);
+    let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
+    let head = Packet { code: first.code, exception: first.exception, empty: false };
+    let mut next = Some((Ok(head), first.raw));
     loop {
-        let deadline = if committed { body_deadline } else { Some(head_deadline) };
-        let (result, raw) = {
-            let read = read_server_packet(io, revision, compressed, &mut scratch);
-            tokio::pin!(read);
-            loop {
-                let sleep = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    r = &mut read => break r,
-                    _ = conn.ready() => match conn.read_packet().await {
-                        ClientPacket::Data { raw, .. } => {
-                            // A broken backend shows in the read.
-                            let _ = bw.write_all(&raw).await;
+        let (result, raw) = match next.take() {
+            Some(p) => p,
+            None => {
+                let read = read_server_packet(io, revision, compressed, &mut scratch);
+                tokio::pin!(read);
+                loop {
+                    let sleep = async {
+                        match body_deadline {
+                            Some(d) => tokio::time::sleep_until(d).await,
+                            None => std::future::pending().await,
                         }
-                        ClientPacket::Cancel => {
-                            cancelled = true;
-                            let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
+                    };
+                    tokio::select! {
+                        biased;
+                        r = &mut read => break r,
+                        _ = conn.ready() => match conn.read_packet().await {
+                            ClientPacket::Data { raw, .. } => {
+                                // A broken backend shows in the read.
+                                let _ = bw.write_all(&raw).await;
+                            }
+                            ClientPacket::Cancel => {
+                                cancelled = true;
+                                let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
+                            }
+                            ClientPacket::Ping => {}
+                            _ => return End::ClientGone,
+                        },
+                        _ = sleep => {
+                            let secs = plan.body_deadline.unwrap_or_default().as_secs();
+                            out.extend_from_slice(&exception_bytes(
+                                159,
+                                &format!("chstorm gateway: no answer within {secs} s; the query was killed"),
+                            ));
+                            let _ = conn.w.write_all(&out).await;
+                            return End::Done { clean: false, server_ended: false, status: 504 };
                         }
-                        ClientPacket::Ping => {}
-                        _ => return End::ClientGone,
-                    },
-                    _ = sleep => {
-                        let secs = plan.body_deadline.filter(|_| committed).unwrap_or(plan.head_timeout).as_secs();
-                        out.extend_from_slice(&exception_bytes(
-                            159,
-                            &format!("chstorm gateway: no answer within {secs} s; the query was killed"),
-                        ));
-                        let _ = conn.w.write_all(&out).await;
-                        return End::Done { clean: false, server_ended: false, status: 504 };
                     }
                 }
             }
         };
         let (code, exc) = match result {
-            Ok(c) => c,
-            Err(e) if !committed => return End::Retryable(Failure::Lost(e.to_string()), e.to_string()),
+            Ok(p) => (p.code, p.exception),
             Err(e) => {
                 out.extend_from_slice(&exception_bytes(
                     210,
@@ -457,12 +337,6 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 return End::Done { clean: false, server_ended: false, status: 502 };
             }
         };
-        if !committed {
-            if let Some(c) = exc.filter(|c| retry_safe_code(*c)) {
-                return End::Retryable(Failure::Busy(c), format!("ClickHouse code {c}"));
-            }
-        }
-        committed = true;
         out.extend_from_slice(&raw);
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
         if end || out.len() >= FLUSH_AT || !io.has_buffered() {

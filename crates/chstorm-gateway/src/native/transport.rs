@@ -1,0 +1,216 @@
+//! The native [`Transport`] of the attempt loop (`crate::attempt`): an attempt takes a pooled
+//! (or new) backend connection to its replica's native port, sends the Query packet and the
+//! held external tables, and resolves at the answer's first packet, its *head*. So the native
+//! port hedges, re-issues on down and retries through the very loop the HTTP port uses.
+//!
+//! The head of a native read is its first packet with content: 18.16 sends a SELECT's header
+//! block (its columns, no rows) once the query is analysed, and Progress packets while it
+//! runs, before any result. Those are held, not relayed, until the first block with rows, the
+//! totals, an exception or the end of the answer: so, as over HTTP, a read whose replica dies
+//! or hangs before its first result can still move to another replica, and the per-try deadline
+//! (the hedge) and `head_timeout` run to the first result, not to the header. A write's head is
+//! its first packet: an INSERT's header block asks the client for its data. The native port
+//! keeps its own head-time window per route (`ClusterRt::native_head_times`), since its packets
+//! come in another rhythm than HTTP answers.
+use super::backend::{BackendConn, Pool};
+use super::block::{skip_block, Scratch};
+use super::packets::{self, Query};
+use crate::attempt::{Judged, Transport};
+use crate::plan::Plan;
+use crate::replica::Replica;
+use crate::upstream::{BackendError, BoxFuture};
+use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
+use chstorm_proto::native::wire::Io;
+use chstorm_proto::rules::retry_safe_code;
+use chstorm_proto::ProtoError;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedReadHalf;
+
+/// The answer's head (the packets up to and including its first with content, read whole),
+/// and the connection it came on.
+pub struct NativeHead {
+    pub conn: BackendConn,
+    /// The last packet's code (`server::DATA`, `server::EXCEPTION`, ...).
+    pub code: u64,
+    /// Its exception code, when it is an Exception.
+    pub exception: Option<i32>,
+    /// The packets' bytes, to relay as they are.
+    pub raw: Vec<u8>,
+}
+
+/// One server packet, as read by [`read_server_packet`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Packet {
+    pub code: u64,
+    /// The exception code, when it is an Exception.
+    pub exception: Option<i32>,
+    /// True for a packet without content: Progress, or a Data packet without rows (a header).
+    pub empty: bool,
+}
+
+/// Where and how the attempts of one native query connect.
+pub struct Native<'a> {
+    pub pool: Pool,
+    /// Each replica's native address by its HTTP base URL (the config's `native` lists).
+    pub natives: &'a BTreeMap<String, String>,
+    pub database: &'a str,
+    /// The revision the client negotiated; backend connections speak it too.
+    pub revision: u64,
+    pub user: &'a str,
+    pub password: &'a str,
+    pub connect_timeout: Duration,
+    pub q: &'a Query,
+    pub plan: &'a Plan,
+    pub sql: &'a str,
+    /// The client's external tables, sent after the Query packet of every attempt.
+    pub held: &'a [u8],
+    /// The plan's settings, before the thread grant.
+    pub settings: Vec<(String, String)>,
+    /// `readonly = 1` goes last, for a read-only user.
+    pub readonly: bool,
+}
+
+impl Native<'_> {
+    /// The Query packet for one attempt, with `threads` granted as a real `max_threads`
+    /// setting (the typed settings of revision 54412 carry it as well as a string would).
+    pub fn query_packet(&self, threads: Option<usize>) -> Result<Vec<u8>, super::settings::SettingError> {
+        let mut settings = self.settings.clone();
+        if let Some(t) = threads {
+            settings.push(("max_threads".into(), t.to_string()));
+        }
+        if self.readonly {
+            settings.push(("readonly".into(), "1".into()));
+        }
+        let mut out = Vec::with_capacity(256 + self.sql.len() + self.held.len());
+        packets::backend_query(&mut out, self.q, &self.plan.query_id, &settings, self.sql)?;
+        out.extend_from_slice(self.held);
+        Ok(out)
+    }
+}
+
+impl Transport for Native<'_> {
+    type Head = NativeHead;
+
+    fn send(
+        &mut self,
+        replica: &Arc<Replica>,
+        threads: Option<usize>,
+    ) -> Option<BoxFuture<Result<NativeHead, BackendError>>> {
+        let fail = |connect: bool, message: String| -> BoxFuture<Result<NativeHead, BackendError>> {
+            Box::pin(std::future::ready(Err(BackendError { connect, message })))
+        };
+        let Some(native) = self.natives.get(&replica.addr.base).cloned() else {
+            let msg = format!("replica {} has no native address in the config", replica.label());
+            return Some(fail(true, msg));
+        };
+        let query = match self.query_packet(threads) {
+            Ok(q) => q,
+            Err(e) => return Some(fail(true, e.to_string())),
+        };
+        let (pool, revision, compressed) = (self.pool.clone(), self.revision, self.q.compression);
+        // Only a read's empty packets are held: an INSERT's header waits for the client's data.
+        let hold_empty = self.plan.latitude.retry;
+        let (database, user, password) = (self.database.to_string(), self.user.to_string(), self.password.to_string());
+        let (connect_timeout, label) = (self.connect_timeout, replica.label().to_string());
+        Some(Box::pin(async move {
+            let pooled = pool.take(&native, &database, revision);
+            let was_pooled = pooled.is_some();
+            let mut conn = match pooled {
+                Some(c) => c,
+                // Nothing was sent when the connection or its Hello failed: the query did not run.
+                None => BackendConn::connect(&native, &database, revision, &user, &password, connect_timeout)
+                    .await
+                    .map_err(|e| BackendError { connect: true, message: e.message })?,
+            };
+            if conn.revision != revision {
+                let message = format!(
+                    "replica {label} speaks protocol revision {}, below the client's {revision}",
+                    conn.revision
+                );
+                return Err(BackendError { connect: true, message });
+            }
+            let lost = |what: &str, e: &dyn std::fmt::Display| BackendError {
+                connect: false,
+                message: format!("{what} {native}{}: {e}", if was_pooled { " (pooled connection)" } else { "" }),
+            };
+            conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
+            let mut scratch = Scratch::default();
+            let mut held = Vec::new();
+            loop {
+                let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
+                let p = read.map_err(|e| lost("reading the answer from", &e))?;
+                held.extend_from_slice(&raw);
+                if !(hold_empty && p.empty) {
+                    return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held });
+                }
+            }
+        }))
+    }
+
+    fn streamed(&self) -> bool {
+        false
+    }
+
+    fn is_success(head: &NativeHead) -> bool {
+        head.exception.is_none()
+    }
+
+    fn judge_error(head: NativeHead) -> BoxFuture<Judged<NativeHead>> {
+        Box::pin(std::future::ready(match head.exception {
+            Some(c) if retry_safe_code(c) => Judged::Busy(c, format!("Code: {c}. (ClickHouse refused the query)")),
+            _ => Judged::Answer(head),
+        }))
+    }
+
+    fn went_down(&self, replica: &Replica) {
+        if let Some(native) = self.natives.get(&replica.addr.base) {
+            self.pool.reset(native);
+        }
+    }
+}
+
+/// Reads one server packet whole; (what it is, its bytes).
+pub async fn read_server_packet(
+    io: &mut Io<OwnedReadHalf>,
+    revision: u64,
+    compressed: bool,
+    scratch: &mut Scratch,
+) -> (Result<Packet, ProtoError>, Vec<u8>) {
+    io.tee_start(Vec::new());
+    let r = async {
+        let code = io.varuint().await?;
+        let mut exc = None;
+        let mut empty = false;
+        match code {
+            server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
+                if revision >= rev::TEMPORARY_TABLES {
+                    io.skip_string().await?;
+                }
+                // Server logs are never compressed.
+                let shape = skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
+                empty = code == server::DATA && shape.rows == 0;
+            }
+            server::PROGRESS => {
+                skip_progress(io, revision).await?;
+                empty = true;
+            }
+            server::PROFILE_INFO => skip_profile_info(io).await?,
+            server::EXCEPTION => match read_exception(io).await {
+                ProtoError::Server { code, .. } => exc = Some(code),
+                e => return Err(e),
+            },
+            server::END_OF_STREAM => {}
+            server::TABLE_COLUMNS => {
+                io.skip_string().await?;
+                io.skip_string().await?;
+            }
+            other => return Err(ProtoError::Protocol(format!("unexpected packet {other} from the server"))),
+        }
+        Ok(Packet { code, exception: exc, empty })
+    }
+    .await;
+    (r, io.tee_take())
+}
