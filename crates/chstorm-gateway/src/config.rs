@@ -425,6 +425,7 @@ fn any_setting() -> Vec<String> {
 struct RawConfig {
     listen: String,
     listen_native: Option<String>,
+    listen_native_secure: Option<String>,
     metrics_listen: Option<String>,
     tls: Option<TlsFiles>,
     #[serde(default)]
@@ -527,9 +528,13 @@ pub struct Config {
     /// Where the gateway speaks ClickHouse's native TCP protocol (`crate::native`). None (the
     /// default): it does not.
     pub listen_native: Option<SocketAddr>,
+    /// Where the gateway speaks the native protocol over TLS (as ClickHouse's
+    /// `tcp_port_secure`), with the certificate of `tls`. None (the default): it does not.
+    pub listen_native_secure: Option<SocketAddr>,
     /// Where `/metrics` is served (plain HTTP, only `/metrics`). None (the default): on `listen`.
     /// When set, `listen` answers `/metrics` as ClickHouse does (404).
     pub metrics_listen: Option<SocketAddr>,
+    /// The certificate and key of `listen` (then HTTPS) and of `listen_native_secure`.
     pub tls: Option<TlsFiles>,
     pub limits: Limits,
     pub health: Health,
@@ -565,6 +570,12 @@ pub fn check_user_name(name: &str) -> Result<(), String> {
         return Err("the user name holds a control character".into());
     }
     Ok(())
+}
+
+/// True when two listen addresses would take the same port: the same port (not 0, which
+/// means any free one), on the same IP or with either on every IP.
+fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() == b.port() && a.port() != 0 && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 fn scalar(v: &serde_yaml::Value) -> Option<String> {
@@ -633,12 +644,47 @@ impl Config {
                 format!("listen_native: {listen} is also `listen`; the native protocol needs its own port"),
             ));
         }
+        let listen_native_secure = match &raw.listen_native_secure {
+            None => None,
+            Some(n) => Some(n.parse::<SocketAddr>().map_err(|_| {
+                err(
+                    "listen_native_secure:",
+                    format!("listen_native_secure: '{n}' is not an address like 127.0.0.1:9440"),
+                )
+            })?),
+        };
+        if let Some(secure) = listen_native_secure {
+            if raw.tls.is_none() {
+                return Err(err(
+                    "listen_native_secure:",
+                    "listen_native_secure: needs a certificate; add a `tls:` section with `cert:` and `key:` \
+                     (PEM files; note that `tls:` also makes `listen` HTTPS)"
+                        .into(),
+                ));
+            }
+            for (other, addr) in [("listen", Some(listen)), ("listen_native", listen_native)] {
+                if addr.is_some_and(|a| same_port(a, secure)) {
+                    return Err(err(
+                        "listen_native_secure:",
+                        format!("listen_native_secure: {secure} is also `{other}`; native TLS needs its own port"),
+                    ));
+                }
+            }
+        }
         let metrics_listen = match &raw.metrics_listen {
             None => None,
             Some(m) => Some(m.parse::<SocketAddr>().map_err(|_| {
                 err("metrics_listen:", format!("metrics_listen: '{m}' is not an address like 127.0.0.1:9363"))
             })?),
         };
+        if let (Some(m), Some(secure)) = (metrics_listen, listen_native_secure) {
+            if same_port(m, secure) {
+                return Err(err(
+                    "metrics_listen:",
+                    format!("metrics_listen: {m} is also `listen_native_secure`; give /metrics its own port"),
+                ));
+            }
+        }
         if metrics_listen.is_some_and(|m| m == listen && m.port() != 0) {
             return Err(err(
                 "metrics_listen:",
@@ -714,7 +760,7 @@ impl Config {
                     let port = u.port_or_known_default().unwrap_or(8123);
                     replicas.push(ReplicaAddr { base: format!("{}://{host}:{port}", u.scheme()), https });
                 }
-                if !s.native.is_empty() || listen_native.is_some() {
+                if !s.native.is_empty() || listen_native.is_some() || listen_native_secure.is_some() {
                     let at = format!("clusters.{name}.shards[{i}].native");
                     if s.native.len() != replicas.len() {
                         return Err(err(
@@ -887,6 +933,7 @@ impl Config {
             source: source.to_path_buf(),
             listen,
             listen_native,
+            listen_native_secure,
             metrics_listen,
             tls: raw.tls,
             limits: raw.limits,
@@ -964,6 +1011,43 @@ mod tests {
             .replace("native: [127.0.0.1:19002, 127.0.0.1:19003]", "");
         let c = Config::parse(&text, Path::new("g.yaml")).unwrap();
         assert!(c.listen_native.is_none() && c.clusters["storm"].native.len() == 2);
+    }
+
+    #[test]
+    fn listen_native_secure_needs_tls_and_its_own_port() {
+        let secure = |extra: &str| {
+            EXAMPLE.replace("listen_native: 127.0.0.1:9001", &format!("listen_native: 127.0.0.1:9001\n{extra}"))
+        };
+        let tls = "tls:\n  cert: /c.pem\n  key: /k.pem\n";
+        let c = Config::parse(&secure(&format!("listen_native_secure: 127.0.0.1:9440\n{tls}")), Path::new("g.yaml"))
+            .unwrap();
+        assert_eq!(c.listen_native_secure, Some("127.0.0.1:9440".parse().unwrap()));
+        assert_eq!(Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap().listen_native_secure, None, "off by default");
+        let e = bad(&secure("listen_native_secure: 127.0.0.1:9440\n"));
+        assert!(e.contains("listen_native_secure: needs a certificate; add a `tls:` section"), "{e}");
+        assert!(e.contains("line 4") && !e.contains('\n'), "one line, with the key's line: {e}");
+        let e = bad(&secure(&format!("listen_native_secure: 127.0.0.1:9001\n{tls}")));
+        assert!(e.contains("listen_native_secure: 127.0.0.1:9001 is also `listen_native`"), "{e}");
+        let e = bad(&secure(&format!("listen_native_secure: 0.0.0.0:8124\n{tls}")));
+        assert!(e.contains("is also `listen`"), "every IP takes listen's port too: {e}");
+        let e = bad(&secure(&format!("listen_native_secure: 127.0.0.1:9440\nmetrics_listen: 127.0.0.1:9440\n{tls}")));
+        assert!(e.contains("metrics_listen: 127.0.0.1:9440 is also `listen_native_secure`"), "{e}");
+        let e = bad(&secure(&format!("listen_native_secure: 9440\n{tls}")));
+        assert!(e.contains("listen_native_secure: '9440' is not an address"), "{e}");
+        // Port 0 (any free port) clashes with nothing.
+        Config::parse(
+            &EXAMPLE.replace(
+                "listen_native: 127.0.0.1:9001",
+                &format!("listen_native: 127.0.0.1:0\nlisten_native_secure: 127.0.0.1:0\n{tls}"),
+            ),
+            Path::new("g.yaml"),
+        )
+        .unwrap();
+        // It needs the shards' native lists, as listen_native does.
+        let text = secure(&format!("listen_native_secure: 127.0.0.1:9440\n{tls}"))
+            .replace("listen_native: 127.0.0.1:9001\n", "")
+            .replace("native: [127.0.0.1:19002, 127.0.0.1:19003]", "");
+        assert!(bad(&text).contains("shards[1].native: 0 addresses for 2 replicas"), "{}", bad(&text));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::conn`] serves each
-//! connection), and `/metrics` on `listen` or on its own `metrics_listen`; SIGHUP reloads the
-//! config; SIGTERM stops gracefully ([`crate::drain`]), and with `reuse_port` a new gateway can
-//! take over the port first ([`crate::listen`]).
+//! connection), `/metrics` on `listen` or on its own `metrics_listen`, and the native protocol
+//! on `listen_native` and over TLS on `listen_native_secure` ([`crate::native`]); SIGHUP
+//! reloads the config; SIGTERM stops gracefully ([`crate::drain`], HTTP and native connections
+//! alike), and with `reuse_port` a new gateway can take over the ports first ([`crate::listen`]).
 
 use crate::config::Config;
 use crate::conn::{Listener, Role};
@@ -54,6 +55,8 @@ pub struct Gateway {
     pub metrics_addr: Option<SocketAddr>,
     /// Where the native protocol is served when `listen_native` is set.
     pub native_addr: Option<SocketAddr>,
+    /// Where the native protocol is served over TLS when `listen_native_secure` is set.
+    pub native_secure_addr: Option<SocketAddr>,
     state: Arc<ArcSwap<State>>,
     config_path: PathBuf,
     metrics: Arc<Metrics>,
@@ -95,8 +98,8 @@ impl Gateway {
         let acceptor = tls_acceptor(&cfg)?;
         // The state first (health checks, pools, budgets), then the sockets: with reuse_port a
         // new gateway takes the port's new connections from the moment it binds.
-        let (listen, reuse_port, metrics_listen, listen_native) =
-            (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native);
+        let (listen, reuse_port, metrics_listen, listen_native, listen_native_secure) =
+            (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native, cfg.listen_native_secure);
         let workers = Arc::new(
             crate::workers::Workers::start(cfg.workers)
                 .map_err(|e| GatewayError::Setup(format!("cannot start {} worker threads: {e}", cfg.workers)))?,
@@ -114,6 +117,11 @@ impl Gateway {
             None => None,
         };
         let native_addr = native_listener.as_ref().map(|(_, a)| *a);
+        let native_secure_listener = match listen_native_secure {
+            Some(n) => Some(bind(n, reuse_port)?),
+            None => None,
+        };
+        let native_secure_addr = native_secure_listener.as_ref().map(|(_, a)| *a);
         let drain = Arc::new(crate::drain::Drain::default());
         let main = Listener {
             state: state.clone(),
@@ -121,7 +129,7 @@ impl Gateway {
             role: Role::Main { metrics_here: metrics_listener.is_none() },
             drain: drain.clone(),
         };
-        let mut tasks = vec![accept_loop(listener, main, acceptor, workers.clone())];
+        let mut tasks = vec![accept_loop(listener, main, acceptor.clone(), workers.clone())];
         if let Some((l, _)) = metrics_listener {
             let only = Listener {
                 state: state.clone(),
@@ -131,18 +139,38 @@ impl Gateway {
             };
             tasks.push(accept_loop(l, only, None, workers.clone()));
         }
-        if let Some((l, _)) = native_listener {
-            tasks.push(crate::native::spawn(l, state.clone(), workers.clone()));
+        if native_listener.is_some() || native_secure_listener.is_some() {
+            let shared = crate::native::shared(state.clone(), drain.clone());
+            if let Some((l, _)) = native_listener {
+                tasks.push(crate::native::spawn(l, shared.clone(), None, workers.clone()));
+            }
+            if let Some((l, _)) = native_secure_listener {
+                // Config validation makes sure `tls` is set with `listen_native_secure`.
+                let tls = acceptor.ok_or_else(|| GatewayError::Tls("listen_native_secure needs `tls:`".into()))?;
+                tasks.push(crate::native::spawn(l, shared, Some(tls), workers.clone()));
+            }
         }
         let idle = state.load().upstream.idle_timeout;
         log(
             "info",
             "gateway listening",
             serde_json::json!({"addr": addr.to_string(), "metrics_addr": metrics_addr.map(|a| a.to_string()),
-                "native_addr": native_addr.map(|a| a.to_string()), "workers": workers.count(),
+                "native_addr": native_addr.map(|a| a.to_string()),
+                "native_secure_addr": native_secure_addr.map(|a| a.to_string()), "workers": workers.count(),
                 "config": config_path.display().to_string(), "pool_idle_timeout_ms": idle.as_millis() as u64}),
         );
-        Ok(Gateway { addr, metrics_addr, native_addr, state, config_path, metrics, tasks, drain, workers })
+        Ok(Gateway {
+            addr,
+            metrics_addr,
+            native_addr,
+            native_secure_addr,
+            state,
+            config_path,
+            metrics,
+            tasks,
+            drain,
+            workers,
+        })
     }
 
     /// Reloads the config file. A bad file keeps the running config; queries in flight finish
@@ -155,6 +183,13 @@ impl Gateway {
         }
         if cfg.listen_native != running.listen_native {
             log("warn", "listen_native changed in the config; restart the gateway to apply it", serde_json::json!({}));
+        }
+        if cfg.listen_native_secure != running.listen_native_secure {
+            log(
+                "warn",
+                "listen_native_secure changed in the config; restart the gateway to apply it",
+                serde_json::json!({}),
+            );
         }
         if cfg.metrics_listen != running.metrics_listen {
             log("warn", "metrics_listen changed in the config; restart the gateway to apply it", serde_json::json!({}));
@@ -172,6 +207,11 @@ impl Gateway {
     /// The file the config is (re)loaded from.
     pub fn config_path(&self) -> &std::path::Path {
         &self.config_path
+    }
+
+    /// Client connections open now, HTTP and native (for tests and logs).
+    pub fn open_connections(&self) -> usize {
+        self.drain.open()
     }
 
     /// The running config's user names (for tests and logs).
@@ -200,8 +240,9 @@ impl Gateway {
     }
 
     /// Stops gracefully: closes the listeners, answers `/ping` with 503, closes each client
-    /// connection after its next answer, and waits for the queries in flight, at most
-    /// `shutdown.drain_timeout`. Returns the connections still open then (cut off).
+    /// connection after its next answer (a native session after the query it runs), and waits
+    /// for the queries in flight, at most `shutdown.drain_timeout`. Returns the connections
+    /// still open then (cut off).
     pub async fn shutdown(&self) -> usize {
         self.stop();
         let timeout = self.state.load().config.shutdown.drain_timeout.0;

@@ -1,9 +1,10 @@
-//! The gateway's native port (`listen_native`) against a real 2x2 cluster of ClickHouse 18.16,
-//! driven by Debian's `clickhouse-client` and `clickhouse-benchmark` and by chstorm's own native
-//! client (what `chstorm bench --url clickhouse://` uses).
+//! The gateway's native port (`listen_native`, and over TLS `listen_native_secure`) against a
+//! real 2x2 cluster of ClickHouse 18.16, driven by Debian's `clickhouse-client` and
+//! `clickhouse-benchmark` and by chstorm's own native client (what `chstorm bench --url
+//! clickhouse://` uses).
 //!
-//! One cluster serves every step (starting one costs seconds of both cores); each step says
-//! what it checks. The answers through the gateway are compared byte for byte with the same
+//! One cluster serves every step of a test (starting one costs seconds of both cores), and the
+//! tests take turns ([`TURN`]); each step says what it checks. The answers through the gateway are compared byte for byte with the same
 //! client's answers straight from a node (through the Distributed table `items`), over
 //! generated queries: reads that fan out, routed point lookups, formats, compressed and
 //! uncompressed blocks, big results, and errors.
@@ -18,6 +19,10 @@ use rand::{Rng, SeedableRng};
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The tests of this file take turns: each runs a 2x2 cluster, and two at once would only
+/// measure the 2 cores' contention.
+static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `echo -n secret | sha256sum`
 const SECRET_SHA256: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
@@ -109,6 +114,7 @@ fn native_conn(env: &Env, port: u16, user: &str) -> NativeConn {
 
 #[test]
 fn native_port_end_to_end() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
     let t = Instant::now();
     let env = start_cluster();
     let gw = env.rt.block_on(Gateway::start(config(&env))).unwrap();
@@ -410,5 +416,257 @@ fn native_port_end_to_end() {
     }
     eprintln!("14. s2r2 killed: {} reads of shard 2 all answered as direct", shard2.len());
     gw3.stop();
+    eprintln!("all steps in {:?}", t.elapsed());
+}
+
+/// A self-signed certificate for `127.0.0.1` and `localhost` in `dir`: (cert.pem, key.pem).
+fn self_signed(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.join("native-tls.crt"), dir.join("native-tls.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
+/// A `clickhouse-client` config (`--config-file`) whose TLS client trusts `ca` only, and
+/// checks the certificate (Poco's `relaxed`: the server's certificate must verify).
+fn client_tls_config(dir: &std::path::Path, ca: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("client-tls.xml");
+    std::fs::write(
+        &path,
+        format!(
+            "<config><openSSL><client><loadDefaultCAFile>false</loadDefaultCAFile><caConfig>{}</caConfig>\
+             <verificationMode>relaxed</verificationMode><invalidCertificateHandler><name>RejectCertificateHandler</name>\
+             </invalidCertificateHandler></client></openSSL></config>",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Queries `system.processes` on every node: how many run `query_id`.
+fn running(env: &Env, query_id: &str) -> u64 {
+    env.node_urls()
+        .iter()
+        .map(|u| post(u, &format!("SELECT count() FROM system.processes WHERE query_id = '{query_id}'")).1)
+        .map(|b| b.trim().parse::<u64>().unwrap_or(0))
+        .sum()
+}
+
+/// Waits (10 s at most) until `query_id` runs on some node.
+fn wait_running(env: &Env, query_id: &str) {
+    let t0 = Instant::now();
+    while running(env, query_id) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "{query_id} never started");
+        std::thread::sleep(Duration::from_millis(30));
+    }
+}
+
+/// A query that streams `blocks` one-row blocks, one each 0.2 s.
+fn slow_query(blocks: u32) -> String {
+    format!("SELECT number, sleep(0.2) FROM numbers({blocks}) SETTINGS max_block_size = 1")
+}
+
+/// The whole answer of [`slow_query`] in clickhouse-client's TSV.
+fn slow_answer(blocks: u32) -> String {
+    (0..blocks).map(|i| format!("{i}\t0\n")).collect()
+}
+
+/// `clickhouse-client` running `query` on `port` as `query_id`, in the background.
+fn slow_client(port: u16, query_id: &str, extra: &[&str], query: &str) -> std::process::Child {
+    Command::new("timeout")
+        .args(["60", "clickhouse-client", "--host", "127.0.0.1", "--port", &port.to_string(), "--query_id", query_id])
+        .args(extra)
+        .args(["--query", query])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// The answer of a finished [`slow_client`]: (success, stdout, stderr).
+fn finished(child: std::process::Child) -> (bool, String, String) {
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The sum of a metric's samples on a gateway's `/metrics` (0 when nothing answers).
+fn metric(http: std::net::SocketAddr, name: &str) -> f64 {
+    chstorm_testenv::curl(&[&format!("http://{http}/metrics")])
+        .2
+        .lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn native_tls_and_graceful_stop() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let t = Instant::now();
+    let env = start_cluster();
+    let dp = env.cluster.topology().node(1, 1).unwrap().tcp_port;
+
+    // 1. listen_native_secure: clickhouse-client --secure through the gateway, trusting the
+    //    gateway's self-signed certificate: the same bytes as the plain client straight from a
+    //    node, compressed and not, a large result and an error included.
+    let (cert, key) = self_signed(env.dir.path());
+    let cfg = env.gateway_config(|t| {
+        t.replace(
+            "listen_native: 127.0.0.1:0",
+            &format!(
+                "listen_native: 127.0.0.1:0\nlisten_native_secure: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}",
+                cert.display(),
+                key.display()
+            ),
+        )
+    });
+    let gw = env.rt.block_on(Gateway::start(cfg)).unwrap();
+    let sp = gw.native_secure_addr.expect("listen_native_secure is set").port();
+    let client_cfg = client_tls_config(env.dir.path(), &cert);
+    let client_cfg = client_cfg.to_str().unwrap();
+    let secure = ["--secure", "--config-file", client_cfg];
+    let queries = [
+        "SELECT 1",
+        "SELECT * FROM items FINAL WHERE shop_id = 42 ORDER BY item_id",
+        "SELECT status, count() FROM items FINAL GROUP BY status WITH TOTALS ORDER BY status",
+        "SELECT number, toString(number), [number] FROM numbers(1000000)",
+        "SELECT throwIf(number = 100000) FROM numbers(1000000)",
+        "SELECT * FROM no_such_table",
+    ];
+    for (i, q) in queries.iter().enumerate() {
+        let plain: &[&str] = if i % 2 == 0 { &[] } else { &["--compression", "0"] };
+        let over_tls: Vec<&str> = secure.iter().chain(plain).copied().collect();
+        let a = client(dp, "default", "", plain, q, None);
+        let b = client(sp, "default", "", &over_tls, q, None);
+        assert_eq!(a.0, b.0, "{q}\ndirect: {}\nthrough TLS: {}", a.2, b.2);
+        if a.0 {
+            assert!(a.1 == b.1, "{q}: {} bytes direct, {} through TLS", a.1.len(), b.1.len());
+        } else {
+            assert_eq!(code(&a.2), code(&b.2), "{q}\ndirect: {}\nthrough TLS: {}", a.2, b.2);
+            assert!(code(&b.2).is_some(), "{}", b.2);
+        }
+    }
+    let (ok, _, err) =
+        client(sp, "default", "", &secure, "INSERT INTO items_local SELECT * FROM items_local LIMIT 0", None);
+    assert!(ok, "{err}");
+    eprintln!("1. clickhouse-client --secure: {} queries as direct ({:?})", queries.len(), t.elapsed());
+
+    // 2. The TLS is real: a client that does not trust the certificate (Debian's default client
+    //    config) is refused, and so is a plain client on the TLS port; neither hangs.
+    let (ok, _, err) = client(sp, "default", "", &["--secure"], "SELECT 1", None);
+    assert!(!ok && !err.is_empty(), "an untrusted certificate was accepted");
+    let (ok, _, err2) = client(sp, "default", "", &[], "SELECT 1", None);
+    assert!(!ok, "a plain client on the TLS port got an answer");
+    eprintln!(
+        "2. untrusted certificate refused ({}); plain client on the TLS port refused ({})",
+        err.lines().next().unwrap_or(""),
+        err2.lines().next().unwrap_or("")
+    );
+
+    // 3. chstorm's own native client over TLS (clickhouses://), with the certificate as its CA.
+    let target = Target::parse(&format!("clickhouses://default@127.0.0.1:{sp}")).unwrap();
+    let tls = TlsOptions { insecure: false, ca_file: Some(cert.clone()) };
+    let connector = Connector::new(&target, &tls, Duration::from_secs(2)).unwrap();
+    let mut c = env.rt.block_on(NativeConn::connect(&connector, &target, Duration::from_secs(10))).unwrap();
+    env.rt.block_on(c.ping(Duration::from_secs(5))).unwrap();
+    for i in 0..100 {
+        let s = env.rt.block_on(c.query(&format!("tls-{i}"), "SELECT 1", Duration::from_secs(10))).unwrap();
+        assert_eq!(s.rows, 1);
+    }
+    let s =
+        env.rt.block_on(c.query("", "SELECT toString(number) FROM numbers(200000)", Duration::from_secs(20))).unwrap();
+    assert_eq!(s.rows, 200_000);
+    let rows = env.rt.block_on(c.query_rows("", "SELECT count() FROM items FINAL", Duration::from_secs(10))).unwrap();
+    assert_eq!(rows, vec![vec![chstorm_testenv::ROWS.to_string()]]);
+    eprintln!("3. chstorm's native client over TLS: ping, 100 queries, 200000 rows, a count");
+
+    // 4. A graceful stop of that gateway: a query running over TLS finishes with its whole
+    //    answer; the idle TLS session (the chstorm client's) is closed after the drain's grace.
+    let slow = slow_client(sp, "nat-drain-tls", &secure, &slow_query(10));
+    wait_running(&env, "nat-drain-tls");
+    // The running and the idle session are counted: the stop waits for them.
+    assert!(gw.open_connections() >= 2, "native sessions open: {}", gw.open_connections());
+    let t0 = Instant::now();
+    let cut_off = env.rt.block_on(gw.shutdown());
+    let stopped_in = t0.elapsed();
+    assert_eq!((cut_off, gw.open_connections()), (0, 0), "every native session drained");
+    let (ok, out, err) = finished(slow);
+    assert!(ok && out == slow_answer(10), "the query over TLS was cut: {out:?} {err}");
+    assert!(env.rt.block_on(c.query("", "SELECT 1", Duration::from_secs(5))).is_err(), "the idle session is closed");
+    eprintln!("4. TLS drain: the running query answered whole; stopped in {stopped_in:?}");
+
+    // 5. The restart of a gateway with reuse_port: a second instance starts on the same ports
+    //    while the first runs a query; the first drains: its query answers whole, its idle
+    //    session closes after the grace, and new connections go to the second instance.
+    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let (hp, np) = (free(), free());
+    let cfg = env.gateway_config(|t| {
+        t.replace("listen: 127.0.0.1:0\n", &format!("listen: 127.0.0.1:{hp}\nreuse_port: true\n"))
+            .replace("listen_native: 127.0.0.1:0", &format!("listen_native: 127.0.0.1:{np}"))
+    });
+    let first = env.rt.block_on(Gateway::start(cfg.clone())).unwrap();
+    let mut idle = native_conn(&env, np, "default");
+    env.rt.block_on(idle.query("", "SELECT 1", Duration::from_secs(5))).unwrap();
+    // Two queries on one connection: the second comes after the first gateway closed the
+    // session (it was draining), and clickhouse-client's Ping before it finds that out and
+    // reconnects, to the second gateway.
+    let two = format!("{}; SELECT 'after'", slow_query(15));
+    let slow = slow_client(np, "nat-drain-1", &["--multiquery"], &two);
+    wait_running(&env, "nat-drain-1");
+    let second = env.rt.block_on(Gateway::start(cfg)).unwrap();
+    assert!(first.open_connections() >= 2, "native sessions open: {}", first.open_connections());
+    let t1 = Instant::now();
+    let stopping = env.rt.spawn(async move { first.shutdown().await });
+    // While the first drains (its query has about 3 s to go), new connections reach the second,
+    // and a Ping on the first's idle session closes it (a client reconnects) instead of a Pong.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(env.rt.block_on(idle.ping(Duration::from_secs(5))).is_err(), "a Ping while draining closes");
+    let (ok, out, err) = client(np, "default", "", &[], "SELECT 'new'", None);
+    assert!(ok && out == b"new\n", "a new connection during the drain: {err}");
+    for _ in 0..4 {
+        let mut c = native_conn(&env, np, "default");
+        assert_eq!(env.rt.block_on(c.query("", "SELECT 1", Duration::from_secs(5))).unwrap().rows, 1);
+    }
+    assert!(running(&env, "nat-drain-1") > 0, "the checks ran while the first gateway drained");
+    let cut_off = env.rt.block_on(stopping).unwrap();
+    let stopped_in = t1.elapsed();
+    assert_eq!(cut_off, 0, "every native session drained (the idle one closed after the grace)");
+    let (ok, out, err) = finished(slow);
+    assert!(ok && out == slow_answer(15) + "after\n", "the restart cut a query: {out:?} {err}");
+    // The second instance answered the new connections (the first's listeners are closed).
+    let served = metric(second.addr, "chstorm_gateway_requests_total");
+    assert!(served >= 6.0, "the second gateway served {served} queries");
+    eprintln!(
+        "5. restart with reuse_port: query answered whole, the client's next query and 5 new connections \
+         served by the second ({served} queries); first stopped in {stopped_in:?}"
+    );
+
+    // 6. Without a second instance, the native listener closes at once: new connections are
+    //    refused while the running query still answers whole.
+    let slow = slow_client(np, "nat-drain-2", &[], &slow_query(10));
+    wait_running(&env, "nat-drain-2");
+    let stopping = env.rt.spawn(async move { second.shutdown().await });
+    let t2 = Instant::now();
+    loop {
+        match std::net::TcpStream::connect(("127.0.0.1", np)) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => break,
+            _ => {
+                assert!(t2.elapsed() < Duration::from_secs(1), "the native port still accepts 1 s into the stop");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    let refused_in = t2.elapsed();
+    assert!(running(&env, "nat-drain-2") > 0, "refused while the query still ran");
+    assert_eq!(env.rt.block_on(stopping).unwrap(), 0);
+    let (ok, out, err) = finished(slow);
+    assert!(ok && out == slow_answer(10), "the query was cut by the stop: {out:?} {err}");
+    eprintln!("6. stop: new native connections refused after {refused_in:?}, the running query answered whole");
     eprintln!("all steps in {:?}", t.elapsed());
 }

@@ -8,8 +8,10 @@ use std::path::PathBuf;
 `chstorm local up --shards 2 --replicas 2 --dir D` writes a working D/gateway.yaml.
 
 Endpoints: ClickHouse's HTTP interface with its paths (/, /ping, /replicas_status from the gateway's
-health view, queries on any path), /metrics (Prometheus; on `metrics_listen` instead when set).
-Signals: SIGHUP reloads the config (a bad file keeps the running one), SIGTERM/SIGINT stop.")]
+health view, queries on any path), /metrics (Prometheus; on `metrics_listen` instead when set);
+ClickHouse's native protocol on `listen_native`, and over TLS on `listen_native_secure`.
+Signals: SIGHUP reloads the config (a bad file keeps the running one), SIGTERM/SIGINT stop
+gracefully (queries in flight finish, HTTP and native alike; docs/GATEWAY.md).")]
 pub struct GatewayArgs {
     /// The gateway's YAML config.
     #[arg(long)]

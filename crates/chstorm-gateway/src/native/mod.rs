@@ -22,41 +22,57 @@
 //! in `clickhouse-benchmark`) pass as the frames they came in; LZ4 and uncompressed frames are
 //! understood, ZSTD frames are refused with an exception.
 //!
+//! # TLS
+//!
+//! `listen_native_secure` serves the same protocol over TLS (as ClickHouse's `tcp_port_secure`),
+//! with the certificate of the gateway's `tls:` section; the session code is the same, over
+//! the halves of [`client_io`]. Backend connections (gateway to replica) are plain TCP.
+//!
 //! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
-//! [`block`] (block boundaries), [`backend`] (connections and pool), [`session`] (one client
-//! connection), [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an
-//! attempt on a replica, for the attempt loop the HTTP port uses too).
+//! [`block`] (block boundaries), [`backend`] (connections and pool), [`client_io`] (a client
+//! connection, plain or TLS), [`session`] (one client connection, and the graceful stop),
+//! [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a
+//! replica, for the attempt loop the HTTP port uses too).
 
 pub mod backend;
 pub mod block;
+pub mod client_io;
 pub mod packets;
 pub mod query;
 pub mod session;
 pub mod settings;
 pub mod transport;
 
+use crate::drain::Drain;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
+use tokio_rustls::TlsAcceptor;
 
-/// Accepts native connections on `listener` until the task is aborted; each is served on the
-/// next worker.
-pub fn spawn(
-    listener: tokio::net::TcpListener,
-    state: Arc<ArcSwap<State>>,
-    workers: Arc<crate::workers::Workers>,
-) -> tokio::task::JoinHandle<()> {
+/// What both native listeners (plain and TLS) share: one backend pool, one server Hello.
+pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Shared> {
     let max_idle = state.load().config.pool.max_idle_per_replica;
-    let shared = Arc::new(session::Shared {
+    Arc::new(session::Shared {
         state,
         pool: backend::Pool::new(max_idle),
         server_info: std::sync::Mutex::new(None),
-    });
+        drain,
+    })
+}
+
+/// Accepts native connections on `listener` until the task is aborted; each is served (after
+/// a TLS handshake when `tls` is given) on the next worker.
+pub fn spawn(
+    listener: tokio::net::TcpListener,
+    shared: Arc<session::Shared>,
+    tls: Option<TlsAcceptor>,
+    workers: Arc<crate::workers::Workers>,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let Ok((tcp, peer)) = listener.accept().await else { continue };
-            let shared = shared.clone();
-            workers.serve(tcp, move |tcp| session::serve(shared, tcp, peer));
+            let (shared, tls) = (shared.clone(), tls.clone());
+            workers.serve(tcp, move |tcp| session::serve(shared, tcp, peer, tls));
         }
     })
 }

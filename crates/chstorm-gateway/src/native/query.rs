@@ -12,6 +12,7 @@
 
 use super::backend::BackendConn;
 use super::block::Scratch;
+use super::client_io::ClientWrite;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
@@ -25,7 +26,6 @@ use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::OwnedWriteHalf;
 
 /// Most bytes of external tables held for one query: 64 MiB.
 pub const MAX_HELD: usize = 64 << 20;
@@ -39,7 +39,7 @@ pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
 }
 
 /// Writes `bytes` to the client; false when it is gone.
-async fn say(w: &mut OwnedWriteHalf, bytes: Vec<u8>) -> bool {
+async fn say(w: &mut ClientWrite, bytes: Vec<u8>) -> bool {
     w.write_all(&bytes).await.is_ok()
 }
 

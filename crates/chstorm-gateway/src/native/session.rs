@@ -1,13 +1,29 @@
-//! One client connection on the native port: Hello and authentication, then Ping and Query
-//! packets until the client leaves. The client's packets are read whole by
-//! [`ClientConn::read_packet`]; while a query runs, the relay waits for the client's socket to
-//! be readable (which drops nothing when the backend answers first) and only then reads a
-//! packet, so it can wait for the backend and the client at once in one task (a reader task
-//! with a channel cost two thread wake-ups per query).
+//! One client connection on the native port (plain or TLS, [`super::client_io`]): Hello and
+//! authentication, then Ping and Query packets until the client leaves. The client's packets
+//! are read whole by [`ClientConn::read_packet`]; while a query runs, the relay waits until a
+//! first byte of the client's next packet is buffered ([`ClientConn::ready`], which drops
+//! nothing when the backend answers first) and only then reads the packet, so it can wait for
+//! the backend and the client at once in one task (a reader task with a channel cost two
+//! thread wake-ups per query).
+//!
+//! # Graceful stop
+//!
+//! Each session is counted in the gateway's [`Drain`] while it lives. Once the gateway drains
+//! (SIGTERM), a session finishes the query it is running and then closes; a session waiting
+//! between queries closes when the drain's [`IDLE_GRACE`] has passed (a query sent before then
+//! is served, then the session closes); a Ping while draining closes the session instead of
+//! answering, so a client that pings before reusing a connection (clickhouse-client,
+//! clickhouse-benchmark and most drivers do) reconnects at once, to the gateway that took over
+//! the port.
+//!
+//! [`IDLE_GRACE`]: crate::drain::IDLE_GRACE
 
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
+use super::client_io::{ClientRead, ClientWrite};
 use super::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
+use crate::drain::Drain;
+use crate::metrics::PhaseLabel;
 use crate::state::{State, UserRt};
 use arc_swap::ArcSwap;
 use chstorm_proto::native::packets::{client, server};
@@ -16,9 +32,8 @@ use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::AsyncWriteExt;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
 
 /// How long a client connection may sit idle between queries: 1 hour (18.16's
 /// `idle_connection_timeout`).
@@ -30,6 +45,8 @@ pub struct Shared {
     pub pool: Pool,
     /// The backends' Hello (name, version, timezone), told to clients as the gateway's own.
     pub server_info: Mutex<Option<ServerInfo>>,
+    /// The gateway's graceful stop: counts the sessions, and tells them to close.
+    pub drain: Arc<Drain>,
 }
 
 /// A packet from the client, read whole.
@@ -50,8 +67,8 @@ pub enum ClientPacket {
 
 /// The client side of a session.
 pub struct ClientConn {
-    pub io: Io<OwnedReadHalf>,
-    pub w: OwnedWriteHalf,
+    pub io: Io<ClientRead>,
+    pub w: ClientWrite,
     /// The negotiated revision.
     pub revision: u64,
     pub database: String,
@@ -61,12 +78,12 @@ pub struct ClientConn {
 }
 
 impl ClientConn {
-    /// Waits until a packet may be read without blocking on a half-sent one: bytes are
-    /// buffered, or the socket is readable (or closed). Cancel-safe.
-    pub async fn ready(&self) {
-        if !self.io.has_buffered() {
-            let _ = self.io.get_ref().readable().await;
-        }
+    /// Waits until the client's next packet has begun: a byte of it is buffered, or the
+    /// connection closed or failed (which the next [`ClientConn::read_packet`] reports).
+    /// Cancel-safe. (A byte, not the socket's readiness: on TLS, readable bytes may be a record
+    /// with no data in it, and a readiness flag can be stale until a read clears it.)
+    pub async fn ready(&mut self) {
+        let _ = self.io.fill_some().await;
     }
 
     /// Reads one packet whole. Not cancel-safe: a packet dropped midway leaves the stream out
@@ -110,32 +127,61 @@ impl ClientConn {
     }
 }
 
-/// Serves one client connection.
-pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
+/// Serves one client connection; with `tls`, after a TLS handshake (given
+/// `limits.client_header_timeout`, as the Hello is).
+pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>) {
+    let _open = shared.drain.conn();
+    let drain = shared.drain.clone();
     let _ = tcp.set_nodelay(true);
-    let (r, mut w) = tcp.into_split();
-    let mut io = Io::new(r);
     let state = shared.state.load_full();
     let hello_timeout = state.config.limits.client_header_timeout.0;
-    let hello = match tokio::time::timeout(hello_timeout, packets::read_client_hello(&mut io)).await {
-        Ok(Ok(h)) => h,
-        _ => return,
+    // Before the first query, a session closes as soon as the drain forces it (the client
+    // has sent nothing the gateway owes an answer to).
+    let setup = async {
+        let (r, mut w) = match tls {
+            None => super::client_io::plain(tcp),
+            Some(acceptor) => match tokio::time::timeout(hello_timeout, acceptor.accept(tcp)).await {
+                Ok(Ok(stream)) => super::client_io::tls(stream),
+                Ok(Err(_)) => return None,
+                Err(_) => {
+                    state.metrics.client_timeouts.get_or_create(&PhaseLabel { phase: "tls" }).inc();
+                    return None;
+                }
+            },
+        };
+        let mut io = Io::new(r);
+        let hello = match tokio::time::timeout(hello_timeout, packets::read_client_hello(&mut io)).await {
+            Ok(Ok(h)) => h,
+            _ => return None,
+        };
+        let (user, revision) = handshake(&shared, &state, &hello, peer, &mut w).await?;
+        Some((io, w, hello.database, user, revision))
     };
-    let Some((user, revision, info)) = handshake(&shared, &state, &hello, peer, &mut w).await else { return };
-    let mut conn = ClientConn {
-        io,
-        w,
-        revision,
-        database: hello.database.clone(),
-        compression: false,
-        scratch: Scratch::default(),
+    let setup = tokio::select! {
+        s = setup => s,
+        _ = drain.forced() => None,
     };
+    let Some((io, w, database, user, revision)) = setup else { return };
+    let mut conn = ClientConn { io, w, revision, database, compression: false, scratch: Scratch::default() };
     loop {
-        let packet = match tokio::time::timeout(IDLE_CLIENT, conn.read_packet()).await {
+        // Between queries: wait for the client's next packet, at most IDLE_CLIENT (the
+        // packet's rest included); a draining gateway closes an idle session after its grace.
+        let deadline = tokio::time::Instant::now() + IDLE_CLIENT;
+        let begun = tokio::select! {
+            r = tokio::time::timeout_at(deadline, conn.ready()) => r.is_ok(),
+            _ = drain.forced() => false,
+        };
+        if !begun {
+            break;
+        }
+        let packet = match tokio::time::timeout_at(deadline, conn.read_packet()).await {
             Ok(p) => p,
             _ => break,
         };
         let go_on = match packet {
+            // While draining, a Ping closes the session: the client reconnects to the gateway
+            // that took over the port (see the module doc).
+            ClientPacket::Ping if drain.is_draining() => false,
             ClientPacket::Ping => {
                 let mut out = Vec::with_capacity(1);
                 chstorm_proto::native::wire::put_varuint(&mut out, server::PONG);
@@ -143,7 +189,8 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
             ClientPacket::Query(q) => {
                 let state = shared.state.load_full();
-                super::query::run(&shared, &state, &user, &mut conn, *q).await
+                // The query finishes whatever the drain says; then a draining gateway closes.
+                super::query::run(&shared, &state, &user, &mut conn, *q).await && !drain.is_draining()
             }
             // A Cancel after the query ended, or stray data: nothing to do.
             ClientPacket::Cancel | ClientPacket::Data { .. } => true,
@@ -166,8 +213,13 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             break;
         }
     }
-    let _ = info;
+    // A TLS client gets its close_notify; a client that stopped reading does not hold the
+    // session (nor the drain) open.
+    let _ = tokio::time::timeout(SHUTDOWN_WAIT, conn.w.shutdown()).await;
 }
+
+/// Longest wait for a session's last bytes and close to go out: 1 s.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(1);
 
 /// Authenticates the client and answers its Hello; None (after an Exception packet, as
 /// ClickHouse sends one) when it is refused.
@@ -176,8 +228,8 @@ async fn handshake(
     state: &State,
     hello: &ClientHello,
     peer: SocketAddr,
-    w: &mut OwnedWriteHalf,
-) -> Option<(Arc<UserRt>, u64, ServerInfo)> {
+    w: &mut ClientWrite,
+) -> Option<(Arc<UserRt>, u64)> {
     let refuse = |code: i32, msg: String| {
         let mut out = Vec::new();
         packets::exception(&mut out, code, &msg);
@@ -218,7 +270,7 @@ async fn handshake(
     let mut out = Vec::with_capacity(64);
     packets::server_hello(&mut out, &info, revision);
     w.write_all(&out).await.ok()?;
-    Some((user, revision, info))
+    Some((user, revision))
 }
 
 /// The backends' Hello, from the first connection the gateway makes (which then goes to the

@@ -212,6 +212,17 @@ impl<S: AsyncRead + Unpin> Io<S> {
         Ok(())
     }
 
+    /// Waits until at least one byte is buffered; returns at once when some are. Fails on EOF
+    /// (the next read then sees it too). Cancel-safe: dropped while waiting, it has read
+    /// nothing. Unlike waiting for the socket's readiness, it works on any stream (TLS
+    /// included: bytes on the socket may be only a TLS record with no data in it).
+    pub async fn fill_some(&mut self) -> Result<(), ProtoError> {
+        if self.has_buffered() {
+            return Ok(());
+        }
+        self.fill().await
+    }
+
     /// Makes sure at least `n` (at most the buffer size) bytes are buffered.
     async fn ensure(&mut self, n: usize) -> Result<(), ProtoError> {
         debug_assert!(n <= self.buf.len());
@@ -457,6 +468,25 @@ mod tests {
             assert_eq!(teed, &data[2..n], "trickle {trickle}");
             assert_eq!(io.string().await.unwrap(), "after");
         }
+    }
+
+    #[tokio::test]
+    async fn fill_some_waits_for_a_byte_and_loses_nothing_when_dropped() {
+        use tokio::io::AsyncWriteExt;
+        let (mut tx, rx) = tokio::io::duplex(64);
+        let mut io = Io::new(rx);
+        // Nothing sent: it waits; dropped while waiting, it has read nothing.
+        let waited = tokio::time::timeout(std::time::Duration::from_millis(20), io.fill_some()).await;
+        assert!(waited.is_err() && !io.has_buffered());
+        tx.write_all(&[0xAC, 0x02, 9]).await.unwrap();
+        io.fill_some().await.unwrap();
+        assert!(io.has_buffered());
+        // Buffered bytes: at once, without reading more.
+        io.fill_some().await.unwrap();
+        assert_eq!(io.varuint().await.unwrap(), 300);
+        assert_eq!(io.u8().await.unwrap(), 9);
+        drop(tx);
+        assert!(matches!(io.fill_some().await, Err(ProtoError::Io(_))), "EOF");
     }
 
     #[tokio::test]
