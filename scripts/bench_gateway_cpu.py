@@ -147,6 +147,7 @@ def main():
     ap.add_argument("--idle", type=int, default=10_000, help="idle client connections to hold (default 10,000)")
     ap.add_argument("--chstorm", default="target/release/chstorm")
     ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
+    ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     args = ap.parse_args()
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
@@ -161,7 +162,10 @@ def main():
         port, native_port = free_port(), free_port()
         native = info["native_url"].removeprefix("clickhouse://")
         cfg = os.path.join(tmp, "gateway.yaml")
-        open(cfg, "w").write((BARE if args.bare else CONFIG).format(port=port, url=url, native_port=native_port, native=native))
+        text = (BARE if args.bare else CONFIG).format(port=port, url=url, native_port=native_port, native=native)
+        if args.workers:
+            text = f"workers: {args.workers}\n" + text
+        open(cfg, "w").write(text)
         gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
@@ -193,7 +197,7 @@ def main():
                   f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle)
-        res = {"config": "bare" if args.bare else "full", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
+        res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
                "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
                "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
                "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),

@@ -1,4 +1,4 @@
-//! The gateway's worker threads: `workers` (default `auto`, the logical cores) threads, each
+//! The gateway's worker threads: `workers` (default `auto`: half the logical cores) threads, each
 //! running its own current-thread tokio runtime. The listeners hand every accepted client
 //! connection to the next worker, round robin; the connection, its requests, and the backend
 //! connections they use (each worker has its own pools: [`current`] picks the slot) then stay on
