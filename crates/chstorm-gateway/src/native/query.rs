@@ -32,6 +32,10 @@ pub const MAX_HELD: usize = 64 << 20;
 /// Answer packets are gathered up to this size before a write to the client (256 KiB), and
 /// written at once whenever nothing more is buffered from the backend.
 const FLUSH_AT: usize = 256 << 10;
+/// Progress and ProfileInfo packets alone are written at most this often (100 ms, 18.16's
+/// `interactive_delay`); held ones go with the next packet. A small answer's trailing Progress,
+/// ProfileInfo, Progress and EndOfStream then cost the client one write, not four.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Counts a finished query as the HTTP path does.
 pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
@@ -281,6 +285,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut scratch = Scratch::default();
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
+    let mut last_write = std::time::Instant::now();
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
     let head = Packet { code: first.code, exception: first.exception, empty: false };
@@ -339,7 +344,10 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
         };
         out.extend_from_slice(&raw);
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
-        if end || out.len() >= FLUSH_AT || !io.has_buffered() {
+        let status_only = code == server::PROGRESS || code == server::PROFILE_INFO;
+        let drained = !io.has_buffered() && (!status_only || last_write.elapsed() >= PROGRESS_EVERY);
+        if end || out.len() >= FLUSH_AT || drained {
+            last_write = std::time::Instant::now();
             if conn.w.write_all(&out).await.is_err() {
                 return End::ClientGone;
             }
