@@ -73,21 +73,18 @@ fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, 
     Ok((listener, bound))
 }
 
-/// Accepts connections until the task is aborted; each is served on its own task, on the next
-/// worker.
+/// Accepts connections on every worker until the tasks are aborted; each is served on its own
+/// task on the worker that took it.
 fn accept_loop(
     listener: tokio::net::TcpListener,
     serve: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    workers: Arc<crate::workers::Workers>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, peer)) = listener.accept().await else { continue };
-            let (serve, tls) = (serve.clone(), tls.clone());
-            workers.serve(tcp, move |tcp| serve.serve_tcp(tcp, peer, tls));
-        }
-    })
+    workers: &crate::workers::Workers,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, GatewayError> {
+    let addr = listener.local_addr().map_err(|e| GatewayError::Setup(e.to_string()))?;
+    workers
+        .accept(listener, move |tcp, peer| serve.clone().serve_tcp(tcp, peer, tls.clone()))
+        .map_err(|e| GatewayError::Listen { addr, source: e })
 }
 
 impl Gateway {
@@ -129,7 +126,7 @@ impl Gateway {
             role: Role::Main { metrics_here: metrics_listener.is_none() },
             drain: drain.clone(),
         };
-        let mut tasks = vec![accept_loop(listener, main, acceptor.clone(), workers.clone())];
+        let mut tasks = accept_loop(listener, main, acceptor.clone(), &workers)?;
         if let Some((l, _)) = metrics_listener {
             let only = Listener {
                 state: state.clone(),
@@ -137,17 +134,17 @@ impl Gateway {
                 role: Role::MetricsOnly,
                 drain: drain.clone(),
             };
-            tasks.push(accept_loop(l, only, None, workers.clone()));
+            tasks.extend(accept_loop(l, only, None, &workers)?);
         }
         if native_listener.is_some() || native_secure_listener.is_some() {
             let shared = crate::native::shared(state.clone(), drain.clone());
             if let Some((l, _)) = native_listener {
-                tasks.push(crate::native::spawn(l, shared.clone(), None, workers.clone()));
+                tasks.extend(crate::native::spawn(l, shared.clone(), None, &workers)?);
             }
             if let Some((l, _)) = native_secure_listener {
                 // Config validation makes sure `tls` is set with `listen_native_secure`.
                 let tls = acceptor.ok_or_else(|| GatewayError::Tls("listen_native_secure needs `tls:`".into()))?;
-                tasks.push(crate::native::spawn(l, shared, Some(tls), workers.clone()));
+                tasks.extend(crate::native::spawn(l, shared, Some(tls), &workers)?);
             }
         }
         let idle = state.load().upstream.idle_timeout;

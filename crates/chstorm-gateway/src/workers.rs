@@ -1,23 +1,27 @@
 //! The gateway's worker threads: `workers` (default `auto`: half the logical cores) threads, each
-//! running its own current-thread tokio runtime. The listeners hand every accepted client
-//! connection to the next worker, round robin; the connection, its requests, and the backend
-//! connections they use (each worker has its own pools: [`current`] picks the slot) then stay on
-//! that one thread. A query crosses no thread on its way: with one multi-thread runtime the
-//! client's connection task and the pooled backend connection's task ran on different workers,
-//! and the wake-ups between them were the largest part of the gateway's CPU (docs/PERFORMANCE.md,
-//! the profile).
+//! running its own current-thread tokio runtime. Every worker accepts from each listening socket
+//! (its own registration of the socket in its own reactor): the first worker to wake takes a new
+//! connection, so a busy worker, which wakes later, takes fewer. The connection, its requests,
+//! and the backend connections they use (each worker has its own pools: [`current`] picks the
+//! slot) then stay on that one thread. A query crosses no thread on its way: with one
+//! multi-thread runtime the client's connection task and the pooled backend connection's task
+//! ran on different threads, and the wake-ups between them were the largest part of the
+//! gateway's CPU (docs/PERFORMANCE.md, the profile). A new connection is not handed from thread
+//! to thread either (an accept loop elsewhere doubled `/ping`'s time on a fresh connection).
 //!
-//! Why round robin from one listener rather than one `SO_REUSEPORT` listener per worker: the
-//! kernel spreads connections by a hash of their addresses, which leaves a few kept-alive
-//! connections unevenly spread (8 connections on 2 workers land 6 and 2 often enough), and
-//! `reuse_port` stays what the operator set it for (a restart's second gateway on the port).
+//! Why not one `SO_REUSEPORT` listener per worker: the kernel would spread connections by a hash
+//! of their addresses, blind to how busy each worker is, and `reuse_port` stays what the
+//! operator set it for (a restart's second gateway on the port).
 //!
-//! Health checks, budget polls and the listeners' accept loops stay on the runtime that started
-//! the gateway.
+//! Health checks and budget polls stay on the runtime that started the gateway.
 
 use std::cell::Cell;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// After a failed accept (out of file descriptors, most likely), the pause before the next: 10 ms.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
 
 thread_local! {
     static CURRENT: Cell<usize> = const { Cell::new(0) };
@@ -32,7 +36,6 @@ pub fn current() -> usize {
 /// which closes their connections).
 pub struct Workers {
     handles: Vec<tokio::runtime::Handle>,
-    next: AtomicUsize,
     stops: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -52,7 +55,7 @@ impl Workers {
                 // The runtime drops here, on its own thread, with its tasks.
             })?;
         }
-        Ok(Workers { handles, next: AtomicUsize::new(0), stops })
+        Ok(Workers { handles, stops })
     }
 
     /// How many workers there are.
@@ -60,20 +63,34 @@ impl Workers {
         self.handles.len()
     }
 
-    /// Moves an accepted connection to the next worker and serves it there with `serve`.
-    pub fn serve<F, Fut>(&self, tcp: tokio::net::TcpStream, serve: F)
+    /// Accepts on `listener` on every worker until the returned tasks are aborted, and serves
+    /// each connection with `serve` on the worker that took it.
+    pub fn accept<F, Fut>(
+        &self,
+        listener: tokio::net::TcpListener,
+        serve: F,
+    ) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>>
     where
-        F: FnOnce(tokio::net::TcpStream) -> Fut + Send + 'static,
+        F: Fn(tokio::net::TcpStream, SocketAddr) -> Fut + Clone + Send + 'static,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        // The socket leaves this runtime's reactor and joins the worker's.
-        let Ok(std) = tcp.into_std() else { return };
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.handles.len();
-        drop(self.handles[i].spawn(async move {
-            // Registered with the worker's reactor: this runs on the worker.
-            let Ok(tcp) = tokio::net::TcpStream::from_std(std) else { return };
-            serve(tcp).await;
-        }));
+        // The socket leaves this runtime's reactor; each worker registers a copy in its own.
+        let listener = listener.into_std()?;
+        let mut tasks = Vec::with_capacity(self.handles.len());
+        for handle in &self.handles {
+            let (copy, serve) = (listener.try_clone()?, serve.clone());
+            tasks.push(handle.spawn(async move {
+                let Ok(listener) = tokio::net::TcpListener::from_std(copy) else { return };
+                loop {
+                    match listener.accept().await {
+                        Ok((tcp, peer)) => drop(tokio::spawn(serve(tcp, peer))),
+                        // Out of file descriptors, most likely: wait rather than spin.
+                        Err(_) => tokio::time::sleep(ACCEPT_PAUSE).await,
+                    }
+                }
+            }));
+        }
+        Ok(tasks)
     }
 }
 

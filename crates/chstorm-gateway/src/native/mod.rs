@@ -60,19 +60,16 @@ pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Sha
     })
 }
 
-/// Accepts native connections on `listener` until the task is aborted; each is served (after
-/// a TLS handshake when `tls` is given) on the next worker.
+/// Accepts native connections on `listener`, on every worker, until the tasks are aborted; each
+/// is served (after a TLS handshake when `tls` is given) on the worker that took it.
 pub fn spawn(
     listener: tokio::net::TcpListener,
     shared: Arc<session::Shared>,
     tls: Option<TlsAcceptor>,
-    workers: Arc<crate::workers::Workers>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        loop {
-            let Ok((tcp, peer)) = listener.accept().await else { continue };
-            let (shared, tls) = (shared.clone(), tls.clone());
-            workers.serve(tcp, move |tcp| session::serve(shared, tcp, peer, tls));
-        }
-    })
+    workers: &crate::workers::Workers,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::server::GatewayError> {
+    let addr = listener.local_addr().map_err(|e| crate::server::GatewayError::Setup(e.to_string()))?;
+    workers
+        .accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
+        .map_err(|e| crate::server::GatewayError::Listen { addr, source: e })
 }
