@@ -1,7 +1,7 @@
 //! The innermost service: one request, read ([`crate::read`]), planned ([`crate::plan`]), sent
 //! ([`crate::attempt`]) and answered ([`crate::respond`]). Nothing else happens here.
 
-use crate::attempt::{Ctx, SendBody};
+use crate::attempt::SendBody;
 use crate::client_body::ClientBody as ClientBodyIn;
 use crate::config::User;
 use crate::plan::{PlanInput, Refusal};
@@ -52,16 +52,7 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
         ClientBody::Streamed { head, rest } => SendBody::Once(Some(crate::body::Prefixed::wrap(head, rest))),
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
-    let ctx = Ctx {
-        backend: &state.backend,
-        balancer: &cluster.balancer,
-        threads: cluster.budget.as_ref(),
-        auth: &cluster.auth,
-        retry_budget: &state.retry_budget,
-        metrics: &state.metrics,
-        hedging: &state.config.hedging,
-        head_times: cluster.head_times(plan.target),
-    };
+    let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     let outcome = crate::attempt::run(&plan, body, &ctx).await;
     exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline)
 }

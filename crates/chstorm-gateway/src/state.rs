@@ -36,6 +36,21 @@ impl ClusterRt {
     pub fn native_head_times(&self, target: Target) -> &HeadTimes {
         route_times(&self.native_head_times, target)
     }
+
+    /// What the attempt loop needs of this cluster and `state`, with `head_times` the route's
+    /// answer-head times ([`ClusterRt::head_times`] or [`ClusterRt::native_head_times`]).
+    pub fn attempt_ctx<'a>(&'a self, state: &'a State, head_times: &'a HeadTimes) -> crate::attempt::Ctx<'a> {
+        crate::attempt::Ctx {
+            backend: &state.backend,
+            balancer: &self.balancer,
+            threads: self.budget.as_ref(),
+            auth: &self.auth,
+            retry_budget: &state.retry_budget,
+            metrics: &state.metrics,
+            hedging: &state.config.hedging,
+            head_times,
+        }
+    }
 }
 
 fn route_times(times: &[HeadTimes], target: Target) -> &HeadTimes {

@@ -16,7 +16,7 @@ use super::client_io::ClientWrite;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
-use crate::attempt::{Ctx, Outcome};
+use crate::attempt::Outcome;
 use crate::metrics::{RequestLabels, RouteLabel};
 use crate::plan::{BodyShape, Plan, PlanInput};
 use crate::state::{ClusterRt, State, UserRt};
@@ -191,16 +191,7 @@ async fn answer(
     transport: &mut Native<'_>,
     conn: &mut ClientConn,
 ) -> (u16, bool) {
-    let ctx = Ctx {
-        backend: &state.backend,
-        balancer: &cluster.balancer,
-        threads: cluster.budget.as_ref(),
-        auth: &cluster.auth,
-        retry_budget: &state.retry_budget,
-        metrics: &state.metrics,
-        hedging: &state.config.hedging,
-        head_times: cluster.native_head_times(plan.target),
-    };
+    let ctx = cluster.attempt_ctx(state, cluster.native_head_times(plan.target));
     // Client packets before the answer's head: INSERT data (a client waits for the header
     // block first, but may not), held for the winner.
     let mut early: Vec<u8> = Vec::new();
