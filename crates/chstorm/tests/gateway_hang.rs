@@ -56,8 +56,13 @@ fn hang(native: bool) {
     let load = std::thread::spawn(move || {
         common::bench(&["--url", &url, "-q", &q2, "--rate", RATE, "-c", "32", "-d", "7s", "--timeout", "5s"]).1
     });
-    std::thread::sleep(Duration::from_secs(2));
-    let pid = env.cluster.topology().node(1, 1).unwrap().pid as i32;
+    // Hang the replica of shard 1 that takes its load now. The balancer may be steering away
+    // from one (it lost hedge races while warming up); hanging that one would stall nothing
+    // and test nothing.
+    std::thread::sleep(Duration::from_secs(1));
+    let replica = busier_replica(&env, 1, Duration::from_secs(1));
+    eprintln!("hang: stopping replica 1.{replica}");
+    let pid = env.cluster.topology().node(1, replica).unwrap().pid as i32;
     unsafe { libc_kill(pid, 19) }; // SIGSTOP
     std::thread::sleep(Duration::from_secs(3));
     unsafe { libc_kill(pid, 18) }; // SIGCONT
@@ -97,6 +102,28 @@ fn hang(native: bool) {
     );
     assert!(metric(&gw, "chstorm_gateway_hedges_total") >= 1.0, "hedges were sent");
     assert!(metric(&gw, "chstorm_gateway_hedge_wins_total") >= 1.0, "and won");
+}
+
+/// ClickHouse's own count of queries it started (`system.events`, `Query`) on a node.
+fn queries_started(env: &chstorm_testenv::Env, shard: usize, replica: usize) -> u64 {
+    let sql = "SELECT value FROM system.events WHERE event = 'Query'";
+    let (status, body) = chstorm_testenv::post(&env.node_url(shard, replica), sql);
+    assert_eq!(status, 200, "{body}");
+    body.trim().parse().unwrap_or(0)
+}
+
+/// The replica (1 or 2) of `shard` that started more queries over `window`.
+fn busier_replica(env: &chstorm_testenv::Env, shard: usize, window: Duration) -> usize {
+    let before = [queries_started(env, shard, 1), queries_started(env, shard, 2)];
+    std::thread::sleep(window);
+    let after = [queries_started(env, shard, 1), queries_started(env, shard, 2)];
+    let (a, b) = (after[0] - before[0], after[1] - before[1]);
+    eprintln!("hang: queries started over {window:?} on 1.1: {a}, on 1.2: {b}");
+    if a >= b {
+        1
+    } else {
+        2
+    }
 }
 
 extern "C" {
