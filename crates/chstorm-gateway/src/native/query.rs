@@ -279,7 +279,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut last_write = std::time::Instant::now();
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
-    let head = Packet { code: first.code, exception: first.exception, empty: false };
+    let head = Packet { code: first.code, exception: first.exception };
     let mut next = Some((Ok(head), first.raw));
     loop {
         let (result, raw) = match next.take() {

@@ -3,15 +3,18 @@
 //! held external tables, and resolves at the answer's first packet, its *head*. So the native
 //! port hedges, re-issues on down and retries through the very loop the HTTP port uses.
 //!
-//! The head of a native read is its first packet with content: 18.16 sends a SELECT's header
-//! block (its columns, no rows) once the query is analysed, and Progress packets while it
-//! runs, before any result. Those are held, not relayed, until the first block with rows, the
-//! totals, an exception or the end of the answer: so, as over HTTP, a read whose replica dies
-//! or hangs before its first result can still move to another replica, and the per-try deadline
-//! (the hedge) and `head_timeout` run to the first result, not to the header. A write's head is
-//! its first packet: an INSERT's header block asks the client for its data. The native port
-//! keeps its own head-time window per route (`ClusterRt::native_head_times`), since its packets
-//! come in another rhythm than HTTP answers.
+//! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB): the packets are
+//! held, not relayed, until EndOfStream, an exception, or that much has come, as 18.16's HTTP
+//! interface holds a small answer in its 1 MiB output buffer before it sends the head. So, as
+//! over HTTP, a read whose replica dies or hangs before its answer is whole can still move to
+//! another replica, and the per-try deadline (the hedge) and `head_timeout` run to the end of a
+//! small answer. Without it, a replica stopped between a lookup's first block and its
+//! EndOfStream (18.16 sends a SELECT's header block once the query is analysed, its blocks as
+//! they come, then Progress, ProfileInfo and EndOfStream, each in its own write) held that query
+//! for as long as it was stopped: 3 s in a test. A larger answer is relayed from 256 KiB on, as it
+//! comes. A write's head is its first packet: an INSERT's header block asks the client for its
+//! data. The native port keeps its own head-time window per route
+//! (`ClusterRt::native_head_times`), since its answers come in another rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
 use super::packets::{self, Query};
@@ -29,8 +32,8 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedReadHalf;
 
-/// The answer's head (the packets up to and including its first with content, read whole),
-/// and the connection it came on.
+/// The answer's head (a read's packets up to EndOfStream, an exception or [`HOLD_AT`] bytes; a
+/// write's first packet), read whole, and the connection it came on.
 pub struct NativeHead {
     pub conn: BackendConn,
     /// The last packet's code (`server::DATA`, `server::EXCEPTION`, ...).
@@ -47,9 +50,11 @@ pub struct Packet {
     pub code: u64,
     /// The exception code, when it is an Exception.
     pub exception: Option<i32>,
-    /// True for a packet without content: Progress, or a Data packet without rows (a header).
-    pub empty: bool,
 }
+
+/// A read's answer is held until it ends or reaches this size (256 KiB) before it goes to the
+/// client.
+pub const HOLD_AT: usize = 256 << 10;
 
 /// Where and how the attempts of one native query connect.
 pub struct Native<'a> {
@@ -111,8 +116,8 @@ impl Transport for Native<'_> {
             Err(e) => return Some(fail(true, e.to_string())),
         };
         let (pool, revision, compressed) = (self.pool.clone(), self.revision, self.q.compression);
-        // Only a read's empty packets are held: an INSERT's header waits for the client's data.
-        let hold_empty = self.plan.latitude.retry;
+        // Only a read is held: an INSERT's header waits for the client's data.
+        let hold = self.plan.latitude.retry;
         let (database, user, password) = (self.database.to_string(), self.user.to_string(), self.password.to_string());
         let (connect_timeout, label) = (self.connect_timeout, replica.label().to_string());
         Some(Box::pin(async move {
@@ -143,7 +148,8 @@ impl Transport for Native<'_> {
                 let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
                 let p = read.map_err(|e| lost("reading the answer from", &e))?;
                 held.extend_from_slice(&raw);
-                if !(hold_empty && p.empty) {
+                let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
+                if !hold || end || held.len() >= HOLD_AT {
                     return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held });
                 }
             }
@@ -183,20 +189,15 @@ pub async fn read_server_packet(
     let r = async {
         let code = io.varuint().await?;
         let mut exc = None;
-        let mut empty = false;
         match code {
             server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
                 if revision >= rev::TEMPORARY_TABLES {
                     io.skip_string().await?;
                 }
                 // Server logs are never compressed.
-                let shape = skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
-                empty = code == server::DATA && shape.rows == 0;
+                skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
             }
-            server::PROGRESS => {
-                skip_progress(io, revision).await?;
-                empty = true;
-            }
+            server::PROGRESS => skip_progress(io, revision).await?,
             server::PROFILE_INFO => skip_profile_info(io).await?,
             server::EXCEPTION => match read_exception(io).await {
                 ProtoError::Server { code, .. } => exc = Some(code),
@@ -209,7 +210,7 @@ pub async fn read_server_packet(
             }
             other => return Err(ProtoError::Protocol(format!("unexpected packet {other} from the server"))),
         }
-        Ok(Packet { code, exception: exc, empty })
+        Ok(Packet { code, exception: exc })
     }
     .await;
     (r, io.tee_take())
