@@ -6,7 +6,7 @@
 //!   than the total plus the 1-thread floors.
 //! * `observe`: queries sent to the server directly, and another gateway's queries, lower the
 //!   grants.
-//! * `auto` = 2 x the cores 18.16 reports, the defaults cap a lone query at the cores; a client
+//! * `auto` = the cores 18.16 reports, the defaults cap a lone query at the cores; a client
 //!   that disconnects gives its threads back.
 //! * `adaptive` starts where `auto` does, stays within its bounds under load, and finds that
 //!   18.16 publishes no CPU figures.
@@ -230,7 +230,7 @@ fn observe_counts_direct_queries_and_other_gateways() {
 }
 
 #[test]
-fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
+fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
     let _s = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let server = shared_server();
     let cores: usize = server
@@ -241,18 +241,25 @@ fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         .unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let g = gateway(&rt, dir.path(), "auto", server, "      total: auto\n      max_per_query: 64\n      mode: queue\n");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64, "auto = 2 x {cores} cores");
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), cores as f64, "auto = the {cores} cores");
     let (_, head, _) = curl(&g.url, "", "SELECT 1", "10");
-    assert_eq!(header(&head, "x-chstorm-threads"), Some((2 * cores).to_string()), "max_per_query 64: the whole total");
+    assert_eq!(header(&head, "x-chstorm-threads"), Some(cores.to_string()), "max_per_query 64: the whole total");
     let (_, head, _) = curl(&g.url, "max_threads=1", "SELECT 1", "10");
     assert_eq!(
         header(&head, "x-chstorm-threads").as_deref(),
         Some("1"),
         "the client's own max_threads, under the grant"
     );
-    // The defaults (`threads: {}`): auto, and a lone query gets the cores, not the total.
+    // The defaults (`threads: {}`): auto, and a lone query gets the cores.
     let d = gateway(&rt, dir.path(), "defaults", server, "      {}\n");
-    assert_eq!(metric(&d.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64);
+    assert_eq!(metric(&d.url, "chstorm_gateway_threads_budget"), cores as f64);
+    let (_, head, _) = curl(&d.url, "", "SELECT 1", "10");
+    assert_eq!(header(&head, "x-chstorm-threads"), Some(cores.to_string()), "the {cores} cores");
+    d.gw.stop();
+    // A larger total without max_per_query: a lone query is still capped at the cores.
+    let big = format!("      total: {}\n", 4 * cores);
+    let d = gateway(&rt, dir.path(), "big", server, &big);
+    assert_eq!(metric(&d.url, "chstorm_gateway_threads_budget"), (4 * cores) as f64);
     let (_, head, _) = curl(&d.url, "", "SELECT 1", "10");
     assert_eq!(header(&head, "x-chstorm-threads"), Some(cores.to_string()), "capped at the {cores} cores");
     d.gw.stop();
@@ -265,7 +272,7 @@ fn auto_is_twice_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
         std::thread::spawn(move || curl(&url, &qid, "SELECT sleep(2)", "0.5"))
     };
     wait_for("the grant to be held", Duration::from_secs(5), || {
-        metric(&g.url, "chstorm_gateway_threads_in_use") == (2 * cores) as f64
+        metric(&g.url, "chstorm_gateway_threads_in_use") == cores as f64
     });
     let (status, _, _) = gone.join().unwrap();
     assert_eq!(status, 0, "curl gave up");
@@ -294,7 +301,7 @@ fn adaptive_starts_where_auto_does_and_stays_within_its_bounds() {
         .unwrap();
     let (rt, dir) = (runtime(), tempfile::tempdir().unwrap());
     let g = gateway(&rt, dir.path(), "adaptive", server, "      total: adaptive\n");
-    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), (2 * cores) as f64, "starts at auto's 2 x {cores}");
+    assert_eq!(metric(&g.url, "chstorm_gateway_threads_budget"), cores as f64, "starts at auto's {cores}");
     // 4 clients x 40 queries: every one answered, every grant within 1..=cores (max_per_query
     // not set), the total within 1..=4 x cores.
     let t = tag("adaptive");

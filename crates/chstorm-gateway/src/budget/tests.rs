@@ -297,11 +297,11 @@ fn auto_reads_the_servers_cores() {
     assert_eq!(parse_max_threads("4", "1"), MaxThreadsSetting { cores: None, default_max_threads: Some(4) });
     assert_eq!(parse_max_threads("", ""), MaxThreadsSetting { cores: None, default_max_threads: None });
     assert_eq!(parse_max_threads("0", "0").cores, None);
-    assert_eq!(probe::auto_total(2), 4);
-    assert_eq!(probe::auto_total(8), 16);
-    assert_eq!(probe::auto_total(0), 2);
+    assert_eq!(probe::auto_total(2), 2);
+    assert_eq!(probe::auto_total(8), 8);
+    assert_eq!(probe::auto_total(0), 1);
     let local = std::thread::available_parallelism().unwrap().get();
-    assert_eq!(probe::fallback_total(), 2 * local);
+    assert_eq!(probe::fallback_total(), local);
     // ClusterBudget: an auto total starts at the fallback, pending until learned.
     let cluster = crate::config::Cluster {
         name: "c".into(),
@@ -396,7 +396,7 @@ fn an_adaptive_total_moves_the_budget() {
     assert_eq!(b.snapshot().in_use, 0);
     // make_adaptive again (the server's cores became known) restarts where auto would be.
     b.make_adaptive(4);
-    assert_eq!(b.total(), 8);
+    assert_eq!(b.total(), probe::auto_total(4));
 }
 
 #[test]
