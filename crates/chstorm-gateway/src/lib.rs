@@ -4,7 +4,8 @@
 //! * [`server`], [`listen`], [`conn`], [`drain`]: the listeners (TLS, SO_REUSEPORT), one client
 //!   connection with its timeouts ([`client_body`]: request bodies with an idle timeout), where
 //!   each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`), and the graceful
-//!   stop on SIGTERM; SIGHUP reloads.
+//!   stop on SIGTERM; SIGHUP reloads. [`workers`]: the threads that serve the connections, each
+//!   a current-thread runtime with its own pools.
 //! * [`layers`]: tower layers, built once per config: global admission, authentication, user
 //!   admission, then [`proxy`].
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
@@ -16,11 +17,11 @@
 //!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
-//! * [`upstream`]: one kept-alive pool per replica behind the `Backend` trait; [`backend_io`]: its
+//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait; [`backend_io`]: its
 //!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
 //!   whole one.
-//! * [`native`]: ClickHouse's native TCP protocol on `listen_native`, through the same
-//!   authentication, admission, [`plan`] and retry policy, relaying packets unchanged.
+//! * [`native`]: ClickHouse's native TCP protocol on `listen_native` (and over TLS), through the
+//!   same authentication, admission, [`plan`] and [`attempt`] loop, relaying packets unchanged.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
