@@ -35,7 +35,7 @@ use crate::plan::{Latitude, Plan, Target};
 use crate::replica::{InFlight, Overdue, Replica};
 use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody};
 use bytes::Bytes;
-use chstorm_proto::rules::{http_exception_code, retry_safe_code};
+use chstorm_proto::rules::{http_exception_code, may_run_elsewhere, retry_safe_code};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use std::future::Future;
@@ -57,7 +57,8 @@ pub enum Failure {
     Unsent(String),
     /// The connection broke before the answer head: the query's fate is unknown.
     Lost(String),
-    /// ClickHouse answered with a code proving the query did not run (202, 209, 210, 279).
+    /// ClickHouse answered with a code proving the query did not run there (202, 209, 210, 279;
+    /// 216, the query id taken: [`chstorm_proto::rules::may_run_elsewhere`]).
     Busy(i32),
     /// The replica was marked down while the attempt waited.
     Down,
@@ -219,7 +220,7 @@ impl Transport for Http<'_> {
                 tokio::time::timeout(ERROR_BODY_TIMEOUT, read_limited(rbody, MAX_ERROR_BODY)).await.unwrap_or_default();
             let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
             match http_exception_code(header, &text) {
-                Some(code) if retry_safe_code(code) => {
+                Some(code) if may_run_elsewhere(code) => {
                     Judged::Busy(code, String::from_utf8_lossy(&text).trim().to_string())
                 }
                 _ => Judged::Answer(Response::from_parts(parts, full(text))),
@@ -460,7 +461,8 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                         a.guard.disarm();
                         match T::judge_error(head).await {
                             Judged::Busy(code, text) => {
-                                if ctx.balancer.report_failure(&replica) {
+                                // 216 (query id taken) is no sign of trouble on the replica.
+                                if retry_safe_code(code) && ctx.balancer.report_failure(&replica) {
                                     went_down(
                                         ctx,
                                         &*transport,

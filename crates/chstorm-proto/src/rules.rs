@@ -24,6 +24,18 @@ pub fn retry_safe_code(code: i32) -> bool {
     RETRY_SAFE_CODES.contains(&code)
 }
 
+/// QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING: the server already runs a query with this id.
+pub const QUERY_ID_TAKEN: i32 = 216;
+
+/// True when ClickHouse's exception `code` proves the query did not run on that server and a
+/// read may go to another replica: the [`retry_safe_code`]s, and 216 (the server already runs a
+/// query with this id: a proxy's hedged copy still being killed there, when the client reuses its
+/// query_id at once, as `clickhouse-client --multiquery --query_id` does). Only the retry-safe
+/// codes say the replica itself is in trouble; 216 does not.
+pub fn may_run_elsewhere(code: i32) -> bool {
+    retry_safe_code(code) || code == QUERY_ID_TAKEN
+}
+
 /// What a statement does, from its first keyword.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatementKind {

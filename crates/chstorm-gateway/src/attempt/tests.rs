@@ -320,6 +320,26 @@ async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried
         Outcome::Answer { .. } => panic!("answered"),
     }
     assert_eq!(fake.sent_to().len(), 2, "both replicas of the shard, then no replica left");
+    // A read answered 216 (its query id still taken by a hedged copy being killed there) goes to
+    // the other replica, and the first is not marked down: it is not in trouble.
+    let fake = Fake::with(&[
+        (
+            R21,
+            Behave::Answer(
+                Duration::ZERO,
+                500,
+                "Code: 216, e.displayText() = DB::Exception: Query with id = q is already running.",
+            ),
+        ),
+        (R22, Behave::Answer(Duration::ZERO, 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    w.balancer.shards[1][1].lost_race();
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let mut o = w.run(&p, held()).await;
+    assert_eq!(answered(&mut o).0, R22);
+    assert_eq!(fake.sent_to().len(), 2, "216 on the first replica, then the other");
+    assert!(w.balancer.shards[1][0].is_healthy(), "216 marks no replica down");
     // A wrong query is wrong everywhere: its error answer is passed on at once.
     let fake = Fake::with(&[
         (R21, Behave::Answer(Duration::ZERO, 404, "Code: 60, e.displayText() = DB::Exception: Table x doesn't exist")),

@@ -24,7 +24,7 @@ use crate::replica::Replica;
 use crate::upstream::{BackendError, BoxFuture};
 use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
 use chstorm_proto::native::wire::Io;
-use chstorm_proto::rules::retry_safe_code;
+use chstorm_proto::rules::may_run_elsewhere;
 use chstorm_proto::ProtoError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -166,7 +166,7 @@ impl Transport for Native<'_> {
 
     fn judge_error(head: NativeHead) -> BoxFuture<Judged<NativeHead>> {
         Box::pin(std::future::ready(match head.exception {
-            Some(c) if retry_safe_code(c) => Judged::Busy(c, format!("Code: {c}. (ClickHouse refused the query)")),
+            Some(c) if may_run_elsewhere(c) => Judged::Busy(c, format!("Code: {c}. (ClickHouse refused the query)")),
             _ => Judged::Answer(head),
         }))
     }
