@@ -307,12 +307,13 @@ pub enum ThreadMode {
 }
 
 impl Default for ThreadMode {
-    /// `queue`, chosen by `scripts/bench_threads.py` (the `default` row; docs/GATEWAY.md,
-    /// "Thread budget"): with the total at the cores, a queue that shares what frees among its
-    /// waiters keeps about `total` one-thread queries running under a storm, where `grant` starts
-    /// every query at once with one thread.
+    /// `grant` (docs/GATEWAY.md, "Thread budget"). `queue` holds a query back while the budget
+    /// is spent, whatever the query: with the total at the cores, a storm of `SELECT 1` at c=8
+    /// ran 2 at a time and kept 0.54 of direct QPS against 0.70 in `grant` mode
+    /// (`scripts/bench_gateway_cpu.py`), and on `scripts/bench_threads.py`'s heavy table `grant`
+    /// was level with or ahead of `queue` in every run.
     fn default() -> Self {
-        ThreadMode::Queue
+        ThreadMode::Grant
     }
 }
 
@@ -1130,7 +1131,7 @@ mod tests {
         let t = &Config::parse(&uncommented, Path::new("gateway.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Grant, Duration::from_millis(100), false)
         );
         assert_eq!(t.total_for("http://127.0.0.1:18126"), ThreadTotal::Fixed(8));
         let with = |t: &str| EXAMPLE.replace("    routing:\n", &format!("    threads:\n{t}    routing:\n"));
@@ -1146,7 +1147,7 @@ mod tests {
         let t = &Config::parse(&with("      total: auto\n"), Path::new("g.yaml")).unwrap().threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Grant, Duration::from_millis(100), false)
         );
         // `threads: {}`: every default (what docs/GATEWAY.md and scripts/bench_threads.py call
         // the default budget).
@@ -1156,7 +1157,7 @@ mod tests {
                 .threads["storm"];
         assert_eq!(
             (t.total, t.max_per_query, t.mode, t.max_wait, t.observe),
-            (ThreadTotal::Auto, 16, ThreadMode::Queue, Duration::from_millis(100), false)
+            (ThreadTotal::Auto, 16, ThreadMode::Grant, Duration::from_millis(100), false)
         );
         assert!(t.cap_at_cores, "max_per_query not set: grants are capped at the server's cores too");
         let t = &Config::parse(

@@ -456,3 +456,26 @@ fn an_unset_max_per_query_caps_grants_at_the_cores() {
     fixed.learn_cores(2);
     assert_eq!(fixed.grant_now(16, "set").threads(), 8, "max_per_query set: no cap at the cores");
 }
+
+/// Under the defaults (`threads: {}`), a storm of small queries is never held back: with the
+/// total spent, every further query starts at once on the 1-thread floor. (In `queue` mode, the
+/// default until session 6, a total of 2 ran a storm of `SELECT 1` at c=8 two at a time.)
+#[tokio::test(start_paused = true)]
+async fn default_mode_never_holds_a_storm_back() {
+    let defaults = crate::config::Config::parse(
+        "listen: 127.0.0.1:0\nclusters:\n  one:\n    shards:\n      - replicas: [http://127.0.0.1:9]\n    threads: {}\nusers:\n  - name: default\n    cluster: one\n",
+        std::path::Path::new("g.yaml"),
+    )
+    .unwrap()
+    .threads["one"]
+        .clone();
+    let b = ReplicaBudget::new("1.1", 2, &defaults, None);
+    let started = tokio::time::Instant::now();
+    let mut held = Vec::new();
+    for i in 0..8 {
+        held.push(b.acquire(2, &format!("q{i}")).await);
+    }
+    assert_eq!(started.elapsed(), Duration::ZERO, "a query waited for a thread");
+    assert_eq!(held.iter().map(Grant::threads).collect::<Vec<_>>(), [2, 1, 1, 1, 1, 1, 1, 1]);
+    assert_eq!(b.snapshot().queued, 0);
+}
