@@ -40,6 +40,7 @@ demo: release
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
 bench: release
 	$(CARGO) build --release -p chstorm --example ping_server
+	$(CARGO) build --release -p chstorm-gateway --example floor_relay
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
 	python3 scripts/bench_gateway_cpu.py --out bench-results

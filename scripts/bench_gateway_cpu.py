@@ -21,6 +21,13 @@ Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connecti
 writes OUT/gateway_cpu.json. Targets (issue 13): <= 25 us per query, >= 0.85 of direct QPS,
 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
 
+The floor: in the same alternation, two relays with nothing of the gateway in them
+(crates/chstorm-gateway/examples/floor_relay.rs, one current-thread runtime like `workers: 1`):
+`l4` copies bytes between a client connection and its own backend connection, `http` is a bare
+hyper server in front of a pooled hyper client. Their CPU per query is what any proxy, and any
+hyper-based proxy, costs on this machine; the gateway's figure is printed beside them.
+--no-floors leaves them out.
+
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
@@ -149,6 +156,9 @@ def main():
     ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
+    ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper)")
+    ap.add_argument("--floor-relay", default="target/release/examples/floor_relay",
+                    help="the floor relays' binary (built by `cargo build --release -p chstorm-gateway --example floor_relay` when missing)")
     args = ap.parse_args()
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
@@ -156,8 +166,22 @@ def main():
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     gw = None
+    floors = {}
     try:
         url = info["http_url"]
+        if not args.no_floors:
+            relay = os.path.abspath(args.floor_relay)
+            if not os.path.exists(relay):
+                sh(["cargo", "build", "--release", "-p", "chstorm-gateway", "--example", "floor_relay"])
+            for mode in ("l4", "http"):
+                p = free_port()
+                proc = subprocess.Popen([relay, mode, f"127.0.0.1:{p}", url.removeprefix("http://")],
+                                        stderr=subprocess.DEVNULL)
+                floors[mode] = (proc, f"http://127.0.0.1:{p}")
+            time.sleep(0.3)
+            for proc, _ in floors.values():
+                if proc.poll() is not None:
+                    raise SystemExit(f"bench_gateway_cpu: the floor relay exited ({proc.returncode}); run {relay} by hand to see why")
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         port, native_port = free_port(), free_port()
         native = info["native_url"].removeprefix("clickhouse://")
@@ -172,8 +196,17 @@ def main():
         wrk(gw_url, 1, args.connections)  # warm the pools
         wrk(url, 1, args.connections)
         runs = {"direct": [], "gateway": []}
+        for mode, (proc, furl) in floors.items():
+            wrk(furl, 1, args.connections)
+            runs[f"floor_{mode}"] = []
         for _ in range(args.reps):
             runs["direct"].append(wrk(url, args.duration, args.connections))
+            for mode, (proc, furl) in floors.items():
+                c0 = cpu_seconds(proc.pid)
+                r = wrk(furl, args.duration, args.connections)
+                r["relay_cpu_us_per_query"] = (cpu_seconds(proc.pid) - c0) / max(1, r["requests"]) * 1e6
+                runs[f"floor_{mode}"].append(r)
+                print(f"  floor {mode:<4} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
             c0 = cpu_seconds(gw.pid)
             r = wrk(gw_url, args.duration, args.connections)
             r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
@@ -205,9 +238,15 @@ def main():
                           "gateway_cpu_us_per_query": med("native_gateway", "gateway_cpu_us_per_query"),
                           "qps_ratio": med("native_gateway", "qps") / med("native_direct", "qps"),
                           "direct_qps": med("native_direct", "qps"), "gateway_qps": med("native_gateway", "qps")},
+               "floors": {mode: {"relay_cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
+                                 "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
+                                 "qps": med(f"floor_{mode}", "qps")} for mode in floors},
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
     finally:
+        for proc, _ in floors.values():
+            proc.terminate()
+            proc.wait()
         if gw:
             gw.terminate()
             gw.wait()
@@ -216,6 +255,9 @@ def main():
     print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (target <= 25)")
     print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
           f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}; target >= 0.85)")
+    for mode, f in res["floors"].items():
+        what = "l4 byte relay" if mode == "l4" else "bare hyper relay"
+        print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     n = res["native"]
     print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
           f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}; target >= 0.8), "
