@@ -54,5 +54,9 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     let outcome = crate::attempt::run(&plan, body, &ctx).await;
-    exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline)
+    let resp = exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline);
+    if parts.method == http::Method::HEAD {
+        return resp;
+    }
+    crate::body::hold_small(resp, crate::body::HOLD_AT).await
 }
