@@ -17,10 +17,16 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
 
 
+def chstorm_bench(chstorm, url, args):
+    """Runs `chstorm bench --quiet --url URL ARGS --json FILE` and returns its JSON report (the
+    one wrapper of `chstorm bench` for every benchmark script)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        sh([chstorm, "bench", "--quiet", "--url", url] + list(args) + ["--json", f.name])
+        return json.load(open(f.name))
+
+
 def bench(chstorm, url, extra, duration, tmp):
-    j = os.path.join(tmp, "b.json")
-    sh([chstorm, "bench", "--quiet", "--url", url, "-d", f"{duration}s", "--json", j] + extra)
-    r = json.load(open(j))
+    r = chstorm_bench(chstorm, url, ["-d", f"{duration}s"] + extra)
     l = r["latency_s"]
     return {"qps": r["qps"], "queries": r["queries"], "errors": r["errors"], "p50": l["p50"], "p90": l["p90"], "p99": l["p99"]}
 

@@ -35,7 +35,7 @@ import argparse, json, os, re, resource, socket, statistics, subprocess, sys, te
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, sh, start_gateway  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, sh, start_gateway  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -103,10 +103,7 @@ def wrk(url, duration, conns):
 
 def native_bench(chstorm, target, duration, conns):
     """chstorm bench over the native protocol: requests, qps, errors."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        sh([chstorm, "bench", "--url", target, "-q", "SELECT 1", "-c", str(conns), "-d", f"{duration}s",
-            "--json", f.name])
-        r = json.load(open(f.name))
+    r = chstorm_bench(chstorm, target, ["-q", "SELECT 1", "-c", str(conns), "-d", f"{duration}s"])
     return {"requests": r["queries"], "qps": r["qps"], "errors": r["errors"]}
 
 

@@ -23,7 +23,7 @@ Everything (server, gateway, load) shares this machine's cores.
 import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, sh, start_gateway as start_gateway_with  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, sh, start_gateway as start_gateway_with  # noqa: E402
 
 QUERY = "SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100"
 
@@ -66,16 +66,13 @@ def process_cpu_s(pid):
 
 
 def bench(chstorm, url, clients, n, settings, tmp, server_pid=None):
-    j = os.path.join(tmp, "b.json")
-    cmd = [chstorm, "bench", "--quiet", "--url", url, "-q", QUERY, "-c", str(clients), "-n", str(n),
-           "--warmup", "300ms", "--timeout", "60s", "--json", j]
+    args = ["-q", QUERY, "-c", str(clients), "-n", str(n), "--warmup", "300ms", "--timeout", "60s"]
     for s in settings:
-        cmd += ["--setting", s]
+        args += ["--setting", s]
     b0 = cpu_times()
     s0 = process_cpu_s(server_pid) if server_pid else None
-    sh(cmd)
+    r = chstorm_bench(chstorm, url, args)
     b1 = cpu_times()
-    r = json.load(open(j))
     if r["errors"]:
         raise SystemExit(f"bench_threads: {r['errors']} errors at c={clients} on {url}: {r.get('errors_by_kind')}")
     # Time for exactly n queries (a closed loop may finish a few more than n).

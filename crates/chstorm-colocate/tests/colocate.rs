@@ -9,7 +9,6 @@ use chstorm_isolate::{procfs, Request};
 use chstorm_load::{LoadSpec, Schedule, StopHandle, Template, Work};
 use chstorm_output::RunMeta;
 use chstorm_proto::{Target, TlsOptions};
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,40 +212,13 @@ fn fake_server(gone: Arc<AtomicBool>) -> (String, JoinHandle<()>) {
         while !gone.load(Ordering::SeqCst) {
             match listener.accept() {
                 Ok((conn, _)) => {
-                    std::thread::spawn(move || serve_ones(conn));
+                    std::thread::spawn(move || chstorm_testenv::answer_ones(conn, || {}));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
         }
     });
     (url, thread)
-}
-
-/// Answers each HTTP request on `conn` with a 200 and the body `1\n`.
-fn serve_ones(mut conn: std::net::TcpStream) {
-    let _ = conn.set_nonblocking(false);
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-                .unwrap_or(0);
-            if buf.len() < end + 4 + len {
-                break;
-            }
-            buf.drain(..end + 4 + len);
-            if conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n").is_err() {
-                return;
-            }
-        }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
 }
 
 #[test]

@@ -81,6 +81,25 @@ pub fn v1_cpu_mount() -> Option<CgroupMount> {
     )
 }
 
+/// Where the cgroup v1 `cpu` controller is mounted, when cgroups with `cpu.idle` can be made
+/// there (kernel 5.15 or later, and the right to create cgroups); else why not, in words that
+/// fit after "cannot use cgroup v1 cpu.idle: ". Used by the integration tests of this crate and
+/// of the CLI to skip, with the reason, where the machine cannot run them.
+pub fn v1_cpu_idle_mount() -> Result<PathBuf, String> {
+    let Some(m) = v1_cpu_mount() else {
+        return Err("no cgroup v1 cpu controller is mounted".into());
+    };
+    if !m.mount.join("cpu.idle").exists() {
+        return Err(format!("{} has no cpu.idle (kernel older than 5.15)", m.mount.display()));
+    }
+    let probe = m.mount.join(format!("chstorm-probe-{}", std::process::id()));
+    if fs::create_dir(&probe).is_err() {
+        return Err(format!("cannot create cgroups in {} (not root?)", m.mount.display()));
+    }
+    let _ = fs::remove_dir(&probe);
+    Ok(m.mount)
+}
+
 /// The cgroup v2 unified hierarchy, if mounted (whatever its controllers).
 pub fn v2_mount() -> Option<CgroupMount> {
     mountinfo_lines().into_iter().find(|(_, _, _, fstype, _)| fstype == "cgroup2").map(|(root, mount, mopts, _, _)| {

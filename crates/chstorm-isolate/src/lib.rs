@@ -73,7 +73,7 @@ mod sched;
 pub mod state;
 
 pub use apply::{apply, apply_in, prepare_command, prepare_command_in, PreExec};
-pub use cgroupfs::Hierarchy;
+pub use cgroupfs::{v1_cpu_idle_mount, v1_cpu_mount, CgroupMount, Hierarchy};
 pub use error::{Fault, IsolateError};
 pub use mechanism::{choose, detect_all, Availability, Mechanism, Request};
 pub use record::{thread_summary, Change, FileChange, Move, Record, Target, ThreadChange, UndoReport};

@@ -57,32 +57,14 @@ fn policy(pid: u32) -> u32 {
     text.lines().find_map(|l| l.strip_prefix("policy")?.split(':').nth(1)?.trim().parse().ok()).unwrap()
 }
 
-/// Where the cgroup v1 cpu controller is mounted, from /proc/mounts.
-fn v1_cpu_mount() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").ok()?;
-    mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.get(2) == Some(&"cgroup") && f.get(3)?.split(',').any(|o| o == "cpu")).then(|| PathBuf::from(f[1]))
-    })
-}
-
 /// The writable cgroup v1 cpu mount with cpu.idle, or None after printing why the test skips.
 fn cgroup_v1_or_skip(test: &str) -> Option<PathBuf> {
-    let Some(m) = v1_cpu_mount() else {
-        eprintln!("SKIP {test}: no cgroup v1 cpu controller is mounted");
-        return None;
-    };
-    if !m.join("cpu.idle").exists() {
-        eprintln!("SKIP {test}: {} has no cpu.idle (kernel older than 5.15)", m.display());
-        return None;
-    }
-    let probe = m.join(format!("chstorm-probe-{}", std::process::id()));
-    if std::fs::create_dir(&probe).is_err() {
-        eprintln!("SKIP {test}: cannot create cgroups in {} (not root?)", m.display());
-        return None;
-    }
-    std::fs::remove_dir(&probe).unwrap();
-    Some(m)
+    chstorm_isolate::v1_cpu_idle_mount().map_err(|why| eprintln!("SKIP {test}: {why}")).ok()
+}
+
+/// Where the cgroup v1 cpu controller is mounted.
+fn v1_cpu_mount() -> Option<PathBuf> {
+    chstorm_isolate::v1_cpu_mount().map(|m| m.mount)
 }
 
 fn read(p: &Path) -> String {

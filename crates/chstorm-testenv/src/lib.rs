@@ -106,3 +106,36 @@ pub fn post(url: &str, sql: &str) -> (u16, String) {
     let (s, _, b) = curl(&["--data-binary", sql, url]);
     (s, b)
 }
+
+/// Serves a fake ClickHouse HTTP interface on `conn`: every complete request (its head and its
+/// `Content-Length` body) is answered `200` with the body `1\n`, after `before_answer` runs (a
+/// test's fault: a stall, a count). Returns when the client closes or a write fails. For faults
+/// a real server cannot produce; used by the load engine's and colocate's tests.
+pub fn answer_ones(mut conn: std::net::TcpStream, mut before_answer: impl FnMut()) {
+    use std::io::{Read, Write};
+    let _ = conn.set_nonblocking(false);
+    let _ = conn.set_nodelay(true);
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
+                .unwrap_or(0);
+            if buf.len() < end + 4 + len {
+                break;
+            }
+            buf.drain(..end + 4 + len);
+            before_answer();
+            if conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n").is_err() {
+                return;
+            }
+        }
+        match conn.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}

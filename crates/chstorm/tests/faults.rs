@@ -3,7 +3,6 @@
 
 mod common;
 use common::{bench, bench_with_stop};
-use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,37 +16,15 @@ fn stalling_server(stall_at: Duration, stall: Duration) -> (String, Arc<Instant>
     let st = start.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
+            let Ok(conn) = conn else { continue };
             let st = st.clone();
             std::thread::spawn(move || {
-                let _ = conn.set_nodelay(true);
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    // Serve every complete request in the buffer.
-                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-                        let len: usize = head
-                            .lines()
-                            .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-                            .unwrap_or(0);
-                        if buf.len() < end + 4 + len {
-                            break;
-                        }
-                        buf.drain(..end + 4 + len);
-                        let since = st.elapsed();
-                        if since >= stall_at && since < stall_at + stall {
-                            std::thread::sleep(stall_at + stall - since);
-                        }
-                        if conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n").is_err() {
-                            return;
-                        }
+                chstorm_testenv::answer_ones(conn, || {
+                    let since = st.elapsed();
+                    if since >= stall_at && since < stall_at + stall {
+                        std::thread::sleep(stall_at + stall - since);
                     }
-                    match conn.read(&mut chunk) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                    }
-                }
+                })
             });
         }
     });
