@@ -170,9 +170,10 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         held: &held,
         settings: plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect(),
         readonly: user.cfg.readonly,
+        ungranted: None,
     };
     // A setting whose value cannot be encoded fails here, before any replica is tried.
-    if let Err(e) = transport.query_packet(None) {
+    if let Err(e) = transport.check() {
         count(state, name, 400, "rejected");
         return say(&mut conn.w, exception_bytes(115, &e.to_string())).await;
     }

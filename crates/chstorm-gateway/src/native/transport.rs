@@ -76,9 +76,19 @@ pub struct Native<'a> {
     pub settings: Vec<(String, String)>,
     /// `readonly = 1` goes last, for a read-only user.
     pub readonly: bool,
+    /// The Query packet without a thread grant, built once when the settings were checked
+    /// ([`Native::check`]): an attempt without a grant sends a copy instead of encoding again.
+    pub ungranted: Option<Vec<u8>>,
 }
 
 impl Native<'_> {
+    /// Encodes the Query packet once, before any replica is tried: a setting whose value cannot
+    /// be encoded fails here. The packet is kept for the attempts that get no thread grant.
+    pub fn check(&mut self) -> Result<(), super::settings::SettingError> {
+        self.ungranted = Some(self.query_packet(None)?);
+        Ok(())
+    }
+
     /// The Query packet for one attempt, with `threads` granted as a real `max_threads`
     /// setting (the typed settings of revision 54412 carry it as well as a string would).
     pub fn query_packet(&self, threads: Option<usize>) -> Result<Vec<u8>, super::settings::SettingError> {
@@ -111,7 +121,11 @@ impl Transport for Native<'_> {
             let msg = format!("replica {} has no native address in the config", replica.label());
             return Some(fail(true, msg));
         };
-        let query = match self.query_packet(threads) {
+        let packet = match (threads, &self.ungranted) {
+            (None, Some(p)) => Ok(p.clone()),
+            _ => self.query_packet(threads),
+        };
+        let query = match packet {
             Ok(q) => q,
             Err(e) => return Some(fail(true, e.to_string())),
         };
