@@ -11,7 +11,8 @@
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
 //!   (pure: user rules, [`sql_rules`], routing, parameters), [`attempt`] (retries and hedged
 //!   reads under one policy and one budget; per-try deadlines from [`hedge`]), and [`respond`],
-//!   the one exit that records every outcome.
+//!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
+//!   and a small answer held whole so that it leaves in one write.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
 //! * [`replica`] (runtime state and the health state machine), [`balancer`] (selection over
 //!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
@@ -26,6 +27,10 @@
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
 //! `chstorm_proto::rules`. This crate must not import the load engine, the outputs or the CLI.
+//!
+//! `examples/floor_relay.rs` is not part of the gateway: two relays with nothing of it (a byte
+//! copy, a bare hyper proxy) that `scripts/bench_gateway_cpu.py` measures beside it, the floor
+//! under its CPU per query.
 
 mod admission;
 mod attempt;
