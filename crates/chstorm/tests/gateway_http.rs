@@ -1,6 +1,7 @@
 //! The gateway's HTTP side against a real 2x2 cluster: ClickHouse's paths and 401s, compared
 //! with a node's answers; slow clients dropped and their slots freed; bounded metrics that
-//! `promtool check metrics` accepts; `/metrics` on its own listener.
+//! `promtool check metrics` accepts; `/metrics` on its own listener; small answers held whole,
+//! long ones streamed.
 
 use chstorm_testenv::{curl, start_cluster, Env};
 use std::io::{ErrorKind, Read, Write};
@@ -428,5 +429,52 @@ fn a_tls_handshake_that_never_comes_is_dropped_after_the_header_timeout() {
     assert_eq!((status, body.as_str()), (200, "1\n"));
     let m = curl(&["--cacert", ca.to_str().unwrap(), &format!("{url}metrics")]).2;
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"tls\"}"), 1.0, "{m}");
+    gw.stop();
+}
+
+/// The body of a raw HTTP/1.1 answer, de-chunked when it is chunked.
+fn body_of(answer: &str) -> String {
+    let (head, mut rest) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no head: {answer:?}"));
+    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        return rest.to_string();
+    }
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or_else(|e| panic!("chunk size {size:?}: {e}"));
+        if size == 0 {
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = &after[size + 2..];
+    }
+    out
+}
+
+/// A small answer is held whole and leaves with its `Content-Length` (18.16 sends it chunked, in
+/// three segments); one longer than 64 KiB streams chunked as the node sends it. Both are
+/// byte-equal to the node's own answer (docs/GATEWAY.md, "A small answer is held whole").
+#[test]
+fn small_answers_leave_whole_and_long_ones_stream() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t);
+    let node = addr_of(&env.node_url(1, 1));
+    let ask = |addr: SocketAddr, query: &str| {
+        let request = format!("GET /?query={query} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        raw(addr, request.as_bytes())
+    };
+    for (rows, held) in [(10, true), (1_000, true), (100_000, false)] {
+        let query = format!("SELECT%20number%20FROM%20system.numbers%20LIMIT%20{rows}");
+        let (through, direct) = (ask(addr_of(&url), &query), ask(node, &query));
+        assert!(through.starts_with("HTTP/1.1 200"), "{through:.300}");
+        assert!(direct.to_ascii_lowercase().contains("transfer-encoding: chunked"), "the node chunks: {direct:.300}");
+        let head = through.split_once("\r\n\r\n").unwrap().0.to_ascii_lowercase();
+        let body = body_of(&through);
+        assert_eq!(body, body_of(&direct), "{rows} rows through the gateway differ from the node's");
+        if held {
+            assert!(head.contains(&format!("content-length: {}", body.len())), "{rows} rows not held whole: {head}");
+        } else {
+            assert!(body.len() > 64 * 1024 && head.contains("transfer-encoding: chunked"), "{rows} rows: {head}");
+        }
+    }
     gw.stop();
 }
