@@ -276,6 +276,22 @@ mod tests {
         assert!(r0.score(Instant::now()) < 1e-4);
     }
 
+    /// One lost race 16 s ago weighs less than half a request (4 x 2^-3.2 = 0.44): between two
+    /// idle replicas it no longer decides, and the picks split again. (Compared as a fraction it
+    /// decided every pick for as long as the penalty was above zero: minutes.)
+    #[test]
+    fn a_faded_penalty_no_longer_steers_between_equal_loads() {
+        let b = Balancer::new(&cluster(1, 2));
+        let r0 = b.shards[0][0].clone();
+        r0.set_penalty(1.0, Instant::now() - std::time::Duration::from_secs(16));
+        let picks0 = (0..400).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
+        assert!((120..=280).contains(&picks0), "{picks0} of 400 picks went to the replica that lost a race 16 s ago");
+        // A fresh lost race still steers (weight about 4 requests).
+        r0.lost_race();
+        let picks0 = (0..100).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
+        assert_eq!(picks0, 0);
+    }
+
     #[test]
     fn health_changes_are_published() {
         let b = Balancer::new(&cluster(1, 3));
