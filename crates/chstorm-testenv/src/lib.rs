@@ -1,6 +1,7 @@
 //! Test environments shared by the gateway's integration tests (in `chstorm-gateway` and
 //! `chstorm`): a real 2x2 ClickHouse cluster with the `items` dataset, the gateway config that
-//! `chstorm local up` writes for it, and curl helpers. Dev-only (`publish = false`).
+//! `chstorm local up` writes for it, and curl helpers; and [`answer_ones`], the fake HTTP server
+//! of the load engine's and colocate's fault tests. Dev-only (`publish = false`).
 //!
 //! This crate does not depend on `chstorm-gateway` (which uses it as a dev-dependency): it hands
 //! out the gateway config's path and the test starts `chstorm_gateway::Gateway` itself, on
