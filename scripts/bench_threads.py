@@ -65,7 +65,7 @@ def process_cpu_s(pid):
         return None
 
 
-def bench(chstorm, url, clients, n, settings, tmp, server_pid=None):
+def bench(chstorm, url, clients, n, settings, server_pid=None):
     args = ["-q", QUERY, "-c", str(clients), "-n", str(n), "--warmup", "300ms", "--timeout", "60s"]
     for s in settings:
         args += ["--setting", s]
@@ -151,8 +151,8 @@ def main():
                     settings = []
                 gw, url = start_gateway(chstorm, server, threads, tmp, log)
                 try:
-                    one = bench(chstorm, url, 1, args.n1, settings, tmp, server_pid)
-                    twenty = bench(chstorm, url, 20, args.n20, settings, tmp, server_pid)
+                    one = bench(chstorm, url, 1, args.n1, settings, server_pid)
+                    twenty = bench(chstorm, url, 20, args.n20, settings, server_pid)
                     total_threads = metric(url, "chstorm_gateway_threads_budget")
                 finally:
                     gw.send_signal(signal.SIGTERM)
