@@ -119,7 +119,11 @@ pub struct Plan {
     /// POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`).
     pub method: Method,
     pub target: Target,
+    /// The query_id the backend runs the query under: the client's, in its user's namespace
+    /// ([`backend_id`]), or one the gateway made.
     pub query_id: String,
+    /// The query_id the client sees (`X-ClickHouse-Query-Id`): its own, or the gateway's.
+    pub client_query_id: String,
     /// The backend URL's path and query up to (not including) the parts each attempt adds:
     /// `/?a=1&b=2`, then the thread grant, then `&query_id=...` and, for read-only users, a
     /// final `&readonly=1` (see [`Plan::path_and_query`]).
@@ -173,7 +177,7 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
     let unreadable = |e: crate::sql_rules::SqlRuleError| {
         forbid(format!("user '{}' has restricted settings, and the gateway {e}; fix the query's syntax", user.name))
     };
-    for (name, _) in settings_in_sql(sql).map_err(unreadable)? {
+    for (name, value) in settings_in_sql(sql).map_err(unreadable)? {
         if user.readonly {
             return Err(forbid(format!(
                 "user '{}' is read-only: a SETTINGS clause or SET ('{name}') is refused; pass allowed settings as \
@@ -184,7 +188,7 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
         if user.settings.iter().any(|(k, _)| *k == name) {
             return Err(forbid(format!("setting '{name}' is fixed for user '{}' and cannot be changed", user.name)));
         }
-        if !user.allowed_settings.allows(&name) {
+        if !user.allowed_settings.allows(&name) && !stricter(&name, &value) {
             return Err(forbid(format!("setting '{name}' is not allowed for user '{}'", user.name)));
         }
     }
@@ -197,6 +201,71 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
         }
     }
     Ok(())
+}
+
+/// True for `readonly` set to 1 or 2: a client may always make itself stricter, whatever its
+/// user's allow-list.
+fn stricter(name: &str, value: &str) -> bool {
+    name == "readonly" && matches!(value.trim(), "1" | "2")
+}
+
+/// True for a `multipart/form-data` body: 18.16 reads its plain fields as URL parameters
+/// (applied after the URL's) and the `query` fields as the statement.
+pub fn is_multipart(headers: &HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
+}
+
+/// The id a client's `query_id` or `session_id` is given on the backend: in its user's
+/// namespace, `<user>:<id>` (`%` and `:` in the user name percent-encoded, so no two users
+/// share a namespace). Users share one backend login, so a bare id would reach another user's
+/// query (`replace_running_query`) or session (its temporary tables and settings). The
+/// gateway's own query ids (`chgw-...`) have no `:` prefix and cannot be named by a client.
+pub fn backend_id(user: &str, id: &str) -> String {
+    format!("{}:{id}", user.replace('%', "%25").replace(':', "%3A"))
+}
+
+/// The statement `text` in place of the client's: in the `query` parameter for a GET (a GET
+/// stays read-only on the server, and its body is not read), else as the body. Returns the body.
+fn replace_statement(method: &Method, params: &mut Vec<(String, String)>, text: String) -> String {
+    params.retain(|(k, _)| k != "query");
+    if method == Method::GET {
+        params.push(("query".into(), text));
+        String::new()
+    } else {
+        text
+    }
+}
+
+/// A `SET` in a session that sets `readonly` (to 1 or 2), with the settings the gateway adds
+/// to every query (`forced`: the user's fixed settings and capped `max_execution_time`, as
+/// sent) appended, so the session holds them before it turns read-only. 18.16 then takes the
+/// same values in later URLs as unchanged, where a changed one would be refused (`Code: 164
+/// Cannot override setting (max_execution_time) in readonly mode`). None for any other
+/// statement. Verified on 18.16.1: `SET readonly = 1, max_execution_time = 30` applies both,
+/// and a later query with `max_execution_time=30` in the URL runs.
+fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
+    if forced.is_empty() || !chstorm_proto::rules::first_keyword(sql).eq_ignore_ascii_case("SET") {
+        return None;
+    }
+    let set = settings_in_sql(sql).ok()?;
+    if !set.iter().any(|(k, v)| stricter(k, v)) {
+        return None;
+    }
+    let toks = crate::route::lexer::tokenize(sql);
+    let end = toks.iter().rev().find(|t| !t.is_punct(";"))?.end();
+    let mut out = sql[..end].to_string();
+    for (k, v) in forced {
+        let literal = if v.parse::<i64>().is_ok() || v.parse::<u64>().is_ok() || v.parse::<f64>().is_ok() {
+            v.clone()
+        } else {
+            format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+        };
+        out.push_str(&format!(", {k} = {literal}"));
+    }
+    Some(out)
 }
 
 /// The hash of a session id that picks its replica.
@@ -219,28 +288,42 @@ pub fn plan(
     let kind = sql.map_or(StatementKind::Write, statement_kind);
 
     // The user's rules.
-    if user.readonly {
-        if body == BodyShape::Opaque && sql.is_none() {
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "user '{}' is read-only and this body is compressed in a format the gateway cannot read \
-                     (decompress=1); send the query uncompressed or with Content-Encoding: gzip",
-                    user.name
-                ),
-            ));
-        }
-        if kind != StatementKind::Read {
-            return Err(Refusal::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "user '{}' is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed",
-                    user.name
-                ),
-            ));
-        }
+    let forbid = |why: String| Refusal::new(StatusCode::FORBIDDEN, why);
+    if restricted(user) && body == BodyShape::Opaque {
+        return Err(forbid(format!(
+            "user '{}' has rules on settings, and this body is compressed in a format the gateway cannot read \
+             (decompress=1 with other than LZ4 frames, or an unknown Content-Encoding); send it uncompressed, with \
+             Content-Encoding: gzip, or with decompress=1 and LZ4",
+            user.name
+        )));
     }
-    if let Some((k, _)) = params.iter().find(|(k, _)| is_setting(k) && !user.allowed_settings.allows(k)) {
+    if restricted(user) && is_multipart(headers) {
+        return Err(forbid(format!(
+            "user '{}' has rules on settings, and the gateway does not read multipart/form-data bodies (their \
+             fields are settings and statement text); send the query in the URL or as the body",
+            user.name
+        )));
+    }
+    if sql.is_some_and(|q| chstorm_proto::rules::first_keyword(q).eq_ignore_ascii_case("KILL")) {
+        return Err(forbid(
+            "KILL is refused: the gateway's users share one backend login, so it would reach other users' queries; \
+             a query is cancelled when its client disconnects, or replaced by sending its query_id again with \
+             replace_running_query=1"
+                .into(),
+        ));
+    }
+    if user.readonly && kind != StatementKind::Read {
+        return Err(Refusal::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "user '{}' is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed",
+                user.name
+            ),
+        ));
+    }
+    if let Some((k, _)) =
+        params.iter().find(|(k, v)| is_setting(k) && !user.allowed_settings.allows(k) && !stricter(k, v))
+    {
         return Err(Refusal::new(
             StatusCode::FORBIDDEN,
             format!("setting '{k}' is not allowed for user '{}'", user.name),
@@ -262,15 +345,29 @@ pub fn plan(
 
     // Parameters for the backend: the client's, minus credentials and the gateway's own, plus
     // the user's fixed settings and a capped max_execution_time.
-    let query_id = params
-        .iter()
-        .find(|(k, _)| k == "query_id")
-        .map(|(_, v)| v.clone())
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(query_id);
+    let client_query_id =
+        params.iter().find(|(k, _)| k == "query_id").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
+    let (query_id, client_query_id) = match client_query_id {
+        Some(id) => (backend_id(&user.name, &id), id),
+        None => {
+            let id = query_id();
+            (id.clone(), id)
+        }
+    };
     let shard_key_param = params.iter().find(|(k, _)| k == SHARD_KEY_PARAM).map(|(_, v)| v.clone());
+    for (k, v) in params.iter_mut() {
+        if k == "session_id" && !v.is_empty() {
+            *v = backend_id(&user.name, v);
+        }
+    }
     let session = params.iter().find(|(k, v)| k == "session_id" && !v.is_empty()).map(|(_, v)| session_hash(v));
-    params.retain(|(k, _)| !matches!(k.as_str(), "user" | "password" | "query_id" | "readonly" | SHARD_KEY_PARAM));
+    // A client's own readonly is relayed (it can always make itself stricter); a read-only
+    // user's is dropped, for the gateway's readonly=1 sent last.
+    params.retain(|(k, _)| {
+        let dropped = matches!(k.as_str(), "user" | "password" | "query_id" | SHARD_KEY_PARAM);
+        let own_readonly = user.readonly && k == "readonly";
+        !(dropped || own_readonly)
+    });
     for (k, v) in &user.settings {
         params.retain(|(pk, _)| pk != k);
         params.push((k.clone(), v.clone()));
@@ -282,10 +379,19 @@ pub fn plan(
         params.push(("max_execution_time".into(), format!("{}", secs.ceil() as u64)));
     }
 
+    // A SET that makes the session read-only first takes the settings the gateway sends with
+    // every query, so that they do not break the session's later queries.
+    let mut forced: Vec<(String, String)> = user.settings.clone();
+    forced
+        .extend(params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned());
+    let mut replace_body = match (session, sql.and_then(|q| set_readonly_with(q, &forced))) {
+        (Some(_), Some(text)) => Some(replace_statement(method, &mut params, text)),
+        _ => None,
+    };
+
     // The route: one shard for a read that carries a key and names a routed table; the
     // session's replica for a session (routing would lose its temporary tables and settings).
     let header_key = headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok());
-    let mut replace_body = None;
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
         (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held => {
@@ -295,16 +401,8 @@ pub fn plan(
             );
             match router.route(text, shard_key_param.as_deref(), header_key, database) {
                 Ok(r) => {
-                    // The rewritten text replaces the whole statement: in the `query`
-                    // parameter for a GET (a GET stays read-only on the server), else as the body.
-                    if method == Method::GET {
-                        params.retain(|(k, _)| k != "query");
-                        params.push(("query".into(), r.sql));
-                        replace_body = Some(String::new());
-                    } else {
-                        params.retain(|(k, _)| k != "query");
-                        replace_body = Some(r.sql);
-                    }
+                    // The rewritten text replaces the whole statement.
+                    replace_body = Some(replace_statement(method, &mut params, r.sql));
                     Target::Shard(r.shard)
                 }
                 Err(_) => Target::Any,
@@ -318,6 +416,10 @@ pub fn plan(
     let want_threads = max_per_query.map(|m| crate::budget::wanted(&params, m));
     if want_threads.is_some() {
         params.retain(|(k, _)| k != "max_threads");
+    }
+    if replace_body.is_some() {
+        // The new text goes plain, not in ClickHouse's compressed frames.
+        params.retain(|(k, _)| k != "decompress");
     }
     let path_and_params = format!("{path}?{}", encode_params(&params));
     let mut tail = encode_params(&[("query_id".to_string(), query_id.clone())]);
@@ -343,6 +445,7 @@ pub fn plan(
         method,
         target,
         query_id,
+        client_query_id,
         path_and_params,
         tail,
         params,
@@ -474,7 +577,7 @@ mod tests {
         assert!(e.message.contains("setting 'max_block_size' is not allowed"), "{e}");
         let p = run(&u, "max_threads=2&max_execution_time=100&query_id=mine&user=x&password=y", "SELECT 1").unwrap();
         let pq = p.path_and_query(None);
-        assert_eq!(p.query_id, "mine");
+        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("default:mine", "mine"));
         assert!(pq.contains("max_threads=2") && pq.contains("max_memory_usage=1000"), "{pq}");
         assert!(pq.contains("max_execution_time=30") && !pq.contains("max_execution_time=100"), "capped: {pq}");
         assert!(!pq.contains("user=") && !pq.contains("password="), "{pq}");
@@ -597,5 +700,98 @@ mod tests {
         assert_eq!(p.want_threads, Some(2));
         assert!(!p.path_and_query(None).contains("max_threads"));
         assert!(p.path_and_query(Some(2)).contains("&max_threads=2&query_id=q"));
+    }
+    #[test]
+    fn query_and_session_ids_live_in_their_users_namespace() {
+        let p = run(&user(|_| {}), "query_id=q1&session_id=s1&replace_running_query=1", "SELECT 1").unwrap();
+        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("default:q1", "q1"));
+        let pq = p.path_and_query(None);
+        assert!(pq.contains("session_id=default%3As1") && pq.contains("query_id=default%3Aq1"), "{pq}");
+        let other = user(|u| u.name = "other".into());
+        let q = run(&other, "query_id=q1&session_id=s1", "SELECT 1").unwrap();
+        assert_eq!(q.query_id, "other:q1");
+        assert!(q.path_and_query(None).contains("session_id=other%3As1"));
+        // No user's namespace holds another's, whatever the names.
+        assert_ne!(backend_id("a:b", "c"), backend_id("a", "b:c"));
+        assert_ne!(backend_id("a%3Ab", "c"), backend_id("a:b", "c"));
+        // The gateway's own ids stay as made.
+        let p = run(&user(|_| {}), "", "SELECT 1").unwrap();
+        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("gen-1", "gen-1"));
+    }
+
+    #[test]
+    fn kill_is_refused_for_every_user() {
+        for q in ["KILL QUERY WHERE user = 'default'", " /* c */ kill query where query_id = 'x' SYNC"] {
+            let e = run(&user(|_| {}), "", q).unwrap_err();
+            assert_eq!(e.status, StatusCode::FORBIDDEN);
+            assert!(e.message.contains("KILL is refused"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_clients_own_readonly_is_relayed_and_a_read_only_users_wins() {
+        let p = run(&user(|_| {}), "readonly=1", "CREATE TABLE t (x UInt8) ENGINE = Memory").unwrap();
+        assert!(p.path_and_query(None).contains("readonly=1"), "{}", p.path_and_query(None));
+        let listed =
+            user(|u| u.allowed_settings = crate::config::AllowedSettings::Only(["max_threads".to_string()].into()));
+        for v in ["1", "2"] {
+            let p = run(&listed, &format!("readonly={v}"), "SELECT 1").unwrap();
+            assert!(p.path_and_query(None).contains(&format!("readonly={v}")));
+            assert!(run(&listed, "", &format!("SET readonly = {v}")).is_ok(), "stricter is always allowed");
+        }
+        assert!(run(&listed, "readonly=0", "SELECT 1").is_err(), "readonly=0 obeys the allow-list");
+        let ro = user(|u| u.readonly = true);
+        let p = run(&ro, "readonly=2", "SELECT 1").unwrap();
+        let pq = p.path_and_query(None);
+        assert!(pq.ends_with("&readonly=1") && !pq.contains("readonly=2"), "{pq}");
+    }
+
+    #[test]
+    fn a_set_readonly_in_a_session_takes_the_forced_settings_first() {
+        let u =
+            user(|u| u.settings = vec![("max_memory_usage".into(), "10000000000".into()), ("x".into(), "it's".into())]);
+        let p = run(&u, "session_id=s", "SET readonly = 1;").unwrap();
+        assert_eq!(
+            p.replace_body.as_deref(),
+            Some("SET readonly = 1, max_memory_usage = 10000000000, x = 'it\\'s', max_execution_time = 30")
+        );
+        let p = run(&u, "session_id=s&max_execution_time=5", "SET max_threads = 1, readonly = 2 -- c").unwrap();
+        assert_eq!(
+            p.replace_body.as_deref(),
+            Some("SET max_threads = 1, readonly = 2, max_memory_usage = 10000000000, x = 'it\\'s', max_execution_time = 5")
+        );
+        for (q, sql) in
+            [("session_id=s", "SET readonly = 0"), ("session_id=s", "SET max_threads = 1"), ("", "SET readonly = 1")]
+        {
+            assert_eq!(run(&u, q, sql).unwrap().replace_body, None, "{q} {sql}");
+        }
+        let none = user(|u| u.max_execution_time = None);
+        assert_eq!(run(&none, "session_id=s", "SET readonly = 1").unwrap().replace_body, None, "nothing forced");
+    }
+
+    #[test]
+    fn restricted_users_send_no_multipart_and_no_unreadable_body() {
+        let c = cfg();
+        let listed =
+            user(|u| u.allowed_settings = crate::config::AllowedSettings::Only(["max_threads".to_string()].into()));
+        let mut h = HeaderMap::new();
+        h.insert("content-type", "Multipart/Form-Data; boundary=x".parse().unwrap());
+        let e =
+            plan(input(&Method::POST, &h, "", Some("SELECT 1")), &listed, &c.clusters["storm"], None, || "q".into())
+                .unwrap_err();
+        assert!(e.message.contains("multipart/form-data"), "{e}");
+        assert!(plan(
+            input(&Method::POST, &h, "", Some("SELECT 1")),
+            &user(|_| {}),
+            &c.clusters["storm"],
+            None,
+            || "q".into()
+        )
+        .is_ok());
+        let h = HeaderMap::new();
+        let mut i = input(&Method::POST, &h, "decompress=1&query=SELECT%201", Some("SELECT 1"));
+        i.body = BodyShape::Opaque;
+        let e = plan(i, &listed, &c.clusters["storm"], None, || "q".into()).unwrap_err();
+        assert!(e.message.contains("decompress=1"), "{e}");
     }
 }

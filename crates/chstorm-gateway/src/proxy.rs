@@ -54,7 +54,7 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     let outcome = crate::attempt::run(&plan, body, &ctx).await;
-    let resp = exit.outcome(outcome, plan.target.label(), &plan.query_id, plan.body_deadline);
+    let resp = exit.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
     if parts.method == http::Method::HEAD {
         return resp;
     }

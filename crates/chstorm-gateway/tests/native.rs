@@ -310,7 +310,7 @@ fn native_port_end_to_end() {
     let running = |qid: &str| {
         env.node_urls()
             .iter()
-            .map(|u| post(u, &format!("SELECT count() FROM system.processes WHERE query_id = '{qid}'")).1)
+            .map(|u| post(u, &format!("SELECT count() FROM system.processes WHERE query_id = 'default:{qid}'")).1)
             .map(|b| b.trim().parse::<u64>().unwrap_or(0))
             .sum::<u64>()
     };
@@ -449,7 +449,7 @@ fn client_tls_config(dir: &std::path::Path, ca: &std::path::Path) -> std::path::
 fn running(env: &Env, query_id: &str) -> u64 {
     env.node_urls()
         .iter()
-        .map(|u| post(u, &format!("SELECT count() FROM system.processes WHERE query_id = '{query_id}'")).1)
+        .map(|u| post(u, &format!("SELECT count() FROM system.processes WHERE query_id = 'default:{query_id}'")).1)
         .map(|b| b.trim().parse::<u64>().unwrap_or(0))
         .sum()
 }
