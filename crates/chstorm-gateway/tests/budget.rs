@@ -283,7 +283,10 @@ fn auto_is_the_servers_cores_and_a_gone_client_gives_its_threads_back() {
     // (Counted, not read with its max_threads: 18.16 does not list a max_threads equal to its
     // default among a query's settings.)
     wait_for("the query to leave the server", Duration::from_secs(5), || {
-        server.query(&format!("SELECT count() FROM system.processes WHERE query_id LIKE 'default:{t}-%'")).unwrap().trim()
+        server
+            .query(&format!("SELECT count() FROM system.processes WHERE query_id LIKE 'default:{t}-%'"))
+            .unwrap()
+            .trim()
             == "0"
     });
     g.gw.stop();

@@ -221,9 +221,12 @@ fn a_client_that_disconnects_has_its_query_killed() {
     let running = |env: &Env| -> bool {
         (1..=2).any(|s| {
             (1..=2).any(|r| {
-                post(&env.node_url(s, r), &format!("SELECT count() FROM system.processes WHERE query_id = 'default:{qid}'"))
-                    .1
-                    .trim()
+                post(
+                    &env.node_url(s, r),
+                    &format!("SELECT count() FROM system.processes WHERE query_id = 'default:{qid}'"),
+                )
+                .1
+                .trim()
                     != "0"
             })
         })
