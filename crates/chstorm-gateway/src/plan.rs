@@ -66,6 +66,9 @@ pub struct PlanInput<'a> {
     /// (its head when streamed). None when the body is opaque and there is no `query` parameter.
     pub sql: Option<&'a str>,
     pub body: BodyShape,
+    /// A multipart/form-data body read by `crate::read` (its fields are in `params`, its
+    /// statement in `sql`); a multipart body not read so is refused for users with rules.
+    pub form_read: bool,
 }
 
 /// Where the query goes.
@@ -160,7 +163,7 @@ impl Plan {
 }
 
 /// True when the user's settings are restricted: read-only, an allow-list, or fixed settings.
-fn restricted(user: &User) -> bool {
+pub(crate) fn restricted(user: &User) -> bool {
     user.readonly || user.allowed_settings != AllowedSettings::Any || !user.settings.is_empty()
 }
 
@@ -284,7 +287,8 @@ pub fn plan(
     max_per_query: Option<usize>,
     query_id: impl FnOnce() -> String,
 ) -> Result<Plan, Refusal> {
-    let PlanInput { method, path, headers, mut params, sql, body } = input;
+    let PlanInput { method, path, headers, mut params, sql, body, form_read } = input;
+    let multipart = is_multipart(headers);
     let kind = sql.map_or(StatementKind::Write, statement_kind);
 
     // The user's rules.
@@ -297,7 +301,7 @@ pub fn plan(
             user.name
         )));
     }
-    if restricted(user) && is_multipart(headers) {
+    if restricted(user) && multipart && !form_read {
         return Err(forbid(format!(
             "user '{}' has rules on settings, and the gateway does not read multipart/form-data bodies (their \
              fields are settings and statement text); send the query in the URL or as the body",
@@ -385,7 +389,7 @@ pub fn plan(
     forced
         .extend(params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned());
     let mut replace_body = match (session, sql.and_then(|q| set_readonly_with(q, &forced))) {
-        (Some(_), Some(text)) => Some(replace_statement(method, &mut params, text)),
+        (Some(_), Some(text)) if !multipart => Some(replace_statement(method, &mut params, text)),
         _ => None,
     };
 
@@ -394,7 +398,7 @@ pub fn plan(
     let header_key = headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok());
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
-        (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held => {
+        (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held && !multipart => {
             let database = crate::request::current_database(
                 &params,
                 headers.get("x-clickhouse-database").and_then(|v| v.to_str().ok()),
@@ -482,6 +486,7 @@ mod tests {
             params: crate::request::parse_params(Some(query)),
             sql,
             body: BodyShape::Held,
+            form_read: false,
         }
     }
 

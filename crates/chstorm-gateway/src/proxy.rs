@@ -30,7 +30,7 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
     };
     let (parts, body) = req.into_parts();
     let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-    let read = match crate::read::read(&parts, body).await {
+    let read = match crate::read::read(&parts, body, crate::plan::restricted(&u)).await {
         Ok(r) => r,
         Err(refusal) => return exit.refused(refusal),
     };
@@ -41,6 +41,7 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
         params: read.params,
         sql: read.sql.as_deref(),
         body: read.shape,
+        form_read: read.form_read,
     };
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = match crate::plan::plan(input, &u, &cluster.cfg, max_per_query, new_query_id) {

@@ -13,6 +13,11 @@
 //!
 //! The statement is the `query` parameter joined with the body, as ClickHouse joins them
 //! ([`crate::request::join_query`]).
+//!
+//! A `multipart/form-data` body of a user with rules is read as 18.16 reads it ([`read_form`],
+//! parsed with `multer`): its plain fields become URL parameters after the URL's, its `query`
+//! fields the statement, and it is forwarded rebuilt, so that the plan's rules see and decide
+//! every setting.
 
 use crate::plan::{BodyShape, Refusal};
 use crate::request::{join_query, parse_params};
@@ -43,6 +48,8 @@ pub struct ClientRequest {
     pub sql: Option<String>,
     pub shape: BodyShape,
     pub body: ClientBody,
+    /// A multipart/form-data body read by [`read_form`]: its fields are in `params`.
+    pub form_read: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -53,10 +60,12 @@ enum Encoding {
     Unknown,
 }
 
-/// True when the body is in ClickHouse's compressed frames (`decompress=1`, any value but 0,
-/// as the server reads it).
+/// True when the body is in ClickHouse's compressed frames, as 18.16 reads `decompress`: its
+/// first occurrence, true unless its value starts with `0` (verified on 18.16.1: `1`, `2`,
+/// `true`, `false`, `no` and ` 1` decompress, `0`, `00` and `01` do not; an empty value is an
+/// error there, Code 32, and is taken as compressed here).
 fn ch_compressed(params: &[(String, String)]) -> bool {
-    params.iter().any(|(k, v)| k == "decompress" && v != "0")
+    params.iter().find(|(k, _)| k == "decompress").is_some_and(|(_, v)| !v.starts_with('0'))
 }
 
 fn encoding(parts: &Parts) -> Encoding {
@@ -158,13 +167,23 @@ fn unreadable(e: impl std::fmt::Display) -> Refusal {
     Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
 }
 
-/// Reads the parameters and the body of a request.
-pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refusal> {
+/// Reads the parameters and the body of a request. With `forms`, a multipart/form-data body is
+/// read ([`read_form`]) or refused; without, it is read as any other body.
+pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientRequest, Refusal> {
     let params = parse_params(parts.uri.query());
+    if forms && crate::plan::is_multipart(&parts.headers) {
+        return read_form(parts, body, params).await;
+    }
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
     let enc = encoding(parts);
     if enc == Encoding::Unknown {
-        return Ok(ClientRequest { sql: url_query, params, shape: BodyShape::Opaque, body: ClientBody::Opaque(body) });
+        return Ok(ClientRequest {
+            sql: url_query,
+            params,
+            shape: BodyShape::Opaque,
+            body: ClientBody::Opaque(body),
+            form_read: false,
+        });
     }
     let (head, ended) = read_head(&mut body, MAX_HELD_BODY).await.map_err(unreadable)?;
     let head = head.freeze();
@@ -188,6 +207,7 @@ pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refus
                         params,
                         shape: BodyShape::Opaque,
                         body: ClientBody::Opaque(rest),
+                        form_read: false,
                     });
                 }
                 Bytes::from(plain)
@@ -201,6 +221,7 @@ pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refus
                     params,
                     shape: BodyShape::Opaque,
                     body: ClientBody::Opaque(rest),
+                    form_read: false,
                 });
             }
         }
@@ -209,14 +230,143 @@ pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refus
     };
     let sql = join_query(url_query.as_deref().unwrap_or(""), &text);
     if whole {
-        return Ok(ClientRequest { params, sql: Some(sql), shape: BodyShape::Held, body: ClientBody::Held(wire) });
+        return Ok(ClientRequest {
+            params,
+            sql: Some(sql),
+            shape: BodyShape::Held,
+            body: ClientBody::Held(wire),
+            form_read: false,
+        });
     }
     Ok(ClientRequest {
         params,
         sql: Some(sql),
         shape: BodyShape::Streamed,
         body: ClientBody::Streamed { head, rest: body },
+        form_read: false,
     })
+}
+
+fn form_refusal(why: impl std::fmt::Display) -> Refusal {
+    Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the multipart/form-data body: {why}"))
+}
+
+/// One part of a multipart body as it is forwarded.
+struct Part {
+    name: String,
+    file_name: Option<String>,
+    content_type: Option<String>,
+    data: Bytes,
+}
+
+/// Reads a multipart/form-data body as 18.16 reads it (verified with `curl -F` on 18.16.1): the
+/// plain fields are URL parameters applied after the URL's (`readonly=0` in a field beats
+/// `readonly=1` in the URL); every `query` value, the URL's first, then the fields', joined
+/// with nothing between them, is the statement (`?query=SELECT%20` with the field `query=42`
+/// answers 42); a part with a file name is an external table, whose `<name>_structure`,
+/// `_types` and `_format` fields the server takes out of the parameters; text before the first
+/// boundary is skipped; `query_id` and `session_id` fields are ignored. The body must be whole
+/// within [`MAX_HELD_BODY`] and neither compressed nor `decompress=1` (18.16 reads a multipart
+/// body as it comes). Returns the request with the fields in its parameters and the body
+/// rebuilt (the same boundary): one `query` field with the statement, the external tables'
+/// fields and their files. A field the gateway does not forward as a parameter (`query_id`,
+/// `session_id`, `user`, `password`, `compress`, ...) is refused.
+async fn read_form(
+    parts: &Parts,
+    mut body: GBody,
+    mut params: Vec<(String, String)>,
+) -> Result<ClientRequest, Refusal> {
+    if encoding(parts) != Encoding::Plain || ch_compressed(&params) {
+        return Err(form_refusal(
+            "it is compressed (Content-Encoding or decompress=1), which ClickHouse does not read",
+        ));
+    }
+    let ct = parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let boundary = multer::parse_boundary(ct).map_err(form_refusal)?;
+    let (raw, ended) = read_head(&mut body, MAX_HELD_BODY).await.map_err(unreadable)?;
+    if !ended {
+        return Err(Refusal::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a multipart/form-data body over {} MiB cannot be checked", MAX_HELD_BODY >> 20),
+        ));
+    }
+    let raw = raw.freeze();
+    let mut form = multer::Multipart::with_reader(&raw[..], boundary.clone());
+    let mut all = Vec::new();
+    while let Some(f) = form.next_field().await.map_err(form_refusal)? {
+        let name = f.name().ok_or_else(|| form_refusal("a part without a name"))?.to_string();
+        let file_name = f.file_name().map(str::to_string);
+        let content_type = f.content_type().map(|m| m.to_string());
+        let data = f.bytes().await.map_err(form_refusal)?;
+        all.push(Part { name, file_name, content_type, data });
+    }
+    let tables: Vec<String> = all.iter().filter(|p| p.file_name.is_some()).map(|p| p.name.clone()).collect();
+    let external = |k: &str| {
+        ["_structure", "_types", "_format"]
+            .iter()
+            .any(|s| k.strip_suffix(s).is_some_and(|n| tables.iter().any(|t| t == n)))
+    };
+    let mut statement: String = params.iter().filter(|(k, _)| k == "query").map(|(_, v)| v.as_str()).collect();
+    params.retain(|(k, _)| k != "query");
+    // The external tables and their fields stay in the body, in the client's order (18.16 reads
+    // a table's structure from the fields before its file).
+    let mut out = vec![Part { name: "query".into(), file_name: None, content_type: None, data: Bytes::new() }];
+    for p in all {
+        if p.file_name.is_some() || external(&p.name) {
+            out.push(p);
+            continue;
+        }
+        let value =
+            String::from_utf8(p.data.to_vec()).map_err(|_| form_refusal(format!("field '{}' is not UTF-8", p.name)))?;
+        if p.name == "query" {
+            statement.push_str(&value);
+        } else if crate::request::is_setting(&p.name) || p.name == "database" || p.name == "default_format" {
+            params.push((p.name, value));
+        } else {
+            return Err(form_refusal(format!("the gateway does not read a field '{}'; send it in the URL", p.name)));
+        }
+    }
+    out[0].data = Bytes::from(statement.clone());
+    let rebuilt = encode_form(&boundary, &out)?;
+    Ok(ClientRequest {
+        params,
+        sql: Some(statement),
+        shape: BodyShape::Held,
+        body: ClientBody::Held(rebuilt),
+        form_read: true,
+    })
+}
+
+/// Writes `parts` as a multipart/form-data body with `boundary`.
+fn encode_form(boundary: &str, parts: &[Part]) -> Result<Bytes, Refusal> {
+    let delimiter = format!("--{boundary}");
+    let mut out = BytesMut::new();
+    for p in parts {
+        let names = [Some(p.name.as_str()), p.file_name.as_deref(), p.content_type.as_deref()];
+        if names.iter().flatten().any(|n| n.contains(['"', '\r', '\n'])) {
+            return Err(form_refusal("a part's name, file name or type holds a quote or a line break"));
+        }
+        if memchr_find(&p.data, delimiter.as_bytes()) {
+            return Err(form_refusal("the statement holds the boundary"));
+        }
+        out.extend_from_slice(format!("{delimiter}\r\nContent-Disposition: form-data; name=\"{}\"", p.name).as_bytes());
+        if let Some(f) = &p.file_name {
+            out.extend_from_slice(format!("; filename=\"{f}\"").as_bytes());
+        }
+        if let Some(t) = &p.content_type {
+            out.extend_from_slice(format!("\r\nContent-Type: {t}").as_bytes());
+        }
+        out.extend_from_slice(b"\r\n\r\n");
+        out.extend_from_slice(&p.data);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(format!("{delimiter}--\r\n").as_bytes());
+    Ok(out.freeze())
+}
+
+/// True when `needle` occurs in `hay`.
+fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 #[cfg(test)]
@@ -224,6 +374,11 @@ mod tests {
     use super::*;
     use http_body_util::{Full, StreamBody};
     use std::io::Write;
+
+    /// [`read`] with multipart bodies read.
+    async fn rd(p: &Parts, b: GBody) -> Result<ClientRequest, Refusal> {
+        read(p, b, true).await
+    }
 
     fn parts(uri: &str, encoding: Option<&str>) -> Parts {
         let mut b = http::Request::post(uri);
@@ -249,21 +404,21 @@ mod tests {
 
     #[tokio::test]
     async fn small_bodies_are_held_and_joined_with_the_url_query() {
-        let r = read(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::from_static(b" + 1")))).await.unwrap();
+        let r = rd(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::from_static(b" + 1")))).await.unwrap();
         assert_eq!(r.shape, BodyShape::Held);
         assert_eq!(r.sql.as_deref(), Some("SELECT 1\n + 1"));
-        let r = read(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::new()))).await.unwrap();
+        let r = rd(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::new()))).await.unwrap();
         assert_eq!(r.sql.as_deref(), Some("SELECT 1\n"), "an empty body adds nothing but the newline");
         assert!(matches!(r.body, ClientBody::Held(b) if b.is_empty()));
     }
 
     #[tokio::test]
     async fn gzip_bodies_are_held_decompressed() {
-        let r = read(&parts("/", Some("gzip")), g(Full::new(Bytes::from(gzip(b"SELECT 42"))))).await.unwrap();
+        let r = rd(&parts("/", Some("gzip")), g(Full::new(Bytes::from(gzip(b"SELECT 42"))))).await.unwrap();
         assert_eq!(r.shape, BodyShape::Held);
         assert_eq!(r.sql.as_deref(), Some("SELECT 42"));
         assert!(matches!(r.body, ClientBody::Held(b) if &b[..] == b"SELECT 42"));
-        let e = read(&parts("/", Some("gzip")), g(Full::new(Bytes::from_static(b"SELECT 1")))).await.err().unwrap();
+        let e = rd(&parts("/", Some("gzip")), g(Full::new(Bytes::from_static(b"SELECT 1")))).await.err().unwrap();
         assert!(e.message.contains("Content-Encoding"), "{e}");
     }
 
@@ -276,7 +431,7 @@ mod tests {
         let chunks: Vec<Result<http_body::Frame<Bytes>, std::convert::Infallible>> =
             data.chunks(100_000).map(|c| Ok(http_body::Frame::data(Bytes::copy_from_slice(c)))).collect();
         let body = StreamBody::new(tokio_stream_iter(chunks));
-        let r = read(&parts("/", None), g(body)).await.unwrap();
+        let r = rd(&parts("/", None), g(body)).await.unwrap();
         assert_eq!(r.shape, BodyShape::Streamed);
         assert!(r.sql.as_deref().unwrap().starts_with("INSERT INTO t FORMAT TSV\n12345"));
         let ClientBody::Streamed { head, rest } = r.body else { panic!("streamed") };
@@ -284,7 +439,7 @@ mod tests {
         assert_eq!([&head[..], &rest[..]].concat(), data, "head + rest = what the client sent");
         // The same, gzip-compressed: classified from the decompressed head, forwarded compressed.
         let z = gzip(&data);
-        let r = read(&parts("/", Some("gzip")), g(Full::new(Bytes::from(z.clone())))).await.unwrap();
+        let r = rd(&parts("/", Some("gzip")), g(Full::new(Bytes::from(z.clone())))).await.unwrap();
         assert_eq!(r.shape, BodyShape::Streamed);
         assert!(r.sql.as_deref().unwrap().starts_with("INSERT INTO t FORMAT TSV\n"));
         let ClientBody::Streamed { head, rest } = r.body else { panic!("streamed") };
@@ -311,49 +466,110 @@ mod tests {
         let sql = b"SELECT 1 SETTINGS max_memory_usage = 5";
         for (chunk, method) in [(4, 0x82), (1000, 0x82), (3, 0x02), (1000, 0x02)] {
             let z = frames(sql, chunk, method);
-            let r = read(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z.clone())))).await.unwrap();
+            let r = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z.clone())))).await.unwrap();
             assert_eq!(r.shape, BodyShape::Held);
             assert_eq!(r.sql.as_deref().map(str::as_bytes), Some(&sql[..]), "{chunk} {method}");
             assert!(matches!(r.body, ClientBody::Held(b) if b == z), "forwarded compressed");
             // Under gzip too (the server decodes the Content-Encoding first).
-            let r = read(&parts("/?decompress=1", Some("gzip")), g(Full::new(Bytes::from(gzip(&z))))).await.unwrap();
+            let r = rd(&parts("/?decompress=1", Some("gzip")), g(Full::new(Bytes::from(gzip(&z))))).await.unwrap();
             assert_eq!(r.sql.as_deref().map(str::as_bytes), Some(&sql[..]));
             assert!(matches!(r.body, ClientBody::Held(b) if b == z));
         }
-        let r =
-            read(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(frames(b"+1", 9, 0x82)))))
-                .await
-                .unwrap();
+        let r = rd(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(frames(b"+1", 9, 0x82)))))
+            .await
+            .unwrap();
         assert_eq!(r.sql.as_deref(), Some("SELECT 1\n+1"), "joined with the query parameter");
         // ZSTD (0x90) cannot be read: opaque, passed through whole.
         let z = frames(sql, 1000, 0x02);
         let mut zstd = z.clone();
         zstd[16] = 0x90;
-        let r = read(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(zstd.clone()))))
-            .await
-            .unwrap();
+        let r =
+            rd(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(zstd.clone())))).await.unwrap();
         assert_eq!(r.shape, BodyShape::Opaque);
         let ClientBody::Opaque(b) = r.body else { panic!("opaque") };
         assert_eq!(b.collect().await.unwrap().to_bytes(), zstd);
         // A frame cut short, or lying about its size, is refused in one line.
-        let e = read(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z[..z.len() - 1].to_vec()))))
+        let e = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z[..z.len() - 1].to_vec()))))
             .await
             .err()
             .unwrap();
         assert!(e.message.contains("ends inside a frame"), "{e}");
         let mut bad = frames(sql, 1000, 0x82);
         bad[21] ^= 0x40;
-        let e = read(&parts("/?decompress=1", None), g(Full::new(Bytes::from(bad)))).await.err().unwrap();
+        let e = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(bad)))).await.err().unwrap();
         assert!(e.message.contains("does not decode"), "{e}");
-        // decompress=0 is a plain body.
-        let r = read(&parts("/?decompress=0", None), g(Full::new(Bytes::from_static(b"SELECT 2")))).await.unwrap();
-        assert_eq!(r.sql.as_deref(), Some("SELECT 2"));
+        // decompress=0 (or 01, or a later decompress=1) is a plain body, as 18.16 reads it.
+        for q in ["decompress=0", "decompress=01", "decompress=00&decompress=1"] {
+            let r = rd(&parts(&format!("/?{q}"), None), g(Full::new(Bytes::from_static(b"SELECT 2")))).await.unwrap();
+            assert_eq!(r.sql.as_deref(), Some("SELECT 2"), "{q}");
+        }
+        // decompress=false is compressed (18.16 reads the first byte): a plain body does not decode.
+        let e = rd(&parts("/?decompress=false", None), g(Full::new(Bytes::from_static(b"SELECT 2")))).await.err();
+        assert!(e.is_some());
     }
 
     #[tokio::test]
     async fn unreadable_encodings_are_opaque() {
-        let r = read(&parts("/", Some("br")), g(Full::new(Bytes::new()))).await.unwrap();
+        let r = rd(&parts("/", Some("br")), g(Full::new(Bytes::new()))).await.unwrap();
         assert_eq!((r.shape, r.sql), (BodyShape::Opaque, None));
+    }
+
+    fn form_parts(uri: &str, encoding: Option<&str>) -> Parts {
+        let mut p = parts(uri, encoding);
+        p.headers.insert("content-type", "multipart/form-data; boundary=XX".parse().unwrap());
+        p
+    }
+
+    fn part(name: &str, file: Option<&str>, v: &str) -> String {
+        let f = file.map_or(String::new(), |f| format!("; filename=\"{f}\""));
+        format!("--XX\r\nContent-Disposition: form-data; name=\"{name}\"{f}\r\n\r\n{v}\r\n")
+    }
+
+    #[tokio::test]
+    async fn multipart_fields_become_parameters_and_query_fields_the_statement() {
+        let body = format!(
+            "SELECT 1\r\n{}{}{}{}{}{}--XX--\r\n",
+            part("readonly", None, "0"),
+            part("query", None, "INSERT INTO t "),
+            part("max_threads", None, "2"),
+            part("query", None, "VALUES (1)"),
+            part("ext", Some("e.tsv"), "1\n2\n"),
+            part("ext_structure", None, "x UInt8"),
+        );
+        let r = rd(&form_parts("/?readonly=1&query=", None), g(Full::new(Bytes::from(body)))).await.unwrap();
+        assert!(r.form_read);
+        assert_eq!(r.sql.as_deref(), Some("INSERT INTO t VALUES (1)"), "the URL's query, then the fields', joined");
+        let p: Vec<(&str, &str)> = r.params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(p, vec![("readonly", "1"), ("readonly", "0"), ("max_threads", "2")], "after the URL's");
+        let ClientBody::Held(b) = r.body else { panic!("held") };
+        let expect = format!(
+            "{}{}{}--XX--\r\n",
+            part("query", None, "INSERT INTO t VALUES (1)"),
+            part("ext", Some("e.tsv"), "1\n2\n"),
+            part("ext_structure", None, "x UInt8"),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&b),
+            expect,
+            "one query field, then the external table's file and field in their order"
+        );
+        // Refused: fields the gateway does not take as parameters, compressed forms, a cut one.
+        for (uri, enc, body) in [
+            ("/", None, format!("{}--XX--\r\n", part("query_id", None, "x"))),
+            ("/", None, format!("{}--XX--\r\n", part("session_id", None, "x"))),
+            ("/", None, format!("{}--XX--\r\n", part("user", None, "x"))),
+            ("/?decompress=1", None, format!("{}--XX--\r\n", part("query", None, "SELECT 1"))),
+            ("/", Some("gzip"), String::new()),
+            ("/?query=--XX", None, format!("{}--XX--\r\n", part("query", None, "SELECT 1"))),
+            ("/", None, part("query", None, "SELECT 1")),
+        ] {
+            assert!(rd(&form_parts(uri, enc), g(Full::new(Bytes::from(body.clone())))).await.is_err(), "{uri} {body}");
+        }
+        // Without `forms`, a multipart body is read as any other.
+        let r = read(&form_parts("/", None), g(Full::new(Bytes::from(part("query", None, "SELECT 1")))), false)
+            .await
+            .unwrap();
+        assert!(!r.form_read && r.sql.unwrap().starts_with("--XX"));
     }
 
     /// A stream over a vector, without pulling in a stream crate.

@@ -23,7 +23,7 @@
 //!   one set in the same URL, so order does not matter: parameters *after*
 //!   `readonly=1` apply too (`readonly=1&max_threads=3` gives 3), and so does
 //!   a later `readonly` (`readonly=1&readonly=0` gives 0; the last one wins).
-//!   The gateway must therefore drop every client `readonly` parameter and
+//!   For a read-only user the gateway must therefore drop every client `readonly` parameter and
 //!   send its own, last.
 //! * **Table functions are refused**, `numbers(10)` too, also in subqueries
 //!   (`IN (SELECT number FROM numbers(3))`), and `DESCRIBE TABLE numbers(3)`:

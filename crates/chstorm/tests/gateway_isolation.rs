@@ -112,8 +112,8 @@ fn multipart_shapes(stmt: &str, url: &str, ext: &str) -> Vec<(String, Vec<String
     add(
         "with an external table",
         vec![
-            vec!["-F".into(), format!("ext=@{ext}")],
             f("ext_structure", "x UInt32"),
+            vec!["-F".into(), format!("ext=@{ext}")],
             f("readonly", "0"),
             f("query", stmt),
         ],
@@ -135,6 +135,31 @@ fn form(preamble: &str, fields: &[(&str, &str)]) -> String {
     }
     out.push_str("--XX--\r\n");
     out
+}
+
+/// Multipart shapes a user with rules may send, around `stmt`, for `url`: (label, curl args).
+fn benign_shapes(stmt: &str, url: &str, ext: &str) -> Vec<(String, Vec<String>)> {
+    let (a, b) = stmt.split_at(stmt.len() / 2);
+    let enc = |s: &str| {
+        s.replace('%', "%25").replace(' ', "%20").replace('\'', "%27").replace('(', "%28").replace(')', "%29")
+    };
+    let f = |k: &str, v: &str| ["-F".to_string(), format!("{k}={v}")];
+    let shapes: Vec<(&str, Vec<[String; 2]>, String)> = vec![
+        ("query field", vec![f("query", stmt)], format!("{url}/")),
+        ("split, a setting between", vec![f("query", a), f("max_threads", "1"), f("query", b)], format!("{url}/")),
+        ("URL query + field", vec![f("query", b)], format!("{url}/?query={}", enc(a))),
+        (
+            "preamble-free external table",
+            vec![f("ext_structure", "x UInt32"), ["-F".into(), format!("ext=@{ext}")], f("query", stmt)],
+            format!("{url}/"),
+        ),
+        (
+            "settings and database fields",
+            vec![f("max_threads", "1"), f("database", "default"), f("query", stmt)],
+            format!("{url}/?database=system"),
+        ),
+    ];
+    shapes.into_iter().map(|(l, p, u)| (l.to_string(), p.into_iter().flatten().chain([u]).collect())).collect()
 }
 
 #[test]
@@ -212,6 +237,30 @@ fn multipart_bodies_obey_the_users_rules() {
             cases += 1;
         }
     }
+    // Users with rules get what the server gives for what they may do.
+    for user in ["ro", "app"] {
+        for stmt in [
+            "SELECT 42",
+            "SELECT sum(x) FROM ext",
+            "SELECT value FROM system.settings WHERE name = 'max_threads'",
+            "SELECT currentDatabase()",
+        ] {
+            for (label, args) in benign_shapes(stmt, "URL", ext) {
+                if label.contains("external") != stmt.contains("ext") {
+                    continue;
+                }
+                let a = |u: &str| -> Vec<String> { args.iter().map(|x| x.replacen("URL", u, 1)).collect() };
+                let (via_gw, via_node) = (a(gw), a(&direct));
+                let g: Vec<&str> = via_gw.iter().map(String::as_str).collect();
+                let d: Vec<&str> = via_node.iter().map(String::as_str).collect();
+                let (s1, _, b1) = req(user, &g);
+                let (s2, _, b2) = curl(&d);
+                assert_eq!((s1, b1.clone()), (s2, b2.clone()), "{user}, {label}: {stmt}");
+                assert_eq!(s1, 200, "{user}, {label}: {stmt}: {b1}");
+                cases += 1;
+            }
+        }
+    }
     assert!(cases > 200, "{cases}");
     assert_eq!(servers(env), before, "a hostile multipart body changed a server");
 }
@@ -280,6 +329,21 @@ fn decompress_bodies_obey_the_users_rules() {
             cases += 1;
         }
         cases += 3;
+    }
+    // decompress as 18.16 reads it: the first one, true unless it starts with 0.
+    let q = "SELECT value FROM system.settings WHERE name = 'max_memory_usage' SETTINGS max_memory_usage = 5";
+    for (v, body) in [
+        ("01", q.as_bytes().to_vec()),
+        ("00&decompress=1", q.as_bytes().to_vec()),
+        ("false", compress(q, &[])),
+        ("2", compress(q, &["--none"])),
+        ("1&decompress=0", compress(q, &[])),
+    ] {
+        std::fs::write(&file, &body).unwrap();
+        let u = format!("{gw}/?decompress={v}");
+        let (s, _, b) = req("app", &["--data-binary", &format!("@{}", file.display()), &u]);
+        assert_eq!(s, 403, "decompress={v}: {b}");
+        cases += 1;
     }
     assert!(cases > 40);
     assert_eq!(servers(env), before, "a hostile decompress=1 body changed a server");

@@ -144,6 +144,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         params,
         sql: Some(&q.sql),
         body: BodyShape::Held,
+        form_read: false,
     };
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = match crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, crate::proxy::new_query_id) {
