@@ -52,6 +52,7 @@ mod metrics;
 mod native;
 mod plan;
 mod proxy;
+mod quarantine;
 mod read;
 mod replica;
 pub mod request;

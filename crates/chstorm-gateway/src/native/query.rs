@@ -224,7 +224,7 @@ async fn answer(
             (status.as_u16(), say(&mut conn.w, exception_bytes(code, text)).await)
         }
         Outcome::Answer { head, mut won, .. } => {
-            let NativeHead { conn: mut backend, code, exception, raw } = head;
+            let NativeHead { conn: mut backend, code, exception, raw, .. } = head;
             if !early.is_empty() && backend.w.write_all(&early).await.is_err() {
                 let msg = "chstorm gateway: the replica failed while the client's data was sent";
                 won.guard.reason = "replica_failed";
@@ -277,7 +277,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut scratch = Scratch::default();
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
-    let mut last_write = std::time::Instant::now();
+    // What was held goes out at once, a Progress packet among it too.
+    let now = std::time::Instant::now();
+    let mut last_write = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
     let head = Packet { code: first.code, exception: first.exception };
