@@ -378,6 +378,9 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
     let (mut deadline_passed, mut refused_by_budget, mut held) = (false, false, false);
     let mut spared = false;
     let mut probe: Option<BoxFuture<Probe>> = None;
+    // When to ping a replica that answered its last ping again: one deadline, doubling up to
+    // [`MAX_RECHECK`], so a long read on a fast route does not ping every few milliseconds.
+    let mut recheck = policy.hedge_after.unwrap_or_default();
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
@@ -461,7 +464,8 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                     if found == Probe::Alive {
                         spare(&mut spared, ctx);
                     }
-                    hedge_timer = Some(Box::pin(tokio::time::sleep(window)));
+                    hedge_timer = Some(Box::pin(tokio::time::sleep(recheck)));
+                    recheck = (recheck * 2).min(MAX_RECHECK).max(window);
                     continue;
                 }
                 for a in running.iter_mut().filter(|a| a.overdue.is_none()) {
@@ -653,6 +657,9 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
 /// well under a millisecond, but on a loaded machine (2 cores, load average 16) it took over
 /// 50 ms, and a ping taken for silence starts the read a second time.
 const MIN_PROBE: Duration = Duration::from_millis(250);
+
+/// The longest wait before a replica that answered its last ping is pinged again (1 s).
+const MAX_RECHECK: Duration = Duration::from_secs(1);
 
 /// Counts a read left alone past its deadline because it showed it is working (once a request).
 fn spare(spared: &mut bool, ctx: &Ctx<'_>) {
