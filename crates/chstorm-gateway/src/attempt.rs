@@ -381,6 +381,7 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
     // When to ping a replica that answered its last ping again: one deadline, doubling up to
     // [`MAX_RECHECK`], so a long read on a fast route does not ping every few milliseconds.
     let mut recheck = policy.hedge_after.unwrap_or_default();
+    let mut refused_before = false;
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
@@ -402,17 +403,19 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                     return Poll::Ready(Event::Hedge);
                 }
             }
-            if let Some(p) = probe.as_mut() {
-                if let Poll::Ready(found) = p.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Probed(found));
-                }
-            }
             for (i, a) in running.iter_mut().enumerate() {
                 if let Poll::Ready(end) = a.fut.as_mut().poll(cx) {
                     return Poll::Ready(Event::Ended(i, end));
                 }
                 if a.down.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready()) {
                     return Poll::Ready(Event::Down(i));
+                }
+            }
+            // After the attempts: a crashed replica's broken connection is seen before the
+            // refused ping that would otherwise send its read elsewhere.
+            if let Some(p) = probe.as_mut() {
+                if let Poll::Ready(found) = p.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Probed(found));
                 }
             }
             Poll::Pending
@@ -458,15 +461,25 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
             Event::Probed(found) => {
                 probe = None;
                 let window = policy.hedge_after.unwrap_or_default();
-                if found != Probe::Silent {
-                    // Alive: working (or queued) on it. Dead: its failure is on its way, and a
-                    // read that killed its replica must not go to another one.
-                    if found == Probe::Alive {
+                match found {
+                    Probe::Alive => {
+                        // Working (or queued) on it.
                         spare(&mut spared, ctx);
+                        hedge_timer = Some(Box::pin(tokio::time::sleep(recheck)));
+                        recheck = (recheck * 2).min(MAX_RECHECK).max(window);
+                        continue;
                     }
-                    hedge_timer = Some(Box::pin(tokio::time::sleep(recheck)));
-                    recheck = (recheck * 2).min(MAX_RECHECK).max(window);
-                    continue;
+                    Probe::Dead if !refused_before => {
+                        // Its listener is closed. A crashed server drops our connection at the
+                        // same moment (that failure is on its way, and a read that killed its
+                        // replica must not go to another one); a server in graceful shutdown
+                        // keeps it open: look again shortly, and hedge if it is still open.
+                        refused_before = true;
+                        hedge_timer = Some(Box::pin(tokio::time::sleep(DEAD_GRACE)));
+                        continue;
+                    }
+                    // Silent, or refusing connections while it keeps ours open: hedge.
+                    _ => {}
                 }
                 for a in running.iter_mut().filter(|a| a.overdue.is_none()) {
                     a.overdue = Some(Overdue::new(a.inflight.replica().clone()));
@@ -657,6 +670,11 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
 /// well under a millisecond, but on a loaded machine (2 cores, load average 16) it took over
 /// 50 ms, and a ping taken for silence starts the read a second time.
 const MIN_PROBE: Duration = Duration::from_millis(250);
+
+/// How long a read whose replica refused a ping waits for its own connection to break before
+/// it is hedged (100 ms): a crashed server's connections break at once, a server in graceful
+/// shutdown keeps them open.
+const DEAD_GRACE: Duration = Duration::from_millis(100);
 
 /// The longest wait before a replica that answered its last ping is pinged again (1 s).
 const MAX_RECHECK: Duration = Duration::from_secs(1);

@@ -817,3 +817,39 @@ async fn a_broken_connection_to_a_living_replica_is_retried_as_before() {
     assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
     assert!(w.quarantine.refused(crate::quarantine::fingerprint("\n".to_string().as_str())).is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_in_graceful_shutdown_is_hedged_a_crashing_one_is_not() {
+    // Graceful shutdown: its listener is closed (the ping is refused) but it keeps our
+    // connection open without answering. Hedged once a second ping, 100 ms later, is refused too.
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let run = w.run(&p, held());
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    let other = if first == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+    fake.ping_finds(other, Probe::Alive);
+    let mut o = run.await;
+    assert_eq!(answered(&mut o), (other.to_string(), true));
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
+
+    // Crashing: the ping is refused at 100 ms and its connection breaks 50 ms later: not hedged.
+    let fake = Fake::with(&[
+        (R21, Behave::Reset(Duration::from_millis(150))),
+        (R22, Behave::Reset(Duration::from_millis(150))),
+    ]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let o = w.run(&p, held()).await;
+    assert!(matches!(o, Outcome::Failed { status: StatusCode::BAD_GATEWAY, .. }));
+    assert_eq!(fake.sent_to().len(), 1, "sent once: not hedged, not retried");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
+}
