@@ -8,16 +8,26 @@
 //! its query on the server. The winner's values go on with the answer's body.
 //!
 //! What may happen (the plan's [`Latitude`] says which apply):
-//! * **hedge**: an idempotent read without an answer head after the per-try deadline
-//!   ([`crate::hedge`]) gets a copy on another healthy replica of the same shard; the first
-//!   answer head wins, the other copy is cancelled (dropped, then `KILL QUERY` by query_id on its
-//!   replica), and the slower replica is penalised so selection steers away from it;
+//! * **hedge**: an idempotent read whose replica is *silent* for the per-try deadline
+//!   ([`crate::hedge`]) gets a copy on another healthy replica of the same shard. Silent means no
+//!   answer byte and no progress report for the deadline ([`Activity`]: native Progress and Data
+//!   packets count), and no answer to a `GET /ping` ([`Backend::alive`]) within the deadline
+//!   (at least 250 ms): 18.16's HTTP interface sends nothing before its answer (this
+//!   build sends no `X-ClickHouse-Progress` headers even when asked), so over HTTP the ping is the
+//!   only sign of a working replica. A replica that shows it is working is left alone however
+//!   long its read takes (counted in `chstorm_gateway_hedges_spared_total`), so a read starts
+//!   once on the cluster unless its replica fell silent. The first answer head wins, the other
+//!   copy is cancelled (dropped, then `KILL QUERY` by query_id on its replica), and the slower
+//!   replica is penalised so selection steers away from it;
 //! * **re-issue on down**: an idempotent read waiting on a replica that gets marked down
 //!   (probe or passive detection) is cancelled and sent elsewhere at once;
 //! * **retry**: after a failure that proves the query did not run (connect refused, ClickHouse
 //!   codes 202, 209, 210, 279) or, for reads, whose outcome is unknown (reset before the head);
 //! * never for writes after they may have run, never in a session, never after the first byte
-//!   of an answer went to the client (the loop ends at the first answer head).
+//!   of an answer went to the client (the loop ends at the first answer head);
+//! * never for a read whose replica died while running it, unless reads of its shape succeeded
+//!   lately: the read is held to be a *query of death*, its client gets a one-line error, and
+//!   its shape is refused for `limits.query_of_death_ttl` ([`crate::quarantine`]).
 //!
 //! Hedges and retries draw on one retry budget (tower's `TpsBudget`), so a sick cluster is not
 //! stormed. One loop serves both protocols: a [`Transport`] sends a query to a replica and says
@@ -29,11 +39,12 @@ use crate::balancer::Balancer;
 use crate::body::KillGuard;
 use crate::budget::{ClusterBudget, Grant};
 use crate::config::Hedging;
-use crate::hedge::HeadTimes;
+use crate::hedge::{Activity, HeadTimes};
 use crate::metrics::Metrics;
 use crate::plan::{Latitude, Plan, Target};
+use crate::quarantine::{fingerprint, Quarantine};
 use crate::replica::{InFlight, Overdue, Replica};
-use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody};
+use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere, retry_safe_code};
 use http::{Request, Response, StatusCode};
@@ -126,6 +137,17 @@ pub struct Ctx<'a> {
     pub hedging: &'a Hedging,
     /// The route's recent answer-head times.
     pub head_times: &'a HeadTimes,
+    /// Shapes of reads that killed a replica, and shapes known good.
+    pub quarantine: &'a Quarantine,
+}
+
+/// What the loop hands an attempt's transport: where to report signs of work, and how long it
+/// may hold a read's answer back before it must let it go (the per-try deadline; see
+/// [`crate::native::transport`]).
+#[derive(Debug, Clone)]
+pub struct Live {
+    pub activity: Arc<Activity>,
+    pub hold: Duration,
 }
 
 /// How the attempts reach a replica. The attempt loop ([`attempts`]) is the same for every
@@ -135,13 +157,19 @@ pub trait Transport: Send {
     /// What an attempt resolves to when its replica answers: the answer head.
     type Head: Send + 'static;
     /// Sends the query to `replica`, with `threads` granted by the thread budget; the future
-    /// resolves at the answer head. None when the query can no longer be sent (a streamed body
-    /// already went with an earlier attempt).
+    /// resolves at the answer head, and reports what it reads before it to `live`. None when the
+    /// query can no longer be sent (a streamed body already went with an earlier attempt).
     fn send(
         &mut self,
         replica: &Arc<Replica>,
         threads: Option<usize>,
+        live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>>;
+    /// False when `head` was let go before the answer's head proper (a held answer released at
+    /// the per-try deadline): its time says nothing about answer-head times.
+    fn head_time_counts(_head: &Self::Head) -> bool {
+        true
+    }
     /// True when attempts carry a streamed client body: a broken exchange may be the client's fault.
     fn streamed(&self) -> bool;
     /// True when `head` starts a successful answer (else [`Transport::judge_error`] reads it).
@@ -150,6 +178,10 @@ pub trait Transport: Send {
     fn judge_error(head: Self::Head) -> BoxFuture<Judged<Self::Head>>;
     /// `replica` was just marked down by a failed attempt: forget its idle connections.
     fn went_down(&self, replica: &Replica);
+    /// The query's shape ([`crate::quarantine::fingerprint`]), when its text is at hand.
+    fn shape(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What an error answer is.
@@ -175,6 +207,7 @@ impl Transport for Http<'_> {
         &mut self,
         replica: &Arc<Replica>,
         threads: Option<usize>,
+        _live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
         let plan = self.plan;
         let uri = format!("{}{}", replica.addr.base, plan.path_and_query(threads));
@@ -231,6 +264,17 @@ impl Transport for Http<'_> {
     fn went_down(&self, replica: &Replica) {
         self.backend.reset_pool(&replica.addr);
     }
+
+    fn shape(&self) -> Option<u64> {
+        // The text a read runs: its `query` parameter, then its body.
+        let param = self.plan.params.iter().find(|(k, _)| k == "query").map_or("", |(_, v)| v.as_str());
+        let body = match (&self.plan.replace_body, &self.body) {
+            (Some(text), _) => text.as_str(),
+            (None, SendBody::Held(b)) => std::str::from_utf8(b).ok()?,
+            (None, SendBody::Once(_)) => return None,
+        };
+        Some(fingerprint(&format!("{param}\n{body}")))
+    }
 }
 
 /// The client's body, as the attempts send it.
@@ -270,11 +314,15 @@ struct Running<H> {
     streamed: bool,
     started: Instant,
     inflight: InFlight,
+    /// Its replica was healthy when it was sent.
+    sent_healthy: bool,
     /// Set when the per-try deadline passed without an answer head: counts it as overdue on its
     /// replica, which makes a replica with many such attempts *slow now* (no hedges go there).
     overdue: Option<Overdue>,
     grant: Option<Grant>,
     guard: KillGuard,
+    /// Signs of work from its transport.
+    activity: Arc<Activity>,
     fut: BoxFuture<AttemptEnd<H>>,
     /// Fires when the attempt's replica is marked down (idempotent reads only).
     down: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
@@ -294,6 +342,8 @@ impl<H> Running<H> {
 enum Event<H> {
     Deadline,
     Hedge,
+    /// The liveness probe of silent attempts' replicas answered.
+    Probed(Probe),
     Ended(usize, AttemptEnd<H>),
     Down(usize),
 }
@@ -312,6 +362,12 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
         max_extra: ctx.hedging.max_extra,
         hedge_after: ctx.head_times.deadline(ctx.hedging),
     };
+    // A read's shape, for the quarantine of queries of death.
+    let shape = if plan.latitude.retry { transport.shape() } else { None };
+    if let Some(r) = shape.and_then(|fp| ctx.quarantine.refused(fp)) {
+        ctx.metrics.attempt.quarantine_refusals.inc();
+        return refused_shape(plan, &r, ctx.quarantine.ttl());
+    }
     ctx.retry_budget.deposit();
     let mut running: Vec<Running<T::Head>> = Vec::with_capacity(2);
     // Replicas not to pick again: one that refused a connection, went down or was busy; one
@@ -320,6 +376,12 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
     let mut lost_once: Vec<(usize, usize)> = Vec::new();
     let (mut attempts, mut retries, mut hedged) = (0usize, 0u32, false);
     let (mut deadline_passed, mut refused_by_budget, mut held) = (false, false, false);
+    let mut spared = false;
+    let mut probe: Option<BoxFuture<Probe>> = None;
+    // When to ping a replica that answered its last ping again: one deadline, doubling up to
+    // [`MAX_RECHECK`], so a long read on a fast route does not ping every few milliseconds.
+    let mut recheck = policy.hedge_after.unwrap_or_default();
+    let mut refused_before = false;
     let mut deadline = Box::pin(tokio::time::sleep(plan.head_timeout));
 
     // The first attempt.
@@ -349,6 +411,13 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                     return Poll::Ready(Event::Down(i));
                 }
             }
+            // After the attempts: a crashed replica's broken connection is seen before the
+            // refused ping that would otherwise send its read elsewhere.
+            if let Some(p) = probe.as_mut() {
+                if let Poll::Ready(found) = p.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Probed(found));
+                }
+            }
             Poll::Pending
         })
         .await;
@@ -375,6 +444,43 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                     deadline_passed = true;
                     ctx.metrics.per_try_timeouts.inc();
                 }
+                let window = policy.hedge_after.unwrap_or_default();
+                // A byte or a progress report within the deadline: the replica is working.
+                let quiet = running.iter().map(|a| a.activity.silent_for()).min().unwrap_or_default();
+                if quiet < window {
+                    spare(&mut spared, ctx);
+                    hedge_timer = Some(Box::pin(tokio::time::sleep(window - quiet)));
+                    continue;
+                }
+                // Silent so far: does its replica answer at all?
+                let timeout = window.max(MIN_PROBE);
+                let probes: Vec<_> =
+                    running.iter().map(|a| ctx.backend.alive(&a.inflight.replica().addr, timeout)).collect();
+                probe = Some(Box::pin(any_alive(probes)));
+            }
+            Event::Probed(found) => {
+                probe = None;
+                let window = policy.hedge_after.unwrap_or_default();
+                match found {
+                    Probe::Alive => {
+                        // Working (or queued) on it.
+                        spare(&mut spared, ctx);
+                        hedge_timer = Some(Box::pin(tokio::time::sleep(recheck)));
+                        recheck = (recheck * 2).min(MAX_RECHECK).max(window);
+                        continue;
+                    }
+                    Probe::Dead if !refused_before => {
+                        // Its listener is closed. A crashed server drops our connection at the
+                        // same moment (that failure is on its way, and a read that killed its
+                        // replica must not go to another one); a server in graceful shutdown
+                        // keeps it open: look again shortly, and hedge if it is still open.
+                        refused_before = true;
+                        hedge_timer = Some(Box::pin(tokio::time::sleep(DEAD_GRACE)));
+                        continue;
+                    }
+                    // Silent, or refusing connections while it keeps ours open: hedge.
+                    _ => {}
+                }
                 for a in running.iter_mut().filter(|a| a.overdue.is_none()) {
                     a.overdue = Some(Overdue::new(a.inflight.replica().clone()));
                 }
@@ -388,7 +494,6 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                     // deadline later, budget untouched. When every replica is late the cause is
                     // not one replica, and a hedge would only add load where answers are
                     // already late.
-                    let window = policy.hedge_after.unwrap_or_default();
                     let waits_on_stalled = running.iter().any(|a| a.inflight.replica().is_stalled(window));
                     let helps = move |r: &Replica| !r.is_slow_now() || (waits_on_stalled && !r.is_stalled(window));
                     if ctx.balancer.healthy_where(shard, &exclude, helps) {
@@ -401,6 +506,7 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                             attempts += 1;
                             hedged = true;
                             ctx.metrics.hedges.inc();
+                            ctx.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).inc();
                             running.push(a);
                         }
                     } else if ctx.balancer.has_healthy(shard, &exclude) && !held {
@@ -444,7 +550,12 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                 }
                 let (failure, detail) = match end {
                     AttemptEnd::Head(head) if T::is_success(&head) => {
-                        ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
+                        if let Some(fp) = shape {
+                            ctx.quarantine.succeeded(fp);
+                        }
+                        if T::head_time_counts(&head) {
+                            ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
+                        }
                         if a.hedge {
                             ctx.metrics.hedge_wins.inc();
                         }
@@ -501,6 +612,18 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                             went_down(ctx, &*transport, &replica, &e.message, &plan.query_id);
                         }
                         let detail = format!("replica {} ({}) failed: {}", replica.label(), replica.addr.base, e);
+                        // Its replica died while running it: a query of death, unless its shape
+                        // ran fine lately (then the replica died of something else).
+                        if let Some(fp) = shape
+                            .filter(|fp| !e.connect && !a.streamed && a.sent_healthy && !ctx.quarantine.known_good(*fp))
+                        {
+                            if ctx.backend.alive(&replica.addr, DEATH_PROBE).await == Probe::Dead {
+                                for l in running.drain(..) {
+                                    l.cancel("replica_down");
+                                }
+                                return query_of_death(plan, ctx, fp, &replica, &e.message, retries);
+                            }
+                        }
                         if e.connect {
                             (Failure::Unsent(e.message), detail)
                         } else {
@@ -540,6 +663,145 @@ pub async fn attempts<T: Transport>(plan: &Plan, transport: &mut T, ctx: &Ctx<'_
                 }
             }
         }
+    }
+}
+
+/// The shortest wait for a silent replica's `/ping` (250 ms): a working 18.16 answers one in
+/// well under a millisecond, but on a loaded machine (2 cores, load average 16) it took over
+/// 50 ms, and a ping taken for silence starts the read a second time.
+const MIN_PROBE: Duration = Duration::from_millis(250);
+
+/// How long a read whose replica refused a ping waits for its own connection to break before
+/// it is hedged (100 ms): a crashed server's connections break at once, a server in graceful
+/// shutdown keeps them open.
+const DEAD_GRACE: Duration = Duration::from_millis(100);
+
+/// The longest wait before a replica that answered its last ping is pinged again (1 s).
+const MAX_RECHECK: Duration = Duration::from_secs(1);
+
+/// Counts a read left alone past its deadline because it showed it is working (once a request).
+fn spare(spared: &mut bool, ctx: &Ctx<'_>) {
+    if !*spared {
+        *spared = true;
+        ctx.metrics.attempt.hedges_spared.inc();
+    }
+}
+
+/// Alive if any replica answered; Dead if every one is gone; else Silent.
+async fn any_alive(probes: Vec<BoxFuture<Probe>>) -> Probe {
+    let mut found = Vec::with_capacity(probes.len());
+    for p in probes {
+        found.push(p.await);
+    }
+    if found.contains(&Probe::Alive) {
+        Probe::Alive
+    } else if !found.is_empty() && found.iter().all(|p| *p == Probe::Dead) {
+        Probe::Dead
+    } else {
+        Probe::Silent
+    }
+}
+
+/// The attempt policy's metrics (registered with the others in [`Metrics`]).
+#[derive(Default)]
+pub struct AttemptMetrics {
+    /// Hedged copies sent, by reason (`silent`: no byte, progress or ping for the deadline).
+    pub hedge_reasons:
+        prometheus_client::metrics::family::Family<ReasonLabel, prometheus_client::metrics::counter::Counter>,
+    /// Reads past their per-try deadline left alone because they showed they were working.
+    pub hedges_spared: prometheus_client::metrics::counter::Counter,
+    /// Reads held to have killed their replica (not resent; their shape refused).
+    pub query_deaths: prometheus_client::metrics::counter::Counter,
+    /// Reads refused because their shape killed a replica within `limits.query_of_death_ttl`.
+    pub quarantine_refusals: prometheus_client::metrics::counter::Counter,
+}
+
+/// The `reason` label of a hedge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+impl AttemptMetrics {
+    /// Registers them in `r`.
+    pub fn register(&self, r: &mut prometheus_client::registry::Registry) {
+        r.register("chstorm_gateway_hedge_reasons", "Hedged copies sent, by reason", self.hedge_reasons.clone());
+        r.register(
+            "chstorm_gateway_hedges_spared",
+            "Reads past their per-try deadline not hedged because they showed progress",
+            self.hedges_spared.clone(),
+        );
+        r.register(
+            "chstorm_gateway_query_deaths",
+            "Reads whose replica died while running them (not resent; their shape refused)",
+            self.query_deaths.clone(),
+        );
+        r.register(
+            "chstorm_gateway_quarantine_refusals",
+            "Reads refused because a read of their shape killed a replica",
+            self.quarantine_refusals.clone(),
+        );
+    }
+}
+
+/// How long the check that a replica died waits for its `/ping` (1 s): a dead server refuses
+/// the connection at once.
+const DEATH_PROBE: Duration = Duration::from_secs(1);
+
+/// The read of shape `fp` killed `replica`: refuse the shape, count, log, and tell the client.
+fn query_of_death<H>(
+    plan: &Plan,
+    ctx: &Ctx<'_>,
+    fp: u64,
+    replica: &Arc<Replica>,
+    why: &str,
+    retries: u32,
+) -> Outcome<H> {
+    let ttl = ctx.quarantine.ttl();
+    ctx.quarantine.refuse(fp, replica.label());
+    ctx.metrics.attempt.query_deaths.inc();
+    crate::log::log(
+        "warn",
+        "query of death: its replica died while running it; not resent, its shape refused",
+        serde_json::json!({"query_id": plan.query_id, "replica": replica.label(), "url": replica.addr.base,
+            "shape": format!("{fp:016x}"), "refused_for_s": ttl.as_secs(), "error": why}),
+    );
+    let refused = if ttl.is_zero() {
+        String::new()
+    } else {
+        format!(", and queries of its shape are refused for {} s (limits.query_of_death_ttl)", ttl.as_secs())
+    };
+    Outcome::Failed {
+        status: StatusCode::BAD_GATEWAY,
+        message: format!(
+            "Code: 210. chstorm gateway: replica {} ({}) died while running this query (its connection broke: \
+             {why}); the query is not sent to another replica{refused}",
+            replica.label(),
+            replica.addr.base
+        ),
+        replica: Some(replica.clone()),
+        retries,
+    }
+}
+
+/// A read whose shape is refused: the client's one-line error.
+fn refused_shape<H>(plan: &Plan, r: &crate::quarantine::Refusal, ttl: Duration) -> Outcome<H> {
+    crate::log::log(
+        "info",
+        "query of death refused",
+        serde_json::json!({"query_id": plan.query_id, "replica": r.replica, "refused_for_s": r.left.as_secs()}),
+    );
+    Outcome::Failed {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        message: format!(
+            "Code: 1002. chstorm gateway: refused: a query of this shape (literals aside) killed replica {} \
+             within the last {} s; it is refused for {} s more (limits.query_of_death_ttl)",
+            r.replica,
+            ttl.as_secs(),
+            r.left.as_secs().max(1)
+        ),
+        replica: None,
+        retries: 0,
     }
 }
 
@@ -613,7 +875,8 @@ async fn start<T: Transport>(
         (t, None) => ctx.balancer.pick(t.shard(), exclude),
     }?;
     let replica = inflight.replica().clone();
-    if hedge && !replica.is_healthy() {
+    let sent_healthy = replica.is_healthy();
+    if hedge && !sent_healthy {
         // A hedge goes only to a healthy replica (pick_healthy_where never gives another; a
         // session's sticky pick may).
         return None;
@@ -623,7 +886,10 @@ async fn start<T: Transport>(
         _ => None,
     };
     let streamed = transport.streamed();
-    let send = transport.send(&replica, grant.as_ref().map(Grant::threads))?;
+    let activity = Arc::new(Activity::default());
+    let hold = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
+    let live = Live { activity: activity.clone(), hold };
+    let send = transport.send(&replica, grant.as_ref().map(Grant::threads), live)?;
     // The query may start running as soon as it is sent: guard it from here on.
     let guard = KillGuard {
         armed: true,
@@ -642,7 +908,19 @@ async fn start<T: Transport>(
             Err(e) => AttemptEnd::Failed(e),
         }
     });
-    Some(Running { hedge, streamed, started: Instant::now(), inflight, overdue: None, grant, guard, fut, down })
+    Some(Running {
+        hedge,
+        streamed,
+        started: Instant::now(),
+        inflight,
+        sent_healthy,
+        overdue: None,
+        grant,
+        guard,
+        activity,
+        fut,
+        down,
+    })
 }
 
 #[cfg(test)]

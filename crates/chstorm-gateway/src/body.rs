@@ -173,18 +173,24 @@ pub const HOLD_AT: usize = 64 * 1024;
 /// output buffer (1 MiB) and sends the three segments back to back at the query's end, so they
 /// arrive within microseconds. An answer longer than `hold_at` bytes streams as before, its
 /// first `hold_at` bytes first; an error mid-answer reaches the client after what was held, as
-/// it would have mid-stream. No timer is armed: the hold waits only for frames already coming.
-/// While it holds, the body's guards stay alive: a client that leaves drops this future and
-/// with it the body, which fires the KILL guard as before.
-pub async fn hold_small(resp: Response<GBody>, hold_at: usize) -> Response<GBody> {
+/// it would have mid-stream. The hold lasts at most `hold_for` (the per-try deadline): an
+/// answer still coming by then streams from there, so a long answer's first bytes reach the
+/// client as they would direct. While it holds, the body's guards stay alive: a client that
+/// leaves drops this future and with it the body, which fires the KILL guard as before.
+pub async fn hold_small(resp: Response<GBody>, hold_at: usize, hold_for: std::time::Duration) -> Response<GBody> {
     use http_body_util::BodyExt;
     let (mut parts, mut body) = resp.into_parts();
     let mut held = bytes::BytesMut::new();
+    let until = tokio::time::Instant::now() + hold_for;
     loop {
         if held.len() > hold_at {
             return Response::from_parts(parts, Prefixed::wrap(held.freeze(), body));
         }
-        match body.frame().await {
+        // Waiting for a frame loses nothing when it is given up (`frame` only polls the body).
+        let Ok(frame) = tokio::time::timeout_at(until, body.frame()).await else {
+            return Response::from_parts(parts, Prefixed::wrap(held.freeze(), body));
+        };
+        match frame {
             None => {
                 parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(held.len() as u64));
                 return Response::from_parts(parts, crate::upstream::full(held.freeze()));
@@ -255,6 +261,42 @@ mod tests {
         }
         Response::new(Frames(f).boxed_unsync())
     }
+    const LONG: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_streams_from_the_per_try_deadline_on() {
+        // The first bytes at once, the rest only after 3 s (a long read).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        tx.send(Ok(Frame::data(Bytes::from("first\n")))).await.unwrap();
+        let body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed_unsync();
+        let t0 = tokio::time::Instant::now();
+        let r = hold_small(Response::new(body), 1024, std::time::Duration::from_millis(100)).await;
+        assert_eq!(t0.elapsed(), std::time::Duration::from_millis(100), "held only to the deadline");
+        assert!(r.headers().get("content-length").is_none(), "it streams");
+        let mut body = r.into_body();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "first\n");
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+            tx.send(Ok(Frame::data(Bytes::from("last\n")))).await.unwrap();
+        });
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "last\n");
+        assert!(body.frame().await.is_none());
+    }
+
+    /// A stream of the frames sent on `rx`.
+    fn tokio_stream_from(
+        rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    ) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>> {
+        struct S(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+        impl futures_core::Stream for S {
+            type Item = Result<Frame<Bytes>, BoxError>;
+            fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+                self.0.poll_recv(cx)
+            }
+        }
+        S(rx)
+    }
+
     struct Flag(Arc<AtomicBool>);
     impl Drop for Flag {
         fn drop(&mut self) {
@@ -267,7 +309,7 @@ mod tests {
         let released = Arc::new(AtomicBool::new(false));
         let (parts, body) = answer(&["1\n", "2\n", "3\n"], false).into_parts();
         let guarded = Response::from_parts(parts, Guarded::wrap(body, Flag(released.clone())));
-        let r = hold_small(guarded, 1024).await;
+        let r = hold_small(guarded, 1024, LONG).await;
         assert_eq!(r.headers()["content-length"], "6");
         assert!(released.load(Ordering::SeqCst), "the answer is read whole: its guards are released");
         let mut body = r.into_body();
@@ -277,7 +319,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_long_answer_streams_after_what_was_held() {
-        let r = hold_small(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5).await;
+        let r = hold_small(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5, LONG).await;
         assert!(r.headers().get("content-length").is_none(), "a long answer keeps streaming");
         let all = r.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(all, "aaaabbbbccccdddd");
@@ -285,7 +327,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_error_mid_answer_follows_what_was_held() {
-        let r = hold_small(answer(&["1\n", "2\n"], true), 1024).await;
+        let r = hold_small(answer(&["1\n", "2\n"], true), 1024, LONG).await;
         assert!(r.headers().get("content-length").is_none());
         let mut body = r.into_body();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "1\n2\n");

@@ -70,6 +70,10 @@ pub struct Limits {
     /// 408: its backend request is abandoned (and its query killed), its admission slots are freed
     /// and the connection is closed. Default 30 s; at least 100 ms.
     pub client_body_idle_timeout: Dur,
+    /// How long reads of a query's shape are refused after one killed the replica running it
+    /// (`crate::quarantine`). Default 5 min; `0s` turns the quarantine off (the read that
+    /// killed its replica is still not sent to another).
+    pub query_of_death_ttl: Dur,
 }
 
 /// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).
@@ -83,6 +87,7 @@ impl Default for Limits {
             queue_max_wait: Dur(Duration::from_secs(1)),
             client_header_timeout: Dur(Duration::from_secs(10)),
             client_body_idle_timeout: Dur(Duration::from_secs(30)),
+            query_of_death_ttl: Dur(Duration::from_secs(300)),
         }
     }
 }

@@ -8,6 +8,11 @@
 //! `delay` replaces all of that; `off` sends no hedges.
 //!
 //! Pure apart from a mutex around the window: fed durations, it answers durations.
+//!
+//! The deadline only says when to *look*: a hedge goes out for a silent replica alone (no
+//! answer byte and no progress for the deadline, [`Activity`]; over HTTP, where 18.16 sends
+//! nothing before its answer, a replica that does not answer a `/ping` within the deadline
+//! either). A replica that shows it is working is left alone however long its read takes.
 
 use crate::config::{HedgeDelay, Hedging};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -78,6 +83,34 @@ impl HeadTimes {
                 Some(d.clamp(cfg.min_delay.0, cfg.max_delay.0.max(cfg.min_delay.0)))
             }
         }
+    }
+}
+
+/// When an attempt last showed it is working: the query was sent, or a byte or a progress
+/// report came back. Shared between the attempt loop and the transport that reads the answer.
+#[derive(Debug)]
+pub struct Activity {
+    origin: tokio::time::Instant,
+    /// Microseconds from `origin` to the last sign of work.
+    last_us: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity { origin: tokio::time::Instant::now(), last_us: AtomicU64::new(0) }
+    }
+}
+
+impl Activity {
+    /// A sign of work now.
+    pub fn bump(&self) {
+        let us = self.origin.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.last_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    /// How long since the last sign of work.
+    pub fn silent_for(&self) -> Duration {
+        self.origin.elapsed().saturating_sub(Duration::from_micros(self.last_us.load(Ordering::Relaxed)))
     }
 }
 

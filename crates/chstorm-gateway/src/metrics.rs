@@ -20,6 +20,10 @@
 //! | `chstorm_gateway_killed_queries_total` | reason | attempts cancelled with KILL QUERY: client_gone, timeout, hedge_lost (a faster copy won), replica_down |
 //! | `chstorm_gateway_per_try_timeouts_total` | | attempts that passed their per-try deadline with no answer head |
 //! | `chstorm_gateway_hedges_total` | | hedged copies sent (within the retry budget) |
+//! | `chstorm_gateway_hedge_reasons_total` | reason | hedged copies sent, by reason: `silent` (no answer byte, no progress and no `/ping` answer for the per-try deadline) |
+//! | `chstorm_gateway_hedges_spared_total` | | reads past their per-try deadline left alone (once each) because their replica showed it was working |
+//! | `chstorm_gateway_query_deaths_total` | | reads whose replica died while running them: not resent, their shape refused for `limits.query_of_death_ttl` |
+//! | `chstorm_gateway_quarantine_refusals_total` | | reads refused because a read of their shape killed a replica |
 //! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
 //! | `chstorm_gateway_hedges_held_total` | | requests past their per-try deadline not hedged (once each) because every other healthy replica of the shard was slow too (more than a quarter of its attempts overdue) |
 //! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`) |
@@ -109,6 +113,8 @@ pub struct Metrics {
     pub hedges: Counter,
     pub hedge_wins: Counter,
     pub hedges_held: Counter,
+    /// The attempt policy's own metrics (hedge reasons, spared reads).
+    pub attempt: crate::attempt::AttemptMetrics,
     pub client_timeouts: Family<PhaseLabel, Counter>,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
@@ -164,6 +170,8 @@ impl Default for Metrics {
             "Requests past their per-try deadline not hedged because every other replica was slow too",
             hedges_held.clone(),
         );
+        let attempt = crate::attempt::AttemptMetrics::default();
+        attempt.register(&mut registry);
         let client_timeouts = Family::<PhaseLabel, Counter>::default();
         registry.register(
             "chstorm_gateway_client_timeouts",
@@ -246,6 +254,7 @@ impl Default for Metrics {
             hedges,
             hedge_wins,
             hedges_held,
+            attempt,
             client_timeouts,
             threads_total,
             threads_in_use,

@@ -54,10 +54,11 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
+    let hold_for = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
     let outcome = crate::attempt::run(&plan, body, &ctx).await;
     let resp = exit.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
     if parts.method == http::Method::HEAD {
         return resp;
     }
-    crate::body::hold_small(resp, crate::body::HOLD_AT).await
+    crate::body::hold_small(resp, crate::body::HOLD_AT, hold_for).await
 }

@@ -24,6 +24,8 @@ pub struct ClusterRt {
     head_times: Vec<HeadTimes>,
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
     native_head_times: Vec<HeadTimes>,
+    /// Shapes of reads that killed a replica, refused for a while (`crate::quarantine`).
+    pub quarantine: crate::quarantine::Quarantine,
 }
 
 impl ClusterRt {
@@ -49,6 +51,7 @@ impl ClusterRt {
             metrics: &state.metrics,
             hedging: &state.config.hedging,
             head_times,
+            quarantine: &self.quarantine,
         }
     }
 }
@@ -124,7 +127,8 @@ impl State {
             };
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
-            let rt = ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times, native_head_times };
+            let quarantine = crate::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
+            let rt = ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times, native_head_times, quarantine };
             clusters.insert(name.clone(), rt);
         }
         let users = config

@@ -70,6 +70,19 @@ pub trait Backend: Send + Sync + 'static {
     fn kill(&self, replica: &ReplicaAddr, auth: &str, query_id: &str) -> BoxFuture<bool>;
     /// Forgets the idle pooled connections to `replica` (it went down).
     fn reset_pool(&self, replica: &ReplicaAddr);
+    /// Is `replica` alive? `GET /ping` on a new connection, bounded by `timeout`.
+    fn alive(&self, replica: &ReplicaAddr, timeout: Duration) -> BoxFuture<Probe>;
+}
+
+/// What a liveness probe ([`Backend::alive`]) found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    /// The server answered: its process runs and serves requests.
+    Alive,
+    /// The connection was refused or broke: the server process is gone.
+    Dead,
+    /// No answer within the timeout: the server is hung (stopped, swapping, stuck).
+    Silent,
 }
 
 pub struct Upstream {
@@ -238,6 +251,19 @@ impl Backend for Upstream {
                     ok
                 }
                 _ => false,
+            }
+        })
+    }
+
+    fn alive(&self, replica: &ReplicaAddr, timeout: Duration) -> BoxFuture<Probe> {
+        let client = self.probe_client.clone();
+        let req = hyper::Request::get(format!("{}/ping", replica.base)).body(empty());
+        Box::pin(async move {
+            let Ok(req) = req else { return Probe::Dead };
+            match tokio::time::timeout(timeout, client.request(req)).await {
+                Ok(Ok(_)) => Probe::Alive,
+                Ok(Err(_)) => Probe::Dead,
+                Err(_) => Probe::Silent,
             }
         })
     }

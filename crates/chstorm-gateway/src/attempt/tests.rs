@@ -33,6 +33,9 @@ struct Fake {
     sent: Mutex<Vec<(String, String)>>,
     kills: Mutex<Vec<(String, String)>>,
     resets: Mutex<Vec<String>>,
+    /// What a `/ping` finds, where it differs from what the replica's behaviour implies.
+    probe: Mutex<HashMap<&'static str, Probe>>,
+    pings: Mutex<Vec<String>>,
 }
 
 impl Fake {
@@ -43,6 +46,10 @@ impl Fake {
     }
     fn sent_to(&self) -> Vec<String> {
         self.sent.lock().unwrap().iter().map(|(b, _)| b.clone()).collect()
+    }
+    /// Its `/ping` finds `p` (silent: a server too stuck to answer a ping, yet answering late).
+    fn ping_finds(&self, r: &'static str, p: Probe) {
+        self.probe.lock().unwrap().insert(r, p);
     }
     fn kills(&self) -> Vec<(String, String)> {
         self.kills.lock().unwrap().clone()
@@ -81,6 +88,22 @@ impl Backend for Fake {
     fn reset_pool(&self, replica: &crate::config::ReplicaAddr) {
         self.resets.lock().unwrap().push(replica.base.clone());
     }
+    fn alive(&self, replica: &crate::config::ReplicaAddr, timeout: Duration) -> BoxFuture<Probe> {
+        self.pings.lock().unwrap().push(replica.base.clone());
+        let set = self.probe.lock().unwrap().get(replica.base.as_str()).copied();
+        let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
+        let found = set.unwrap_or(match b {
+            Behave::Hang => Probe::Silent,
+            Behave::Refuse => Probe::Dead,
+            Behave::Answer(..) | Behave::Reset(_) => Probe::Alive,
+        });
+        Box::pin(async move {
+            if found == Probe::Silent {
+                tokio::time::sleep(timeout).await;
+            }
+            found
+        })
+    }
 }
 
 struct World {
@@ -90,6 +113,7 @@ struct World {
     backend: Arc<dyn Backend>,
     budget: TpsBudget,
     head_times: HeadTimes,
+    quarantine: crate::quarantine::Quarantine,
 }
 
 impl World {
@@ -103,6 +127,7 @@ impl World {
             backend: fake.clone(),
             budget: TpsBudget::new(Duration::from_secs(10), 10, 0.1),
             head_times: HeadTimes::default(),
+            quarantine: crate::quarantine::Quarantine::new(Duration::from_secs(300)),
         }
     }
 
@@ -134,6 +159,7 @@ impl World {
             metrics: &self.metrics,
             hedging: &self.cfg.hedging,
             head_times: &self.head_times,
+            quarantine: &self.quarantine,
         };
         run(plan, body, &ctx).await
     }
@@ -186,8 +212,9 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
         assert_eq!((winner.as_str(), hedged), (other, true));
         first
     };
-    // The cold per-try deadline is 100 ms; the hedge answered 5 ms later.
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + Duration::from_millis(5));
+    // The cold per-try deadline is 100 ms, then a ping unanswered for 250 ms: silent. The hedge
+    // answered 5 ms later.
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
     settle().await;
     assert_eq!(fake.kills(), vec![(first.clone(), "qid-1".to_string())], "the loser is killed by its query_id");
     assert_eq!((w.metrics.hedges.get(), w.metrics.hedge_wins.get(), w.metrics.per_try_timeouts.get()), (1, 1, 1));
@@ -228,6 +255,8 @@ async fn an_exhausted_budget_means_no_hedge() {
         (R21, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
     ]);
+    fake.ping_finds(R21, Probe::Silent);
+    fake.ping_finds(R22, Probe::Silent);
     let mut w = World::new(&fake);
     w.budget = TpsBudget::new(Duration::from_secs(10), 0, 0.0);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
@@ -414,12 +443,13 @@ async fn a_hedge_waits_for_a_healthy_replica_and_spends_no_budget_meanwhile() {
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
-        // R22 comes back 250 ms in: the next per-try deadline (300 ms) hedges onto it.
+        // R22 comes back 250 ms in, while the silent R21's ping (100 ms .. 350 ms) waits: the
+        // hedge goes to it at 350 ms.
         tokio::time::sleep(Duration::from_millis(250)).await;
         w.balancer.set_health(&r22, true);
     });
     assert_eq!(answered(&mut o), (R22.to_string(), true));
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY * 3 + Duration::from_millis(2));
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(2));
     assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 1, 0));
 }
 
@@ -463,6 +493,8 @@ async fn when_every_replica_is_late_hedges_are_held() {
         (R21, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(500), 200, "1\n")),
     ]);
+    fake.ping_finds(R21, Probe::Silent);
+    fake.ping_finds(R22, Probe::Silent);
     let w = World::new(&fake);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let hedged = eight_at_once(&w, &p).await;
@@ -504,24 +536,26 @@ async fn a_hung_replica_is_hedged_even_onto_a_late_replica_that_still_answers() 
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
-        tokio::time::sleep(crate::hedge::COLD_DELAY - Duration::from_millis(10)).await;
+        // 10 ms before the unanswered ping ends (the moment the hedge is decided).
+        tokio::time::sleep(crate::hedge::COLD_DELAY + MIN_PROBE - Duration::from_millis(10)).await;
         r22.answered();
     });
     assert_eq!(fake.sent_to()[0], R21, "P2C sent it to the idle replica");
     assert_eq!(answered(&mut o), (R22.to_string(), true), "hedged onto the late but living replica");
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
     assert_eq!(w.metrics.hedges_held.get(), 0);
     drop((late, overdue));
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_read_on_a_late_replica_is_held_while_the_other_is_late_too() {
-    // Both alive and late: R21 answers in 300 ms, R22 is late with its own attempts. The read
+    // Both alive and late: R21 answers in 600 ms, R22 is late with its own attempts. The read
     // waits on R21 (it will answer): no copy goes to R22.
     let fake = Fake::with(&[
-        (R21, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
+        (R21, Behave::Answer(Duration::from_millis(600), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(5), 200, "1\n")),
     ]);
+    fake.ping_finds(R21, Probe::Silent);
     let w = World::new(&fake);
     let r22 = w.balancer.shards[1][1].clone();
     let late: Vec<_> = (0..3).map(|_| InFlight::new(r22.clone())).collect();
@@ -531,7 +565,7 @@ async fn a_read_on_a_late_replica_is_held_while_the_other_is_late_too() {
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
         // R21 keeps answering other queries: it is late, not hung.
-        for _ in 0..6 {
+        for _ in 0..12 {
             tokio::time::sleep(Duration::from_millis(50)).await;
             r21.answered();
         }
@@ -539,4 +573,291 @@ async fn a_read_on_a_late_replica_is_held_while_the_other_is_late_too() {
     assert_eq!(answered(&mut o), (R21.to_string(), false), "not hedged");
     assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges_held.get(), w.metrics.hedges.get()), (1, 1, 0));
     drop((late, overdue));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_read_on_a_replica_that_answers_pings_is_never_hedged() {
+    // A 9 s read over HTTP: nothing comes before its answer, but its replica answers a ping.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_secs(9), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_secs(9), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run(&p, held()).await;
+    assert!(!answered(&mut o).1, "not hedged");
+    assert_eq!(t0.elapsed(), Duration::from_secs(9));
+    assert_eq!(fake.sent_to().len(), 1, "it started once");
+    let m = &w.metrics;
+    assert_eq!((m.per_try_timeouts.get(), m.attempt.hedges_spared.get(), m.hedges.get()), (1, 1, 0));
+    // Pinged at 100 ms, then 100, 200, 400, 800 ms and every 1 s after each answer (plus the
+    // pings' own 0 ms in paused time): 100, 200, 400, 800, 1600, 2600, ..., 8600 ms.
+    assert_eq!(fake.pings.lock().unwrap().len(), 12, "looked again, less and less often");
+}
+
+/// A native-like transport in paused time: each attempt (its script by the order attempts are
+/// sent, the last repeated) sends progress every 100 ms for a while, then its answer (or
+/// nothing more), and lets a held answer go after the hold as the native transport does.
+struct Scripted {
+    scripts: Vec<Script>,
+    sent: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Script {
+    /// Progress reports every 100 ms for this long, then silence.
+    progress_for: Duration,
+    /// The answer's end, if it comes.
+    ends_at: Option<Duration>,
+}
+
+/// (the replica, released at the hold before its end).
+type ScriptedHead = (String, bool);
+
+impl Transport for Scripted {
+    type Head = ScriptedHead;
+    fn send(
+        &mut self,
+        replica: &Arc<Replica>,
+        _threads: Option<usize>,
+        live: Live,
+    ) -> Option<BoxFuture<Result<ScriptedHead, BackendError>>> {
+        let base = replica.addr.base.clone();
+        let script = self.scripts[self.sent.min(self.scripts.len() - 1)];
+        self.sent += 1;
+        Some(Box::pin(async move {
+            let t0 = tokio::time::Instant::now();
+            let tick = Duration::from_millis(100);
+            loop {
+                let next = t0.elapsed() + tick;
+                if script.ends_at.is_some_and(|e| next >= e) {
+                    tokio::time::sleep_until(t0 + script.ends_at.unwrap()).await;
+                    return Ok((base, false));
+                }
+                if next > script.progress_for {
+                    return std::future::pending().await;
+                }
+                tokio::time::sleep(tick).await;
+                live.activity.bump();
+                if t0.elapsed() >= live.hold && live.hold > Duration::ZERO {
+                    return Ok((base, true));
+                }
+            }
+        }))
+    }
+    fn streamed(&self) -> bool {
+        false
+    }
+    fn head_time_counts(head: &ScriptedHead) -> bool {
+        !head.1
+    }
+    fn is_success(_: &ScriptedHead) -> bool {
+        true
+    }
+    fn judge_error(head: ScriptedHead) -> BoxFuture<Judged<ScriptedHead>> {
+        Box::pin(async move { Judged::Answer(head) })
+    }
+    fn went_down(&self, _: &Replica) {}
+}
+
+impl World {
+    async fn run_scripted(&self, plan: &Plan, t: &mut Scripted) -> Outcome<ScriptedHead> {
+        let ctx = Ctx {
+            backend: &self.backend,
+            balancer: &self.balancer,
+            threads: None,
+            auth: "Basic x",
+            retry_budget: &self.budget,
+            metrics: &self.metrics,
+            hedging: &self.cfg.hedging,
+            head_times: &self.head_times,
+            quarantine: &self.quarantine,
+        };
+        attempts(plan, t, &ctx).await
+    }
+}
+
+fn scripted_winner(o: &mut Outcome<ScriptedHead>) -> (String, bool, bool) {
+    match o {
+        Outcome::Answer { head, won, hedged, .. } => {
+            won.guard.disarm();
+            (head.0.clone(), head.1, *hedged)
+        }
+        Outcome::Failed { message, .. } => panic!("failed: {message}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_read_with_steady_progress_is_never_hedged() {
+    // Both replicas hang on a ping (as if too busy): only the progress reports show work.
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let mut w = World::new(&fake);
+    // No hold (a transport that sends nothing to the client before the end).
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(250));
+    let long = Script { progress_for: Duration::from_secs(9), ends_at: Some(Duration::from_secs(9)) };
+    let mut t = Scripted { scripts: vec![long], sent: 0 };
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let mut o = w.run_scripted(&p, &mut t).await;
+    let (_, released, hedged) = scripted_winner(&mut o);
+    assert!(released, "let go at the hold, after its first progress past the deadline");
+    assert!(!hedged);
+    let m = &w.metrics;
+    assert_eq!((m.hedges.get(), m.attempt.hedges_spared.get()), (0, 1));
+    assert!(fake.pings.lock().unwrap().is_empty(), "progress alone showed it works");
+}
+
+#[tokio::test(start_paused = true)]
+async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_after() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let w = World::new(&fake);
+    // Progress for 1 s, then silence: but by then the answer went to the client.
+    let s = Script { progress_for: Duration::from_secs(1), ends_at: None };
+    let mut t = Scripted { scripts: vec![s], sent: 0 };
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run_scripted(&p, &mut t).await;
+    // The cold deadline is 100 ms: the first progress at 100 ms lets the answer go.
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY);
+    let (_, released, hedged) = scripted_winner(&mut o);
+    assert!(released && !hedged);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(w.metrics.hedges.get(), 0, "nothing is hedged once bytes went to the client");
+    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::hedge::COLD_DELAY), "no head time recorded");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_falls_silent_before_its_first_byte_to_the_client_is_hedged() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let mut w = World::new(&fake);
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(250));
+    // The first copy: progress for 200 ms, then silence (SIGSTOP); the hedge progresses.
+    let stops = Script { progress_for: Duration::from_millis(200), ends_at: None };
+    let long = Script { progress_for: Duration::from_secs(9), ends_at: None };
+    let mut t = Scripted { scripts: vec![stops, long], sent: 0 };
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    // A held answer is let go at the hold (250 ms) only on a packet; this one falls silent at
+    // 200 ms, is silent 250 ms later (450 ms) and its ping goes unanswered for 250 ms.
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run_scripted(&p, &mut t).await;
+    let (_, _, hedged) = scripted_winner(&mut o);
+    assert!(hedged, "the silent replica was hedged");
+    assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
+    // The hedge itself progresses from 700 ms and is let go at its first progress past 250 ms.
+    assert_eq!(t0.elapsed(), Duration::from_millis(700 + 300));
+    settle().await;
+    assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_refused() {
+    // Whichever replica gets it breaks the connection 10 ms in and is gone (a ping is refused).
+    let fake =
+        Fake::with(&[(R21, Behave::Reset(Duration::from_millis(10))), (R22, Behave::Reset(Duration::from_millis(10)))]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::BAD_GATEWAY);
+            assert!(message.contains("died while running this query"), "{message}");
+            assert!(message.contains("not sent to another replica"), "{message}");
+            assert!(message.contains("refused for 300 s"), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("answered"),
+    }
+    assert_eq!(fake.sent_to().len(), 1, "sent once: not retried, not hedged");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
+    // The same shape, another literal: refused without reaching any replica.
+    let p2 = w.plan("SELECT * FROM items WHERE shop_id = 124", BodyShape::Held);
+    match w.run(&p2, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert!(message.contains("refused") && message.contains("limits.query_of_death_ttl"), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("answered"),
+    }
+    assert_eq!(fake.sent_to().len(), 1, "the refused read reached no replica");
+    assert_eq!(w.metrics.attempt.quarantine_refusals.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_of_a_shape_known_good_is_resent_when_its_replica_dies() {
+    // A replica killed by something else (kill -9) with lookups in flight: they go elsewhere.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    answered(&mut w.run(&p, held()).await);
+    let first = fake.sent_to()[0].clone();
+    let dead = if first == R21 { R21 } else { R22 };
+    let other = if dead == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(dead, Behave::Reset(Duration::from_millis(10)));
+    fake.ping_finds(dead, Probe::Dead);
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\n"));
+    // Send until one goes to the dead replica (P2C), at most 20 reads.
+    for _ in 0..20 {
+        let before = fake.sent_to().len();
+        let mut o = w.run(&p, held()).await;
+        assert_eq!(answered(&mut o).0, other);
+        if fake.sent_to()[before] == dead {
+            assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
+            assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
+            return;
+        }
+    }
+    panic!("no read went to the dead replica");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_broken_connection_to_a_living_replica_is_retried_as_before() {
+    // A new shape, a reset, but the replica answers its ping: a stale connection, not a death.
+    let fake =
+        Fake::with(&[(R21, Behave::Reset(Duration::from_millis(10))), (R22, Behave::Reset(Duration::from_millis(10)))]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let o = w.run(&p, held()).await;
+    assert!(matches!(o, Outcome::Failed { .. }));
+    assert!(fake.sent_to().len() > 1, "retried");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
+    assert!(w.quarantine.refused(crate::quarantine::fingerprint("\n".to_string().as_str())).is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_in_graceful_shutdown_is_hedged_a_crashing_one_is_not() {
+    // Graceful shutdown: its listener is closed (the ping is refused) but it keeps our
+    // connection open without answering. Hedged once a second ping, 100 ms later, is refused too.
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let run = w.run(&p, held());
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    let other = if first == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+    fake.ping_finds(other, Probe::Alive);
+    let mut o = run.await;
+    assert_eq!(answered(&mut o), (other.to_string(), true));
+    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
+
+    // Crashing: the ping is refused at 100 ms and its connection breaks 50 ms later: not hedged.
+    let fake = Fake::with(&[
+        (R21, Behave::Reset(Duration::from_millis(150))),
+        (R22, Behave::Reset(Duration::from_millis(150))),
+    ]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let o = w.run(&p, held()).await;
+    assert!(matches!(o, Outcome::Failed { status: StatusCode::BAD_GATEWAY, .. }));
+    assert_eq!(fake.sent_to().len(), 1, "sent once: not hedged, not retried");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
 }

@@ -2,13 +2,15 @@
 //! again), the query passes the same admission and the same [`crate::plan`] as an HTTP request,
 //! then the attempts run in the HTTP port's loop ([`crate::attempt::attempts`], through the
 //! native [`super::transport`]): the same policy, hedging, re-issue on down and retry budget. A
-//! read that has sent nothing to the client yet (its answer is held up to 256 KiB, see
-//! [`super::transport`]) moves to another replica when its connection is refused or breaks, its
+//! read that has sent nothing to the client yet (its answer is held up to 256 KiB or the per-try
+//! deadline, see [`super::transport`]) moves to another replica when its connection is refused
+//! or breaks (unless its replica died of it: a query of death, [`crate::quarantine`]), its
 //! replica is marked down, or the server answers a retry-safe code (202, 209, 210, 279); one
-//! without its answer after the per-try deadline is hedged. While the attempts run, the client is watched: a Cancel drops them (each
-//! query is killed on its replica) and ends the answer. The answer's packets are relayed as read
-//! ([`super::block`]); the client's packets during the query (INSERT data, Cancel) go to the
-//! backend as read. Every query is counted in `chstorm_gateway_requests_total` like an HTTP one.
+//! whose replica is silent for the per-try deadline is hedged. While the attempts run, the
+//! client is watched: a Cancel drops them (each query is killed on its replica) and ends the
+//! answer. The answer's packets are relayed as read ([`super::block`]), what was held at once,
+//! then Progress at most every 100 ms; the client's packets during the query (INSERT data,
+//! Cancel) go to the backend as read. Every query is counted in `chstorm_gateway_requests_total` like an HTTP one.
 
 use super::backend::BackendConn;
 use super::block::Scratch;
@@ -225,7 +227,7 @@ async fn answer(
             (status.as_u16(), say(&mut conn.w, exception_bytes(code, text)).await)
         }
         Outcome::Answer { head, mut won, .. } => {
-            let NativeHead { conn: mut backend, code, exception, raw } = head;
+            let NativeHead { conn: mut backend, code, exception, raw, .. } = head;
             if !early.is_empty() && backend.w.write_all(&early).await.is_err() {
                 let msg = "chstorm gateway: the replica failed while the client's data was sent";
                 won.guard.reason = "replica_failed";
@@ -278,7 +280,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut scratch = Scratch::default();
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
-    let mut last_write = std::time::Instant::now();
+    // What was held goes out at once, a Progress packet among it too.
+    let now = std::time::Instant::now();
+    let mut last_write = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
     let head = Packet { code: first.code, exception: first.exception };

@@ -3,9 +3,13 @@
 //! held external tables, and resolves at the answer's first packet, its *head*. So the native
 //! port hedges, re-issues on down and retries through the very loop the HTTP port uses.
 //!
-//! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB): the packets are
-//! held, not relayed, until EndOfStream, an exception, or that much has come, as 18.16's HTTP
-//! interface holds a small answer in its 1 MiB output buffer before it sends the head. So, as
+//! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB) and up to the
+//! per-try deadline: the packets are held, not relayed, until EndOfStream, an exception, that
+//! much has come, or the first packet after the per-try deadline ([`Live::hold`]; 18.16 sends a
+//! Progress packet every 100 ms of a running read, so a working read is let go within about
+//! 100 ms of the deadline, and its progress reaches the client from then on, while the
+//! attempt loop hedges no more). Every packet read is a sign of work ([`Live::activity`]): a
+//! replica that sends Progress is never hedged. So, as
 //! over HTTP, a read whose replica dies or hangs before its answer is whole can still move to
 //! another replica, and the per-try deadline (the hedge) and `head_timeout` run to the end of a
 //! small answer. Without it, a replica stopped between a lookup's first block and its
@@ -18,7 +22,7 @@
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
 use super::packets::{self, Query};
-use crate::attempt::{Judged, Transport};
+use crate::attempt::{Judged, Live, Transport};
 use crate::plan::Plan;
 use crate::replica::Replica;
 use crate::upstream::{BackendError, BoxFuture};
@@ -42,6 +46,8 @@ pub struct NativeHead {
     pub exception: Option<i32>,
     /// The packets' bytes, to relay as they are.
     pub raw: Vec<u8>,
+    /// Let go at the per-try deadline before the answer ended: not an answer-head time.
+    pub partial: bool,
 }
 
 /// One server packet, as read by [`read_server_packet`].
@@ -113,6 +119,7 @@ impl Transport for Native<'_> {
         &mut self,
         replica: &Arc<Replica>,
         threads: Option<usize>,
+        live: Live,
     ) -> Option<BoxFuture<Result<NativeHead, BackendError>>> {
         let fail = |connect: bool, message: String| -> BoxFuture<Result<NativeHead, BackendError>> {
             Box::pin(std::future::ready(Err(BackendError { connect, message })))
@@ -156,15 +163,19 @@ impl Transport for Native<'_> {
                 message: format!("{what} {native}{}: {e}", if was_pooled { " (pooled connection)" } else { "" }),
             };
             conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
+            let sent = tokio::time::Instant::now();
             let mut scratch = Scratch::default();
             let mut held = Vec::new();
             loop {
                 let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
                 let p = read.map_err(|e| lost("reading the answer from", &e))?;
+                live.activity.bump();
                 held.extend_from_slice(&raw);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
-                if !hold || end || held.len() >= HOLD_AT {
-                    return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held });
+                let due = sent.elapsed() >= live.hold;
+                if !hold || end || held.len() >= HOLD_AT || due {
+                    let partial = hold && !end && held.len() < HOLD_AT;
+                    return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held, partial });
                 }
             }
         }))
@@ -172,6 +183,10 @@ impl Transport for Native<'_> {
 
     fn streamed(&self) -> bool {
         false
+    }
+
+    fn head_time_counts(head: &NativeHead) -> bool {
+        !head.partial
     }
 
     fn is_success(head: &NativeHead) -> bool {
@@ -183,6 +198,10 @@ impl Transport for Native<'_> {
             Some(c) if may_run_elsewhere(c) => Judged::Busy(c, format!("Code: {c}. (ClickHouse refused the query)")),
             _ => Judged::Answer(head),
         }))
+    }
+
+    fn shape(&self) -> Option<u64> {
+        Some(crate::quarantine::fingerprint(self.sql))
     }
 
     fn went_down(&self, replica: &Replica) {
