@@ -70,7 +70,16 @@ pub struct Limits {
     /// 408: its backend request is abandoned (and its query killed), its admission slots are freed
     /// and the connection is closed. Default 30 s; at least 100 ms.
     pub client_body_idle_timeout: Dur,
+    /// The deepest nesting of a query's text, in `(`/`[` brackets and `CASE ... END` open at once
+    /// ([`crate::sql_rules::nesting_depth`]); a deeper query is refused with ClickHouse's Code 167
+    /// before it is read further or sent (18.16 dies of a stack overflow from about 760). Default
+    /// 300; at least 1.
+    pub max_query_depth: usize,
 }
+
+/// The default `limits.max_query_depth`: 300, well under the 758 nested scalar subqueries that
+/// crash an 18.16 server (see [`crate::sql_rules::nesting_depth`]).
+pub const DEFAULT_MAX_QUERY_DEPTH: usize = 300;
 
 /// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).
 pub const MIN_CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -83,6 +92,7 @@ impl Default for Limits {
             queue_max_wait: Dur(Duration::from_secs(1)),
             client_header_timeout: Dur(Duration::from_secs(10)),
             client_body_idle_timeout: Dur(Duration::from_secs(30)),
+            max_query_depth: DEFAULT_MAX_QUERY_DEPTH,
         }
     }
 }
@@ -714,6 +724,9 @@ impl Config {
         }
         if raw.limits.max_concurrency == 0 {
             return Err(err("max_concurrency", "limits.max_concurrency: must be at least 1".into()));
+        }
+        if raw.limits.max_query_depth == 0 {
+            return Err(err("max_query_depth", "limits.max_query_depth: must be at least 1".into()));
         }
         if raw.health.fall == 0 || raw.health.rise == 0 {
             return Err(err("health:", "health.fall and health.rise: must be at least 1".into()));

@@ -112,8 +112,15 @@ impl World {
 
     fn plan(&self, sql: &str, shape: BodyShape) -> Plan {
         let h = HeaderMap::new();
-        let input =
-            PlanInput { method: &Method::POST, path: "/", headers: &h, params: vec![], sql: Some(sql), body: shape };
+        let input = PlanInput {
+            method: &Method::POST,
+            path: "/",
+            headers: &h,
+            params: vec![],
+            sql: Some(sql),
+            body: shape,
+            max_depth: 300,
+        };
         plan(input, &self.user(), &self.cfg.clusters["storm"], None, || "qid-1".into()).unwrap()
     }
 
@@ -367,6 +374,7 @@ async fn a_session_stays_on_its_replica() {
         params: vec![("session_id".into(), "s1".into())],
         sql: Some(ROUTED_READ),
         body: BodyShape::Held,
+        max_depth: 300,
     };
     let p = plan(input, &w.user(), &w.cfg.clusters["storm"], None, || "q".into()).unwrap();
     assert!(matches!(w.run(&p, held()).await, Outcome::Failed { retries: 0, .. }));
