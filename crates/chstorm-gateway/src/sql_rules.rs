@@ -170,7 +170,7 @@ struct Tok<'a> {
 
 /// The tokens of the statement text: all of it, except that an `INSERT`
 /// stops before its data (the top-level `VALUES` or `FORMAT`).
-fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, SqlRuleError> {
+fn tokens<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<Tok<'_>>, SqlRuleError> {
     let mut out: Vec<Tok<'_>> = Vec::new();
     let mut stack: Vec<usize> = Vec::new();
     let mut statement_start = 0;
@@ -283,7 +283,7 @@ pub fn nesting_depth(sql: &str) -> usize {
 /// Errors when the text does not lex, brackets do not balance, or a list
 /// does not read as `name = literal, ...`: the caller cannot know what it
 /// sets.
-pub fn settings_in_sql(sql: &str) -> Result<Vec<(String, String)>, SqlRuleError> {
+pub fn settings_in_sql<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<(String, String)>, SqlRuleError> {
     let toks = tokens(sql)?;
     let mut out = Vec::new();
     let mut statement_start = 0;

@@ -26,8 +26,8 @@ pub const SHARD_KEY_HEADER: &str = "X-Chstorm-Shard-Key";
 /// it sends this way: the SQL is not checked against it.
 ///
 /// [`ShardingExpr::evaluate`]: super::ShardingExpr::evaluate
-pub fn extract_key(
-    sql: &str,
+pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
+    sql: &S,
     url_param: Option<&str>,
     header: Option<&str>,
     where_column: Option<&str>,
@@ -85,7 +85,7 @@ pub fn extract_key(
 ///   other side would only see the routed shard's rows;
 /// * `col` is also an alias (`x AS col`, `x col`, `WITH 1 AS col`), since
 ///   ClickHouse substitutes aliases in WHERE.
-pub fn key_from_where(sql: &str, column: &str) -> Option<KeyValue> {
+pub fn key_from_where<S: AsRef<[u8]> + ?Sized>(sql: &S, column: &str) -> Option<KeyValue> {
     let s = Sql::parse(sql)?;
     if s.statement == Statement::Other {
         return None;

@@ -261,6 +261,33 @@ impl Router {
         header: Option<&str>,
         database: Option<&str>,
     ) -> Result<Routed, Unrouted> {
+        let (shard, key, value, _) = self.decide(sql.as_bytes(), url_param, header)?;
+        let sql = rewrite::rewrite(sql, &self.tables, database)?;
+        Ok(Routed { shard, key, value, sql })
+    }
+
+    /// [`Router::route`] on bytes: a query that is not UTF-8 (bytes inside a
+    /// string literal) is routed the same way, and the rewritten query keeps
+    /// every byte but the replaced table names. Returns the shard and the
+    /// rewritten bytes.
+    pub fn route_bytes(
+        &self,
+        sql: &[u8],
+        url_param: Option<&str>,
+        header: Option<&str>,
+        database: Option<&str>,
+    ) -> Result<(usize, Vec<u8>), Unrouted> {
+        let (shard, _, _, _) = self.decide(sql, url_param, header)?;
+        Ok((shard, rewrite::rewrite_bytes(sql, &self.tables, database)?))
+    }
+
+    /// The key, its value and shard, for `sql`.
+    fn decide(
+        &self,
+        sql: &[u8],
+        url_param: Option<&str>,
+        header: Option<&str>,
+    ) -> Result<(usize, KeyValue, u64, ()), Unrouted> {
         let from_client = url_param.is_some_and(|v| !v.is_empty()) || header.is_some_and(|v| !v.is_empty());
         let key = extract_key(sql, url_param, header, self.where_column.as_deref()).ok_or(Unrouted::NoKey)?;
         // A literal from the SQL must be of the column's kind: whether and how a
@@ -279,8 +306,7 @@ impl Router {
         }
         let value = self.expr.evaluate(&key, self.col_type).map_err(Unrouted::BadKey)?;
         let shard = select_shard(value, &self.weights).ok_or(Unrouted::BadKey(RouteError::NoWeight))?;
-        let sql = rewrite::rewrite(sql, &self.tables, database)?;
-        Ok(Routed { shard, key, value, sql })
+        Ok((shard, key, value, ()))
     }
 }
 
@@ -467,6 +493,36 @@ mod tests {
                 assert!(b < std::time::Duration::from_millis(100), "{name}: {b:?}");
             }
         }
+    }
+
+    /// Bytes in, bytes out: a query with bytes that are not UTF-8 in a string
+    /// literal, a quoted name or a comment is routed by its WHERE key, and only
+    /// the table name changes.
+    #[test]
+    fn bytes_outside_the_table_name_are_kept() {
+        let r = router();
+        let odd: &[&[u8]] = &[b"\xff\xfe", b"a\xc3", b"\x80", b"\xe6\x97", b"\xed\xa0\x80", b"\xc0\xaf"];
+        for bytes in odd {
+            let mut q = b"SELECT count() FROM items WHERE shop_id = 123 AND title = '".to_vec();
+            q.extend_from_slice(bytes);
+            q.extend_from_slice(b"' AND `c");
+            q.extend_from_slice(bytes);
+            q.extend_from_slice(b"` = 1 /* ");
+            q.extend_from_slice(bytes);
+            q.extend_from_slice(b" */ -- ");
+            q.extend_from_slice(bytes);
+            let (shard, out) = r.route_bytes(&q, None, None, None).unwrap();
+            assert_eq!(shard, 1);
+            let at = q.windows(5).position(|w| w == b"items").unwrap() + 5;
+            let mut want = q[..at].to_vec();
+            want.extend_from_slice(b"_local");
+            want.extend_from_slice(&q[at..]);
+            assert_eq!(out, want, "{bytes:?}");
+            // The client's key routes it too.
+            assert_eq!(r.route_bytes(&q, Some("123"), None, None).unwrap().1, want);
+        }
+        // Such bytes outside quotes do not lex (nor on the server): fan out.
+        assert_eq!(r.route_bytes(b"SELECT \xff FROM items WHERE shop_id = 1", None, None, None), Err(Unrouted::NoKey));
     }
 
     /// A SETTINGS clause that changes a Distributed query's answer fans out,

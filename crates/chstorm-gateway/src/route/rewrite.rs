@@ -94,6 +94,14 @@ pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>
 /// routed replica it would read one shard's local table and answer.
 /// `x IN items` (the table itself as a set) counts too.
 pub(crate) fn rewrite(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Result<String, Unrouted> {
+    let out = rewrite_bytes(sql.as_bytes(), tables, current_db)?;
+    // Text in, text out: only names (text) were spliced into it.
+    String::from_utf8(out).map_err(|_| Unrouted::NoTable)
+}
+
+/// [`rewrite`] on bytes: the query need not be UTF-8 (a string literal may
+/// hold any bytes), and every byte outside the replaced names is kept.
+pub(crate) fn rewrite_bytes(sql: &[u8], tables: &RoutedTables, current_db: Option<&str>) -> Result<Vec<u8>, Unrouted> {
     let current_db = current_db.unwrap_or(DEFAULT_DATABASE);
     let s = Sql::parse(sql).ok_or(Unrouted::NoTable)?;
     if s.statement == Statement::Other {
@@ -152,15 +160,15 @@ struct Named {
 }
 
 /// `sql` with each `(start, end, text)` edit (sorted, not overlapping) applied.
-fn splice(sql: &str, edits: Vec<(usize, usize, String)>) -> String {
-    let mut out = String::with_capacity(sql.len() + 16 * edits.len());
+fn splice(sql: &[u8], edits: Vec<(usize, usize, String)>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(sql.len() + 16 * edits.len());
     let mut at = 0;
     for (start, end, text) in edits {
-        out.push_str(&sql[at..start]);
-        out.push_str(&text);
+        out.extend_from_slice(&sql[at..start]);
+        out.extend_from_slice(text.as_bytes());
         at = end;
     }
-    out.push_str(&sql[at..]);
+    out.extend_from_slice(&sql[at..]);
     out
 }
 

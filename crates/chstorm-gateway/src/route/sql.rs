@@ -88,7 +88,7 @@ impl<'a> Sql<'a> {
     /// `None` when the text does not lex, brackets do not balance, or there
     /// is more than one statement. An `INSERT` stops being read at its
     /// top-level `VALUES` or `FORMAT` (its data follows), as [`Statement::Other`].
-    pub fn parse(sql: &'a str) -> Option<Sql<'a>> {
+    pub fn parse<S: AsRef<[u8]> + ?Sized>(sql: &'a S) -> Option<Sql<'a>> {
         let mut toks: Vec<Token<'a>> = Vec::new();
         let mut close = Vec::new();
         let mut depth = Vec::new();
