@@ -1096,6 +1096,17 @@ mod tests {
     }
 
     #[test]
+    fn max_query_depth() {
+        let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
+        assert_eq!(c.limits.max_query_depth, DEFAULT_MAX_QUERY_DEPTH);
+        assert_eq!(Limits::default().max_query_depth, 300, "the example states the default");
+        let c = Config::parse(&EXAMPLE.replace("max_query_depth: 300", "max_query_depth: 50"), Path::new("g.yaml"));
+        assert_eq!(c.unwrap().limits.max_query_depth, 50);
+        let e = bad(&EXAMPLE.replace("max_query_depth: 300", "max_query_depth: 0"));
+        assert!(e.contains("limits.max_query_depth: must be at least 1"), "{e}");
+    }
+
+    #[test]
     fn client_timeouts_metrics_listen_and_user_names() {
         let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
         assert_eq!(c.limits.client_header_timeout.0, Duration::from_secs(10));

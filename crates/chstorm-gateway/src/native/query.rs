@@ -370,5 +370,9 @@ mod tests {
     fn refusal_codes() {
         assert_eq!(refusal_code(StatusCode::FORBIDDEN, "user 'ro' is read-only: only SELECT"), 164);
         assert_eq!(refusal_code(StatusCode::FORBIDDEN, "setting 'x' is not allowed"), 497);
+        // A refusal in ClickHouse's words keeps its code (a query too deep: 167).
+        let deep = "Code: 167, e.displayText() = DB::Exception: Query is too deep: 400 levels";
+        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, deep), 167);
+        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, "a message naming Code: 167 later"), 1002);
     }
 }
