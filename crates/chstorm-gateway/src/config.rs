@@ -74,7 +74,16 @@ pub struct Limits {
     /// (`crate::quarantine`). Default 5 min; `0s` turns the quarantine off (the read that
     /// killed its replica is still not sent to another).
     pub query_of_death_ttl: Dur,
+    /// The deepest nesting of a query's text, in `(`/`[` brackets and `CASE ... END` open at once
+    /// ([`crate::sql_rules::nesting_depth`]); a deeper query is refused with ClickHouse's Code 167
+    /// before it is read further or sent (18.16 dies of a stack overflow from about 760). Default
+    /// 300; at least 1.
+    pub max_query_depth: usize,
 }
+
+/// The default `limits.max_query_depth`: 300, well under the 758 nested scalar subqueries that
+/// crash an 18.16 server (see [`crate::sql_rules::nesting_depth`]).
+pub const DEFAULT_MAX_QUERY_DEPTH: usize = 300;
 
 /// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).
 pub const MIN_CLIENT_TIMEOUT: Duration = Duration::from_millis(100);
@@ -88,6 +97,7 @@ impl Default for Limits {
             client_header_timeout: Dur(Duration::from_secs(10)),
             client_body_idle_timeout: Dur(Duration::from_secs(30)),
             query_of_death_ttl: Dur(Duration::from_secs(300)),
+            max_query_depth: DEFAULT_MAX_QUERY_DEPTH,
         }
     }
 }
@@ -720,6 +730,9 @@ impl Config {
         if raw.limits.max_concurrency == 0 {
             return Err(err("max_concurrency", "limits.max_concurrency: must be at least 1".into()));
         }
+        if raw.limits.max_query_depth == 0 {
+            return Err(err("max_query_depth", "limits.max_query_depth: must be at least 1".into()));
+        }
         if raw.health.fall == 0 || raw.health.rise == 0 {
             return Err(err("health:", "health.fall and health.rise: must be at least 1".into()));
         }
@@ -1085,6 +1098,17 @@ mod tests {
         assert!(e.contains("routing: routing.database: 'a.b' is not a database name"), "{e}");
         let e = bad(&EXAMPLE.replace("listen: 127.0.0.1:8124", "listen: everywhere"));
         assert!(e.contains("listen: 'everywhere'") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn max_query_depth() {
+        let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
+        assert_eq!(c.limits.max_query_depth, DEFAULT_MAX_QUERY_DEPTH);
+        assert_eq!(Limits::default().max_query_depth, 300, "the example states the default");
+        let c = Config::parse(&EXAMPLE.replace("max_query_depth: 300", "max_query_depth: 50"), Path::new("g.yaml"));
+        assert_eq!(c.unwrap().limits.max_query_depth, 50);
+        let e = bad(&EXAMPLE.replace("max_query_depth: 300", "max_query_depth: 0"));
+        assert!(e.contains("limits.max_query_depth: must be at least 1"), "{e}");
     }
 
     #[test]

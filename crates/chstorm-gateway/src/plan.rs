@@ -69,6 +69,8 @@ pub struct PlanInput<'a> {
     /// A multipart/form-data body read by `crate::read` (its fields are in `params`, its
     /// statement in `sql`); a multipart body not read so is refused for users with rules.
     pub form_read: bool,
+    /// `limits.max_query_depth`: a statement nesting deeper is refused (Code 167).
+    pub max_depth: usize,
 }
 
 /// Where the query goes.
@@ -269,6 +271,22 @@ fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
         out.push_str(&format!(", {k} = {literal}"));
     }
     Some(out)
+/// Refuses a statement nesting deeper than `max_depth` ([`crate::sql_rules::nesting_depth`]) with
+/// ClickHouse's own error for a too deep query (Code 167, TOO_DEEP_AST, HTTP 400 as 18.16 sends
+/// it), before anything else reads the text: 18.16 dies of a stack overflow on about 760 levels,
+/// and every later step is spared the depth.
+fn check_depth(sql: &str, max_depth: usize) -> Result<(), Refusal> {
+    let depth = crate::sql_rules::nesting_depth(sql);
+    if depth <= max_depth {
+        return Ok(());
+    }
+    Err(Refusal {
+        status: StatusCode::BAD_REQUEST,
+        message: format!(
+            "Code: 167, e.displayText() = DB::Exception: Query is too deep: {depth} levels of brackets and CASE. \
+             Maximum: {max_depth} (chstorm gateway, limits.max_query_depth), e.what() = DB::Exception"
+        ),
+    })
 }
 
 /// The hash of a session id that picks its replica.
@@ -287,7 +305,10 @@ pub fn plan(
     max_per_query: Option<usize>,
     query_id: impl FnOnce() -> String,
 ) -> Result<Plan, Refusal> {
-    let PlanInput { method, path, headers, mut params, sql, body, form_read } = input;
+    let PlanInput { method, path, headers, mut params, sql, body, form_read, max_depth } = input;
+    if let Some(text) = sql {
+        check_depth(text, max_depth)?;
+    }
     let multipart = is_multipart(headers);
     let kind = sql.map_or(StatementKind::Write, statement_kind);
 
@@ -398,6 +419,8 @@ pub fn plan(
     let header_key = headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok());
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
+        // A setting that changes a Distributed query's answer (URL, or the native Query packet).
+        (None, Some(_), _, _) if params.iter().any(|(k, _)| crate::route::changes_distributed_result(k)) => Target::Any,
         (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held && !multipart => {
             let database = crate::request::current_database(
                 &params,
@@ -487,6 +510,7 @@ mod tests {
             sql,
             body: BodyShape::Held,
             form_read: false,
+            max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
         }
     }
 
@@ -500,6 +524,46 @@ mod tests {
         let mut u = cfg().users["default"].clone();
         edit(&mut u);
         u
+    }
+
+    /// Too deep a statement is refused with ClickHouse's Code 167 before anything else reads it;
+    /// the limit's own depth passes.
+    #[test]
+    fn too_deep_a_query_is_refused_with_code_167() {
+        let c = cfg();
+        let h = HeaderMap::new();
+        let at = |depth: usize, sql: &str| {
+            let mut i = input(&Method::POST, &h, "", Some(sql));
+            i.max_depth = depth;
+            plan(i, &user(|_| {}), &c.clusters["storm"], None, || "gen-1".into())
+        };
+        let nested = |n: usize| format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n));
+        assert!(at(5, &nested(5)).is_ok());
+        let r = at(5, &nested(6)).unwrap_err();
+        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert!(
+            r.message.starts_with("Code: 167, e.displayText() = DB::Exception: Query is too deep: 6 levels"),
+            "{}",
+            r.message
+        );
+        assert!(r.message.contains("Maximum: 5 (chstorm gateway, limits.max_query_depth)"), "{}", r.message);
+        assert_eq!(chstorm_proto::rules::http_exception_code(None, r.message.as_bytes()), Some(167));
+        // 200,000 levels: refused at once, whatever the form.
+        for sql in [nested(200_000), format!("SELECT {}1{}", "abs(".repeat(200_000), ")".repeat(200_000))] {
+            assert!(at(crate::config::DEFAULT_MAX_QUERY_DEPTH, &sql).unwrap_err().message.contains("Code: 167"));
+        }
+    }
+
+    /// A setting that changes a Distributed query's answer, as a URL parameter (or a native
+    /// Query packet's setting, which arrives as one), makes a query with a key fan out.
+    #[test]
+    fn distributed_result_settings_fan_out() {
+        let sql = "SELECT count() FROM items WHERE shop_id = 123";
+        for name in crate::route::FAN_OUT_SETTINGS {
+            let p = run(&user(|_| {}), &format!("{name}=1"), sql).unwrap();
+            assert_eq!((p.target, p.replace_body), (Target::Any, None), "{name}");
+        }
+        assert_eq!(run(&user(|_| {}), "max_threads=1", sql).unwrap().target, Target::Shard(1));
     }
 
     #[test]

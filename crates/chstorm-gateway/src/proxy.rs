@@ -42,6 +42,7 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
         sql: read.sql.as_deref(),
         body: read.shape,
         form_read: read.form_read,
+        max_depth: state.config.limits.max_query_depth,
     };
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = match crate::plan::plan(input, &u, &cluster.cfg, max_per_query, new_query_id) {

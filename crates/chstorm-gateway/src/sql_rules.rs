@@ -170,7 +170,7 @@ struct Tok<'a> {
 
 /// The tokens of the statement text: all of it, except that an `INSERT`
 /// stops before its data (the top-level `VALUES` or `FORMAT`).
-fn tokens(sql: &str) -> Result<Vec<Tok<'_>>, SqlRuleError> {
+fn tokens<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<Tok<'_>>, SqlRuleError> {
     let mut out: Vec<Tok<'_>> = Vec::new();
     let mut stack: Vec<usize> = Vec::new();
     let mut statement_start = 0;
@@ -229,6 +229,51 @@ fn kw_at(toks: &[Tok<'_>], i: usize, kw: &str) -> bool {
     toks[i].t.is_kw(kw) && !(i > 0 && toks[i - 1].t.is_punct("."))
 }
 
+/// How deeply `sql` nests, as ClickHouse 18.16's recursive parser and AST
+/// visitors go into it: the most `(`/`[` brackets and `CASE ... END` open at
+/// once. One pass over the tokens, nothing kept but a counter per open
+/// bracket. Lenient: reading stops at the first token that does not lex (the
+/// server refuses the text there too) and at an `INSERT`'s top-level
+/// `VALUES`/`FORMAT` (its data is not a query).
+///
+/// Found on 18.16.1 (a throw-away `chstorm local up` server, each depth sent
+/// once in a POST body with `max_query_size=100000000`, bisected per form):
+/// the server process dies (stack overflow) at 936 nested `(1)`, `[1]`,
+/// `NOT (` or `-(`; 910 `abs(`, `tuple(`, `if(1, ` or `arrayMap(x -> `; 928
+/// bare `CASE WHEN 1 THEN`; 466 `CASE WHEN 1 THEN (` (932 by this count);
+/// 813 `WHERE 1 IN (SELECT 1`; 758 scalar `(SELECT `; 2318 `FROM (SELECT *
+/// FROM`. Below those, a depth past its `max_ast_depth` (1000 AST levels,
+/// about 500 function calls) is refused with Code 167.
+pub fn nesting_depth(sql: &str) -> usize {
+    // Open CASEs per open bracket (index 0: outside every bracket).
+    let mut cases: Vec<usize> = vec![0];
+    let mut open_cases = 0;
+    let mut deepest = 0;
+    let mut first: Option<Token<'_>> = None;
+    for t in Lexer::new(sql) {
+        if t.kind == TokenKind::Error {
+            break;
+        }
+        let insert = first.get_or_insert(t).is_kw("INSERT");
+        if insert && cases.len() == 1 && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
+            break;
+        }
+        if t.is_punct("(") || t.is_punct("[") {
+            cases.push(0);
+        } else if (t.is_punct(")") || t.is_punct("]")) && cases.len() > 1 {
+            open_cases -= cases.pop().unwrap_or(0);
+        } else if t.is_kw("CASE") {
+            open_cases += 1;
+            *cases.last_mut().expect("never empty") += 1;
+        } else if t.is_kw("END") && cases.last().is_some_and(|&c| c > 0) {
+            open_cases -= 1;
+            *cases.last_mut().expect("never empty") -= 1;
+        }
+        deepest = deepest.max(cases.len() - 1 + open_cases);
+    }
+    deepest
+}
+
 /// Every setting a query sets in its text: the `SETTINGS` lists anywhere and
 /// the `SET` statement, as (name, value) in order of appearance. Names are
 /// unquoted; values are the literal's text (a string unquoted and unescaped,
@@ -238,7 +283,7 @@ fn kw_at(toks: &[Tok<'_>], i: usize, kw: &str) -> bool {
 /// Errors when the text does not lex, brackets do not balance, or a list
 /// does not read as `name = literal, ...`: the caller cannot know what it
 /// sets.
-pub fn settings_in_sql(sql: &str) -> Result<Vec<(String, String)>, SqlRuleError> {
+pub fn settings_in_sql<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<(String, String)>, SqlRuleError> {
     let toks = tokens(sql)?;
     let mut out = Vec::new();
     let mut statement_start = 0;

@@ -9,7 +9,12 @@
 //! calls), comments (`--`, `/* */`, `#`, which 18.16 refuses), keyword case, white space and
 //! newlines, subqueries, IN subqueries, UNION ALL, GLOBAL JOIN, PREWHERE, FINAL, SETTINGS,
 //! FORMAT, other databases (`otherdb.items`, `?database=`, `X-ClickHouse-Database`), sessions,
-//! table functions, gzip bodies, and splits of the query between `?query=` and the body.
+//! table functions, gzip bodies, and splits of the query between `?query=` and the body; and two
+//! generated classes: column qualifiers naming the routed table in every form (`db.t.col`,
+//! `t.col`, `alias.col`, the table's name beside its alias, quoted parts, `t.*`), and settings
+//! that change a Distributed query's answer (`distributed_group_by_no_merge`, ...) in a
+//! `SETTINGS` clause or the URL, which must never be routed. Last, queries nested past
+//! `limits.max_query_depth` must be refused with Code 167 over HTTP and native, every node up.
 //!
 //! The test checks its own power: enough answers must come back routed (else it would only
 //! compare fan-out with fan-out), some octal literals must name another shard than their
@@ -460,6 +465,81 @@ fn corpus(env: &Env, router: &Router) -> Vec<Case> {
         }
         c.push(case);
     }
+    c.extend(qualified_and_settings(&mut rng));
+    c
+}
+
+/// Generated members of two classes: column qualifiers naming the routed table in every form
+/// 18.16 takes (`db.table.col`, `table.col`, `alias.col`, the table's name beside its alias,
+/// backquoted and double-quoted parts, `table.*`), and settings that change what a Distributed
+/// query returns, in a `SETTINGS` clause (any spelling, beside other settings, in a subquery) or
+/// as URL parameters.
+fn qualified_and_settings(rng: &mut SmallRng) -> Vec<Case> {
+    let mut c = Vec::new();
+    // (FROM text, qualifiers that name the table there)
+    let froms: &[(&str, &[&str])] = &[
+        ("items", &["items", "`items`", "\"items\"", "default.items", "`default`.`items`", "default.`items`"]),
+        ("default.items", &["items", "default.items", "`default`.items", "\"default\".\"items\""]),
+        ("`items`", &["items", "`items`", "default.items"]),
+        ("items AS i", &["i", "items", "`items`", "default.items", "`i`"]),
+        ("items i", &["i", "items", "default.`items`"]),
+        ("default.items AS i", &["i", "items", "default.items"]),
+        ("`default`.`items` AS `i`", &["i", "`items`", "`default`.`items`"]),
+    ];
+    while c.len() < 150 {
+        let (from, quals) = froms[rng.gen_range(0..froms.len())];
+        let q = |rng: &mut SmallRng| quals[rng.gen_range(0..quals.len())];
+        let k = rng.gen_range(1..=200u64);
+        let select = match rng.gen_range(0..5) {
+            0 => "count()".to_string(),
+            1 => format!("{}.item_id, {}.version", q(rng), q(rng)),
+            2 => format!("count(), sum({}.stock)", q(rng)),
+            3 => format!("{}.*", q(rng)),
+            _ => format!("{}.item_id", q(rng)),
+        };
+        let final_ = if rng.gen_bool(0.5) { " FINAL" } else { "" };
+        let mut sql = format!("SELECT {select} FROM {from}{final_} WHERE {}.shop_id = {k}", q(rng));
+        if rng.gen_bool(0.4) {
+            sql.push_str(&format!(" AND {}.item_id < 3000", q(rng)));
+        }
+        if select.contains('*') || select.contains("item_id,") || select.ends_with("item_id") {
+            sql.push_str(" AND item_id % 50 = 1");
+        }
+        c.push(Case::body("qualified", sql));
+    }
+    let fan_out: &[(&str, &[&str])] = &[
+        ("distributed_group_by_no_merge", &["1", "0"]),
+        ("distributed_product_mode", &["'allow'", "'local'", "'global'", "'deny'"]),
+        ("skip_unavailable_shards", &["1"]),
+        ("max_parallel_replicas", &["2", "1"]),
+        ("parallel_replicas_count", &["2"]),
+        ("parallel_replica_offset", &["0", "1"]),
+    ];
+    let bases = [
+        "SELECT count() FROM items WHERE shop_id = {K}",
+        "SELECT count(), sum(stock) FROM items FINAL WHERE shop_id = {K}",
+        "SELECT shop_id, count() FROM items WHERE shop_id = {K} GROUP BY shop_id",
+        "SELECT item_id FROM items FINAL WHERE shop_id = {K} AND item_id % 40 = 3",
+        "SELECT count() FROM items WHERE shop_id = {K} AND item_id GLOBAL IN (SELECT item_id FROM items WHERE shop_id = {K})",
+    ];
+    while c.len() < 300 {
+        let (name, values) = fan_out[rng.gen_range(0..fan_out.len())];
+        let value = values[rng.gen_range(0..values.len())];
+        let base = bases[rng.gen_range(0..bases.len())].replace("{K}", &rng.gen_range(1..=200u64).to_string());
+        let spelled = match rng.gen_range(0..3) {
+            0 => name.to_string(),
+            1 => format!("`{name}`"),
+            _ => format!("\"{name}\""),
+        };
+        let other = if rng.gen_bool(0.5) { "max_threads = 2, " } else { "" };
+        let case = match rng.gen_range(0..4) {
+            0 => Case::body("settings", format!("{base} SETTINGS {other}{spelled} = {value}")),
+            1 => Case::body("settings", format!("{base} settings {spelled}=={value}, max_threads = 1")),
+            2 => Case::body("settings", format!("SELECT * FROM ({base} SETTINGS {spelled} = {value})")),
+            _ => Case::body("settings", base).param(name, value.trim_matches('\'')),
+        };
+        c.push(case);
+    }
     c
 }
 
@@ -571,10 +651,64 @@ fn every_answer_through_the_gateway_equals_the_direct_answer() {
         }
         panic!("{} of {} queries answered differently through the gateway", failures.len(), cases.len());
     }
+    // The two generated classes: qualified names are routed (most), result-changing settings never.
+    let count_of = |kind: &str, routed: bool| {
+        let is = |r: &&(usize, Answer, Answer)| {
+            cases[r.0].kind == kind && (!routed || r.2.route.as_deref() == Some("routed"))
+        };
+        results.iter().filter(is).count()
+    };
+    let qualified_routed = count_of("qualified", true);
+    assert!(qualified_routed * 2 >= count_of("qualified", false), "only {qualified_routed} qualified cases routed");
+    assert_eq!(count_of("settings", true), 0, "settings that change the answer must fan out");
     assert!(
         routed * 5 >= cases.len(),
         "only {routed} of {} answers were routed: the corpus would not see routing defects",
         cases.len()
     );
+    too_deep_queries_are_refused(&env, &gw);
     gw.stop();
+}
+
+/// Queries nested deeper than `limits.max_query_depth` (300) are refused with Code 167 through
+/// the gateway, over HTTP and the native port, and no server goes down; at the limit they run.
+/// (18.16 dies on 936 nested parentheses, 910 function calls, 758 scalar subqueries: sent
+/// straight to a node, the first query here would kill it.)
+fn too_deep_queries_are_refused(env: &Env, gw: &Gateway) {
+    use chstorm_proto::native::NativeConn;
+    use chstorm_proto::stream::Connector;
+    use chstorm_proto::{Target, TlsOptions};
+    let gw_url = format!("http://{}", gw.addr);
+    let port = gw.native_addr.expect("the generated config has listen_native").port();
+    let target = Target::parse(&format!("clickhouse://default@127.0.0.1:{port}")).unwrap();
+    let connector = Connector::new(&target, &TlsOptions::default(), Duration::from_secs(2)).unwrap();
+    let mut conn = env.rt.block_on(NativeConn::connect(&connector, &target, Duration::from_secs(10))).unwrap();
+    let wrap =
+        |open: &str, inner: &str, close: &str, n: usize| format!("SELECT {}{inner}{}", open.repeat(n), close.repeat(n));
+    let deep = [
+        wrap("(", "1", ")", 1000),
+        wrap("abs(", "1", ")", 950),
+        wrap("(SELECT ", "1", ")", 800),
+        wrap("[", "1", "]", 200_000),
+        format!("SELECT count() FROM items WHERE shop_id = 42 AND {}", wrap("(", "1", ")", 301).replace("SELECT ", "")),
+    ];
+    for sql in &deep {
+        let t = Instant::now();
+        let a = http(&gw_url, "/", &[], sql.as_bytes());
+        assert_eq!((a.status, a.code), (400, Some(167)), "{}: {}", &sql[..40], a.raw);
+        assert!(a.raw.contains("Query is too deep") && a.raw.contains("Maximum: 300"), "{}", a.raw);
+        let e = env.rt.block_on(conn.query("", sql, Duration::from_secs(10))).unwrap_err().to_string();
+        assert!(e.contains("167") && e.contains("Query is too deep"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    }
+    // At the limit: answered (300 parentheses are far from what crashes a server).
+    let at_limit = wrap("(", "1", ")", 300);
+    let a = http(&gw_url, "/", &[], at_limit.as_bytes());
+    assert_eq!((a.status, a.raw.trim()), (200, "1"), "{}", a.raw);
+    env.rt.block_on(conn.query("", &at_limit, Duration::from_secs(10))).unwrap();
+    // Every server still up.
+    for url in env.node_urls() {
+        assert_eq!(post(&url, "SELECT 1"), (200, "1\n".to_string()), "{url}");
+    }
+    eprintln!("too deep queries: refused with Code 167 over HTTP and native, every node up");
 }

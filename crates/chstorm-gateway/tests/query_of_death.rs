@@ -21,7 +21,8 @@ fn deep(depth: usize, literal: u32) -> String {
     format!("SELECT {}{literal}{}", "(".repeat(depth), ")".repeat(depth))
 }
 
-/// The cluster's generated gateway config, listening on free ports.
+/// The cluster's generated gateway config, listening on free ports, with `limits.max_query_depth`
+/// raised above the depth that crashes 18.16, so that the crash itself reaches a server.
 fn gateway_config(cluster: &LocalCluster, dir: &std::path::Path) -> std::path::PathBuf {
     let text = std::fs::read_to_string(&cluster.topology().gateway_config).unwrap();
     let text: String = text
@@ -29,6 +30,7 @@ fn gateway_config(cluster: &LocalCluster, dir: &std::path::Path) -> std::path::P
         .map(|l| match l {
             l if l.starts_with("listen:") => "listen: 127.0.0.1:0".to_string(),
             l if l.starts_with("listen_native:") => "listen_native: 127.0.0.1:0".to_string(),
+            "limits:" => "limits:\n  max_query_depth: 5000".to_string(),
             l => l.to_string(),
         })
         .collect::<Vec<_>>()

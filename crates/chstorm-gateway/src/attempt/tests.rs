@@ -145,6 +145,7 @@ impl World {
             sql: Some(sql),
             body: shape,
             form_read: false,
+            max_depth: 300,
         };
         plan(input, &self.user(), &self.cfg.clusters["storm"], None, || "qid-1".into()).unwrap()
     }
@@ -404,6 +405,7 @@ async fn a_session_stays_on_its_replica() {
         sql: Some(ROUTED_READ),
         body: BodyShape::Held,
         form_read: false,
+        max_depth: 300,
     };
     let p = plan(input, &w.user(), &w.cfg.clusters["storm"], None, || "q".into()).unwrap();
     assert!(matches!(w.run(&p, held()).await, Outcome::Failed { retries: 0, .. }));

@@ -57,6 +57,12 @@ fn exception_bytes(code: i32, message: &str) -> Vec<u8> {
 
 /// The ClickHouse code for a refusal of the plan or of admission.
 fn refusal_code(status: StatusCode, message: &str) -> i32 {
+    // A refusal in ClickHouse's own words (`Code: 167, e.displayText() = ...`) keeps its code.
+    if let Some(code) =
+        message.strip_prefix("Code: ").and_then(|_| chstorm_proto::rules::parse_exception_code(message.as_bytes()))
+    {
+        return code;
+    }
     match status {
         StatusCode::FORBIDDEN if message.contains("read-only") => 164, // READONLY
         StatusCode::FORBIDDEN => 497,                                  // ACCESS_DENIED
@@ -147,13 +153,17 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         sql: Some(&q.sql),
         body: BodyShape::Held,
         form_read: false,
+        max_depth: state.config.limits.max_query_depth,
     };
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = match crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, crate::proxy::new_query_id) {
         Ok(p) => p,
         Err(r) => {
             count(state, name, r.status.as_u16(), "rejected");
-            return say(&mut conn.w, refuse(refusal_code(r.status, &r.message), &r.message)).await;
+            // An exception packet carries the code itself: only the display text goes in it.
+            let text = r.message.split_once("e.displayText() = DB::Exception: ").map_or(r.message.as_str(), |(_, t)| t);
+            let text = text.trim_end_matches(", e.what() = DB::Exception");
+            return say(&mut conn.w, refuse(refusal_code(r.status, &r.message), text)).await;
         }
     };
     let sql = plan.replace_body.clone().unwrap_or_else(|| q.sql.clone());
@@ -365,5 +375,9 @@ mod tests {
     fn refusal_codes() {
         assert_eq!(refusal_code(StatusCode::FORBIDDEN, "user 'ro' is read-only: only SELECT"), 164);
         assert_eq!(refusal_code(StatusCode::FORBIDDEN, "setting 'x' is not allowed"), 497);
+        // A refusal in ClickHouse's words keeps its code (a query too deep: 167).
+        let deep = "Code: 167, e.displayText() = DB::Exception: Query is too deep: 400 levels";
+        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, deep), 167);
+        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, "a message naming Code: 167 later"), 1002);
     }
 }

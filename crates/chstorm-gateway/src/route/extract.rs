@@ -26,8 +26,8 @@ pub const SHARD_KEY_HEADER: &str = "X-Chstorm-Shard-Key";
 /// it sends this way: the SQL is not checked against it.
 ///
 /// [`ShardingExpr::evaluate`]: super::ShardingExpr::evaluate
-pub fn extract_key(
-    sql: &str,
+pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
+    sql: &S,
     url_param: Option<&str>,
     header: Option<&str>,
     where_column: Option<&str>,
@@ -85,7 +85,7 @@ pub fn extract_key(
 ///   other side would only see the routed shard's rows;
 /// * `col` is also an alias (`x AS col`, `x col`, `WITH 1 AS col`), since
 ///   ClickHouse substitutes aliases in WHERE.
-pub fn key_from_where(sql: &str, column: &str) -> Option<KeyValue> {
+pub fn key_from_where<S: AsRef<[u8]> + ?Sized>(sql: &S, column: &str) -> Option<KeyValue> {
     let s = Sql::parse(sql)?;
     if s.statement == Statement::Other {
         return None;
@@ -113,9 +113,8 @@ pub fn key_from_where(sql: &str, column: &str) -> Option<KeyValue> {
     let mut accounted = vec![false; n];
     let mut literals: Vec<KeyValue> = Vec::new();
     for body in &s.bodies {
-        let d = body.depth;
         for c in body.clauses(ClauseKind::From) {
-            for j in (c.start..c.end).filter(|&j| s.depth[j] == d) {
+            for j in s.level(c.start, c.end) {
                 let t = &s.toks[j];
                 if (t.is_kw("JOIN") && !(j > 0 && s.toks[j - 1].is_kw("ARRAY"))) || t.is_punct(",") {
                     return None;
@@ -124,8 +123,7 @@ pub fn key_from_where(sql: &str, column: &str) -> Option<KeyValue> {
         }
         let mut has_key = false;
         for c in body.clauses(ClauseKind::Where).chain(body.clauses(ClauseKind::Prewhere)) {
-            let mut parts = Vec::new();
-            conjuncts(&s, c.start, c.end, d, &mut parts);
+            let parts = conjuncts(&s, c.start, c.end);
             for (x, y) in parts {
                 if let Some((col_at, value)) = match_conjunct(&s, x, y, column) {
                     accounted[col_at] = true;
@@ -161,54 +159,57 @@ fn is_expr_keyword(w: &str) -> bool {
     KW.iter().any(|k| k.eq_ignore_ascii_case(w))
 }
 
-/// Splits `start..end` (tokens at depth `d`) into the conjuncts of a
-/// top-level AND chain, looking into parentheses that only group one. A range
-/// with an operator that binds looser than AND (`OR`, `?:`, `->`), a `CASE`
-/// (whose `WHEN a AND b` is not a conjunction), an alias or a comma at its top
-/// level is one conjunct as a whole.
-fn conjuncts(s: &Sql<'_>, start: usize, end: usize, d: u32, out: &mut Vec<(usize, usize)>) {
-    let top = |j: &usize| s.depth[*j] == d;
-    let loose = (start..end).filter(top).any(|j| {
-        let t = &s.toks[j];
-        t.is_kw("OR")
-            || t.is_kw("CASE")
-            || t.is_kw("AS")
-            || t.is_punct("?")
-            || t.is_punct(":")
-            || t.is_punct("->")
-            || t.is_punct(",")
-    });
-    if loose {
-        out.push((start, end));
-        return;
-    }
-    let mut piece = start;
-    let mut between = false;
-    for j in (start..end).filter(top) {
-        let t = &s.toks[j];
-        if t.is_kw("BETWEEN") {
-            between = true;
-        } else if t.is_kw("AND") {
-            if between {
-                between = false;
+/// Splits `start..end` (starting at a token of its own depth) into the
+/// conjuncts of a top-level AND chain, looking into parentheses that only
+/// group one. A range with an operator that binds looser than AND (`OR`,
+/// `?:`, `->`), a `CASE` (whose `WHEN a AND b` is not a conjunction), an
+/// alias or a comma at its top level is one conjunct as a whole. Each range
+/// is walked at its own level, nested groups from a work list: linear in the
+/// tokens, whatever the nesting.
+fn conjuncts(s: &Sql<'_>, start: usize, end: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut work = vec![(start, end)];
+    while let Some((start, end)) = work.pop() {
+        let loose = s.level(start, end).any(|j| {
+            let t = &s.toks[j];
+            t.is_kw("OR")
+                || t.is_kw("CASE")
+                || t.is_kw("AS")
+                || t.is_punct("?")
+                || t.is_punct(":")
+                || t.is_punct("->")
+                || t.is_punct(",")
+        });
+        if loose {
+            out.push((start, end));
+            continue;
+        }
+        let mut pieces = Vec::new();
+        let mut piece = start;
+        let mut between = false;
+        for j in s.level(start, end) {
+            let t = &s.toks[j];
+            if t.is_kw("BETWEEN") {
+                between = true;
+            } else if t.is_kw("AND") {
+                if between {
+                    between = false;
+                } else {
+                    pieces.push((piece, j));
+                    piece = j + 1;
+                }
+            }
+        }
+        pieces.push((piece, end));
+        for (x, y) in pieces.into_iter().filter(|(x, y)| x < y) {
+            if s.toks[x].is_punct("(") && s.close[x] == y - 1 && !s.is_subquery(x) {
+                work.push((x + 1, y - 1));
             } else {
-                push_conjunct(s, piece, j, d, out);
-                piece = j + 1;
+                out.push((x, y));
             }
         }
     }
-    push_conjunct(s, piece, end, d, out);
-}
-
-fn push_conjunct(s: &Sql<'_>, x: usize, y: usize, d: u32, out: &mut Vec<(usize, usize)>) {
-    if x >= y {
-        return;
-    }
-    if s.toks[x].is_punct("(") && s.close[x] == y - 1 && !s.is_subquery(x) {
-        conjuncts(s, x + 1, y - 1, d + 1, out);
-    } else {
-        out.push((x, y));
-    }
+    out
 }
 
 /// Matches one conjunct `x..y` against `col = lit`, `col == lit`,

@@ -2,7 +2,10 @@
 //! for [`extract_key`](super::extract_key) and
 //! [`rewrite_tables`](super::rewrite_tables).
 //!
-//! Tokens carry their byte span in the source so callers can splice the text.
+//! The lexer reads bytes: a query that is not UTF-8 (bytes inside a string
+//! literal, say) lexes as ClickHouse lexes it, and callers splice the
+//! original bytes by the tokens' spans, so nothing outside a replaced name
+//! changes. Tokens carry their byte span in the source.
 //! Whitespace and comments (`-- ...` to the end of the line, `/* ... */`, not
 //! nested, as in 18.16) are skipped. Lexing stops after the first
 //! [`TokenKind::Error`] (an unterminated string, quoted identifier or comment,
@@ -30,14 +33,18 @@ pub enum TokenKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Token<'a> {
     pub kind: TokenKind,
+    /// The token's text; for a string literal, quoted name or error that is
+    /// not UTF-8, its longest UTF-8 prefix (the span is `start..end()`).
     pub text: &'a str,
     pub start: usize,
+    /// Its length in bytes.
+    pub len: usize,
 }
 
 impl<'a> Token<'a> {
     /// Byte offset just past the token.
     pub fn end(&self) -> usize {
-        self.start + self.text.len()
+        self.start + self.len
     }
 
     /// A bare word equal to `kw`, ignoring ASCII case.
@@ -72,22 +79,23 @@ impl<'a> Token<'a> {
 
 /// Splits `sql` into tokens, skipping whitespace and comments. Stops after the
 /// first [`TokenKind::Error`] token, which covers the rest of the input.
-pub fn tokenize(sql: &str) -> Vec<Token<'_>> {
+pub fn tokenize<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Vec<Token<'_>> {
     Lexer::new(sql).collect()
 }
 
 /// The lexer as an iterator, for callers that may stop early (an `INSERT`
 /// with its data after `VALUES` needs no more than its head).
 pub struct Lexer<'a> {
-    sql: &'a str,
+    sql: &'a [u8],
     i: usize,
     prev: Option<Token<'a>>,
     done: bool,
 }
 
 impl<'a> Lexer<'a> {
-    pub fn new(sql: &'a str) -> Self {
-        Lexer { sql, i: 0, prev: None, done: false }
+    /// Lexes `sql`: text or bytes.
+    pub fn new<S: AsRef<[u8]> + ?Sized>(sql: &'a S) -> Self {
+        Lexer { sql: sql.as_ref(), i: 0, prev: None, done: false }
     }
 }
 
@@ -98,8 +106,7 @@ impl<'a> Iterator for Lexer<'a> {
         if self.done {
             return None;
         }
-        let sql = self.sql;
-        let b = sql.as_bytes();
+        let b = self.sql;
         let mut i = self.i;
         while i < b.len() {
             let c = b[i];
@@ -179,9 +186,7 @@ impl<'a> Iterator for Lexer<'a> {
                     }
                 },
             };
-            // Every boundary above is an ASCII byte or the end, so this slice
-            // is on char boundaries.
-            let tok = Token { kind, text: &sql[start..i], start };
+            let tok = Token { kind, text: utf8_prefix(&b[start..i]), start, len: i - start };
             self.i = i;
             self.prev = Some(tok);
             if kind == TokenKind::Error {
@@ -192,6 +197,14 @@ impl<'a> Iterator for Lexer<'a> {
         self.i = i;
         self.done = true;
         None
+    }
+}
+
+/// The longest UTF-8 prefix of `b` (all of it when it is UTF-8).
+fn utf8_prefix(b: &[u8]) -> &str {
+    match std::str::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&b[..e.valid_up_to()]).unwrap_or_default(),
     }
 }
 
@@ -459,6 +472,30 @@ mod tests {
         for t in tokenize(sql) {
             assert_eq!(&sql[t.start..t.end()], t.text);
         }
+    }
+
+    /// Random bytes (not UTF-8): no panics, spans inside the input and in
+    /// order, each token's text a prefix of its bytes, and a string literal
+    /// with any bytes inside is one token.
+    #[test]
+    fn bytes_that_are_not_utf8() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        for _ in 0..10_000 {
+            let n = rng.gen_range(0..32);
+            let b: Vec<u8> = (0..n)
+                .map(|_| if rng.gen_bool(0.5) { b"'`\"( )-*/a1\\"[rng.gen_range(0..12)] } else { rng.gen() })
+                .collect();
+            let mut at = 0;
+            for t in tokenize(&b) {
+                assert!(t.start >= at && t.end() <= b.len(), "{b:?}");
+                assert!(b[t.start..t.end()].starts_with(t.text.as_bytes()), "{b:?}");
+                at = t.end();
+            }
+        }
+        let q: &[u8] = b"SELECT '\xff\xfe' FROM t";
+        let toks = tokenize(q);
+        assert_eq!((toks[1].kind, toks[1].start, toks[1].len, toks[1].text), (Str, 7, 4, "'"));
+        assert_eq!(toks[2].text, "FROM");
     }
 
     /// No panics, spans on char boundaries, only the last token may be an

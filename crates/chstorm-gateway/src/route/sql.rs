@@ -55,7 +55,6 @@ pub(crate) struct Clause {
 
 #[derive(Clone, Debug)]
 pub(crate) struct Body {
-    pub depth: u32,
     pub clauses: Vec<Clause>,
 }
 
@@ -71,20 +70,29 @@ pub(crate) struct Sql<'a> {
     pub close: Vec<usize>,
     /// Open brackets around the token (a bracket itself is at the outer depth).
     pub depth: Vec<u32>,
+    /// The innermost `(`/`[` around the token (a bracket itself: the outer one); else `usize::MAX`.
+    parent: Vec<usize>,
+    /// For a `(`: true if its group holds a query (`(SELECT`, `(WITH`, `((SELECT`, ...).
+    subquery: Vec<bool>,
     pub statement: Statement,
     pub bodies: Vec<Body>,
 }
 
-const NO_MATCH: usize = usize::MAX;
+pub(crate) const NO_MATCH: usize = usize::MAX;
+
+/// The most parts of a compound identifier that [`Sql::compound_ident`] reads
+/// (`db.table.column` has 3); a longer chain is no name routing cares about.
+const MAX_NAME_PARTS: usize = 4;
 
 impl<'a> Sql<'a> {
     /// `None` when the text does not lex, brackets do not balance, or there
     /// is more than one statement. An `INSERT` stops being read at its
     /// top-level `VALUES` or `FORMAT` (its data follows), as [`Statement::Other`].
-    pub fn parse(sql: &'a str) -> Option<Sql<'a>> {
+    pub fn parse<S: AsRef<[u8]> + ?Sized>(sql: &'a S) -> Option<Sql<'a>> {
         let mut toks: Vec<Token<'a>> = Vec::new();
         let mut close = Vec::new();
         let mut depth = Vec::new();
+        let mut parent = Vec::new();
         let mut stack: Vec<usize> = Vec::new();
         let mut insert = false;
         let mut semicolon = false;
@@ -99,6 +107,9 @@ impl<'a> Sql<'a> {
                 return Some(Sql::other());
             }
             let i = toks.len();
+            let closes = t.is_punct(")") || t.is_punct("]");
+            let outer = if closes { stack.len().checked_sub(2) } else { stack.len().checked_sub(1) };
+            parent.push(outer.map_or(NO_MATCH, |k| stack[k]));
             match (t.kind, t.text) {
                 (TokenKind::Punct, "(" | "[") => {
                     depth.push(stack.len() as u32);
@@ -146,134 +157,189 @@ impl<'a> Sql<'a> {
             }
             _ => Statement::Other,
         };
-        let mut sql = Sql { toks, close, depth, statement, bodies: Vec::new() };
-        sql.bodies = sql.find_bodies();
+        // `((SELECT ...))`: from the right, so each `(` looks one token ahead.
+        let mut subquery = vec![false; toks.len()];
+        for i in (0..toks.len()).rev() {
+            subquery[i] = toks[i].is_punct("(")
+                && toks
+                    .get(i + 1)
+                    .is_some_and(|t| t.is_kw("SELECT") || t.is_kw("WITH") || (t.is_punct("(") && subquery[i + 1]));
+        }
+        let mut sql = Sql { toks, close, depth, parent, subquery, statement, bodies: Vec::new() };
+        sql.bodies = sql.find_bodies()?;
         Some(sql)
     }
 
     fn other() -> Sql<'a> {
-        Sql { toks: Vec::new(), close: Vec::new(), depth: Vec::new(), statement: Statement::Other, bodies: Vec::new() }
+        Sql {
+            toks: Vec::new(),
+            close: Vec::new(),
+            depth: Vec::new(),
+            parent: Vec::new(),
+            subquery: Vec::new(),
+            statement: Statement::Other,
+            bodies: Vec::new(),
+        }
     }
 
     /// True if the bracket group opened at `open` holds a query.
     pub fn is_subquery(&self, open: usize) -> bool {
-        self.toks.get(open).is_some_and(|t| t.is_punct("("))
-            && self.toks.get(open + 1).is_some_and(|t| {
-                t.is_kw("SELECT") || t.is_kw("WITH") || (t.is_punct("(") && self.is_subquery(open + 1))
-            })
+        self.subquery.get(open).copied().unwrap_or(false)
     }
 
-    fn find_bodies(&self) -> Vec<Body> {
-        let n = self.toks.len();
-        let mut bodies = Vec::new();
-        for s in 0..n {
-            if !self.toks[s].is_kw("SELECT") {
-                continue;
-            }
-            let d = self.depth[s];
-            let mut end = n;
-            for j in s + 1..n {
-                if self.depth[j] < d
-                    || (self.depth[j] == d
-                        && (self.toks[j].is_kw("UNION")
-                            || self.toks[j].is_kw("EXCEPT")
-                            || self.toks[j].is_kw("INTERSECT")))
-                {
-                    end = j;
-                    break;
-                }
-            }
-            // Clause keywords at depth d.
-            let mut marks: Vec<(ClauseKind, usize, usize)> = vec![(ClauseKind::Select, s, s + 1)];
-            let mut j = s + 1;
-            while j < end {
-                if self.depth[j] == d {
-                    let t = &self.toks[j];
-                    let next_is = |kw: &str| self.toks.get(j + 1).is_some_and(|t| t.is_kw(kw)) && j + 1 < end;
-                    let found = if t.is_kw("FROM") {
-                        Some((ClauseKind::From, 1))
-                    } else if t.is_kw("PREWHERE") {
-                        Some((ClauseKind::Prewhere, 1))
-                    } else if t.is_kw("WHERE") {
-                        Some((ClauseKind::Where, 1))
-                    } else if t.is_kw("GROUP") && next_is("BY") {
-                        Some((ClauseKind::GroupBy, 2))
-                    } else if t.is_kw("HAVING") {
-                        Some((ClauseKind::Having, 1))
-                    } else if t.is_kw("ORDER") && next_is("BY") {
-                        Some((ClauseKind::OrderBy, 2))
-                    } else if t.is_kw("LIMIT") {
-                        Some((ClauseKind::Limit, 1))
-                    } else if t.is_kw("SETTINGS") {
-                        Some((ClauseKind::Settings, 1))
-                    } else if t.is_kw("FORMAT") {
-                        Some((ClauseKind::Format, 1))
-                    } else if t.is_kw("INTO") && next_is("OUTFILE") {
-                        Some((ClauseKind::Into, 2))
-                    } else {
-                        None
-                    };
-                    if let Some((kind, len)) = found {
-                        marks.push((kind, j, j + len));
-                        j += len;
-                        continue;
-                    }
-                }
-                j += 1;
-            }
-            let clauses = marks
-                .iter()
-                .enumerate()
-                .map(|(k, &(kind, _kw, start))| Clause { kind, start, end: marks.get(k + 1).map_or(end, |m| m.1) })
-                .collect();
-            bodies.push(Body { depth: d, clauses });
+    /// The innermost `(`/`[` around token `i`.
+    pub fn parent(&self, i: usize) -> Option<usize> {
+        self.parent.get(i).copied().filter(|&p| p != NO_MATCH)
+    }
+
+    /// The token after `i` at `i`'s own depth: a bracket group is skipped whole
+    /// (from its opener to its closer), so walking a level costs its own tokens only.
+    pub fn next_at_level(&self, i: usize) -> usize {
+        match self.close.get(i) {
+            Some(&c) if c != NO_MATCH => c,
+            _ => i + 1,
         }
-        bodies
     }
 
-    /// For every token, the innermost (body index, clause) it lies in.
+    /// The tokens of `start..end` at `start`'s depth, brackets included, their insides skipped.
+    pub fn level(&self, start: usize, end: usize) -> impl Iterator<Item = usize> + '_ {
+        let mut j = start;
+        std::iter::from_fn(move || {
+            if j >= end {
+                return None;
+            }
+            let i = j;
+            j = self.next_at_level(i);
+            Some(i)
+        })
+    }
+
+    /// For every `SELECT`, where its body ends: the next `SELECT`, `UNION`, `EXCEPT` or
+    /// `INTERSECT` at its depth in its bracket group, or the group's closer, or the end.
+    /// One pass from the right, keeping that stop for every depth.
+    fn body_ends(&self) -> Vec<usize> {
+        let n = self.toks.len();
+        let levels = self.depth.iter().max().map_or(1, |&d| d as usize + 2);
+        let mut stop = vec![n; levels];
+        let mut ends = vec![n; n];
+        for j in (0..n).rev() {
+            let d = self.depth[j] as usize;
+            let t = &self.toks[j];
+            if t.is_punct(")") || t.is_punct("]") {
+                stop[d + 1] = j;
+            }
+            if t.is_kw("SELECT") {
+                ends[j] = stop[d];
+                stop[d] = j;
+            } else if t.is_kw("UNION") || t.is_kw("EXCEPT") || t.is_kw("INTERSECT") {
+                stop[d] = j;
+            }
+        }
+        ends
+    }
+
+    /// The bodies, each found in the tokens of its own depth. `None` when two
+    /// `SELECT`s follow each other at one depth without a `UNION` between
+    /// (not a query ClickHouse reads).
+    fn find_bodies(&self) -> Option<Vec<Body>> {
+        let ends = self.body_ends();
+        let mut bodies = Vec::new();
+        for s in (0..self.toks.len()).filter(|&s| self.toks[s].is_kw("SELECT")) {
+            let end = ends[s];
+            if self.toks.get(end).is_some_and(|t| t.is_kw("SELECT")) {
+                return None;
+            }
+            bodies.push(Body { clauses: self.clauses_of(s, end) });
+        }
+        Some(bodies)
+    }
+
+    /// The clauses of the body of the `SELECT` at `s`, which ends at `end`.
+    fn clauses_of(&self, s: usize, end: usize) -> Vec<Clause> {
+        let mut marks: Vec<(ClauseKind, usize, usize)> = vec![(ClauseKind::Select, s, s + 1)];
+        let mut j = s + 1;
+        while j < end {
+            let t = &self.toks[j];
+            let next_is = |kw: &str| j + 1 < end && self.toks[j + 1].is_kw(kw);
+            let found = if t.is_kw("FROM") {
+                Some((ClauseKind::From, 1))
+            } else if t.is_kw("PREWHERE") {
+                Some((ClauseKind::Prewhere, 1))
+            } else if t.is_kw("WHERE") {
+                Some((ClauseKind::Where, 1))
+            } else if t.is_kw("GROUP") && next_is("BY") {
+                Some((ClauseKind::GroupBy, 2))
+            } else if t.is_kw("HAVING") {
+                Some((ClauseKind::Having, 1))
+            } else if t.is_kw("ORDER") && next_is("BY") {
+                Some((ClauseKind::OrderBy, 2))
+            } else if t.is_kw("LIMIT") {
+                Some((ClauseKind::Limit, 1))
+            } else if t.is_kw("SETTINGS") {
+                Some((ClauseKind::Settings, 1))
+            } else if t.is_kw("FORMAT") {
+                Some((ClauseKind::Format, 1))
+            } else if t.is_kw("INTO") && next_is("OUTFILE") {
+                Some((ClauseKind::Into, 2))
+            } else {
+                None
+            };
+            match found {
+                Some((kind, len)) => {
+                    marks.push((kind, j, j + len));
+                    j += len;
+                }
+                None => j = self.next_at_level(j),
+            }
+        }
+        marks
+            .iter()
+            .enumerate()
+            .map(|(k, &(kind, _kw, start))| Clause { kind, start, end: marks.get(k + 1).map_or(end, |m| m.1) })
+            .collect()
+    }
+
+    /// For every token, the innermost (body index, clause) it lies in. Each body
+    /// labels the tokens of its own depth; a token deeper than every body's
+    /// own level takes the label of its innermost bracket.
     pub fn labels(&self) -> Vec<Option<(usize, ClauseKind)>> {
         let mut labels = vec![None; self.toks.len()];
-        let mut order: Vec<usize> = (0..self.bodies.len()).collect();
-        order.sort_by_key(|&b| self.bodies[b].depth);
-        for b in order {
-            for c in &self.bodies[b].clauses {
+        for (b, body) in self.bodies.iter().enumerate() {
+            for c in &body.clauses {
                 // The keyword itself belongs to the clause too.
                 let from = if c.kind == ClauseKind::Select { c.start - 1 } else { c.start };
-                for l in &mut labels[from..c.end] {
-                    *l = Some((b, c.kind));
+                for i in self.level(from, c.end) {
+                    labels[i] = Some((b, c.kind));
+                    if self.close[i] != NO_MATCH {
+                        labels[self.close[i]] = Some((b, c.kind));
+                    }
+                }
+            }
+        }
+        for i in 0..labels.len() {
+            if labels[i].is_none() {
+                if let Some(p) = self.parent(i) {
+                    labels[i] = labels[p];
                 }
             }
         }
         labels
     }
 
-    /// For every token, the index of its innermost enclosing `(` or `[` (a
-    /// bracket itself is enclosed by the outer one).
-    pub fn parents(&self) -> Vec<Option<usize>> {
-        let mut stack: Vec<usize> = Vec::new();
-        let mut out = Vec::with_capacity(self.toks.len());
-        for (i, t) in self.toks.iter().enumerate() {
-            if t.is_punct(")") || t.is_punct("]") {
-                stack.pop();
-            }
-            out.push(stack.last().copied());
-            if self.close[i] != NO_MATCH {
-                stack.push(i);
-            }
-        }
-        out
-    }
-
     /// If a (possibly qualified) identifier `a.b.c` starts at `i`: the index
-    /// just past it and the index of its last part.
+    /// just past it and the index of its last part. At most
+    /// [`MAX_NAME_PARTS`] parts are read: past a longer chain comes a `.`.
     pub fn compound_ident(&self, i: usize, end: usize) -> Option<(usize, usize)> {
         let is_ident = |k: usize| k < end && matches!(self.toks[k].kind, TokenKind::Word | TokenKind::QuotedIdent);
         if !is_ident(i) {
             return None;
         }
         let mut last = i;
-        while last + 1 < end && self.toks[last + 1].is_punct(".") && is_ident(last + 2) {
+        while last + 1 < end
+            && last < i + 2 * (MAX_NAME_PARTS - 1)
+            && self.toks[last + 1].is_punct(".")
+            && is_ident(last + 2)
+        {
             last += 2;
         }
         Some((last + 1, last))
