@@ -271,6 +271,8 @@ fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
         out.push_str(&format!(", {k} = {literal}"));
     }
     Some(out)
+}
+
 /// Refuses a statement nesting deeper than `max_depth` ([`crate::sql_rules::nesting_depth`]) with
 /// ClickHouse's own error for a too deep query (Code 167, TOO_DEEP_AST, HTTP 400 as 18.16 sends
 /// it), before anything else reads the text: 18.16 dies of a stack overflow on about 760 levels,
