@@ -13,8 +13,9 @@
 
 use crate::plan::{BodyShape, Refusal};
 use crate::request::{join_query, parse_params};
-use crate::upstream::{BoxError, GBody};
+use crate::upstream::GBody;
 use bytes::{Bytes, BytesMut};
+use chstorm_proto::mem::{Charge, Mem, MemError};
 use http::request::Parts;
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -40,6 +41,8 @@ pub struct ClientRequest {
     pub sql: Option<String>,
     pub shape: BodyShape,
     pub body: ClientBody,
+    /// The room the held bytes take on the gateway's memory budget; kept while they live.
+    pub charge: Charge,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -84,15 +87,16 @@ fn decompress(enc: Encoding, data: &[u8], limit: usize) -> Result<(Vec<u8>, bool
     }
 }
 
-/// Reads `body` until it ends or passes `limit` bytes.
-async fn read_head(body: &mut GBody, limit: usize) -> Result<(BytesMut, bool), BoxError> {
+/// Reads `body` until it ends or passes `limit` bytes, charging what it keeps to `charge`.
+async fn read_head(body: &mut GBody, limit: usize, charge: &mut Charge) -> Result<(BytesMut, bool), Refusal> {
     let mut buf = BytesMut::new();
     while buf.len() <= limit {
         match body.frame().await {
             None => return Ok((buf, true)),
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => return Err(unreadable(e)),
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
+                    charge.set(buf.len() + d.len()).map_err(too_big)?;
                     buf.extend_from_slice(&d);
                 }
             }
@@ -101,23 +105,42 @@ async fn read_head(body: &mut GBody, limit: usize) -> Result<(BytesMut, bool), B
     Ok((buf, false))
 }
 
+fn too_big(e: MemError) -> Refusal {
+    Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("cannot hold the request body: {e}"))
+}
+
 fn unreadable(e: impl std::fmt::Display) -> Refusal {
     Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
 }
 
-/// Reads the parameters and the body of a request.
-pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refusal> {
+/// [`read_within`] with no memory limit.
+#[cfg(test)]
+pub async fn read(parts: &Parts, body: GBody) -> Result<ClientRequest, Refusal> {
+    read_within(parts, body, &Mem::unbounded()).await
+}
+
+/// Reads the parameters and the body of a request; what is held is charged to `mem` (413 when
+/// it has no room).
+pub async fn read_within(parts: &Parts, mut body: GBody, mem: &Mem) -> Result<ClientRequest, Refusal> {
+    let mut charge = mem.charge();
     let params = parse_params(parts.uri.query());
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
     let enc = encoding(parts, &params);
     if enc == Encoding::Unknown {
-        return Ok(ClientRequest { sql: url_query, params, shape: BodyShape::Opaque, body: ClientBody::Opaque(body) });
+        return Ok(ClientRequest {
+            sql: url_query,
+            params,
+            shape: BodyShape::Opaque,
+            body: ClientBody::Opaque(body),
+            charge,
+        });
     }
-    let (head, ended) = read_head(&mut body, MAX_HELD_BODY).await.map_err(unreadable)?;
+    let (head, ended) = read_head(&mut body, MAX_HELD_BODY, &mut charge).await?;
     let head = head.freeze();
     let (text, whole) = match enc {
         Encoding::Plain => (head.clone(), ended),
         _ => {
+            charge.grow(MAX_HELD_BODY + 1).map_err(too_big)?;
             let (plain, complete) = decompress(enc, &head, MAX_HELD_BODY)
                 .map_err(|e| unreadable(format!("{e} (Content-Encoding does not match the body)")))?;
             (Bytes::from(plain), ended && complete)
@@ -125,19 +148,27 @@ pub async fn read(parts: &Parts, mut body: GBody) -> Result<ClientRequest, Refus
     };
     let sql = join_query(url_query.as_deref().unwrap_or(""), &text);
     if whole {
-        return Ok(ClientRequest { params, sql: Some(sql), shape: BodyShape::Held, body: ClientBody::Held(text) });
+        return Ok(ClientRequest {
+            params,
+            sql: Some(sql),
+            shape: BodyShape::Held,
+            body: ClientBody::Held(text),
+            charge,
+        });
     }
     Ok(ClientRequest {
         params,
         sql: Some(sql),
         shape: BodyShape::Streamed,
         body: ClientBody::Streamed { head, rest: body },
+        charge,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::BoxError;
     use http_body_util::{Full, StreamBody};
     use std::io::Write;
 
