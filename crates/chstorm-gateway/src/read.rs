@@ -195,6 +195,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn held_bodies_take_room_on_the_budget_and_give_it_back() {
+        let budget = chstorm_proto::mem::Budget::new(1 << 20);
+        let body = || g(Full::new(Bytes::from(vec![b' '; 600 << 10])));
+        let first = read_within(&parts("/?query=SELECT%201", None), body(), &budget.conn(256 << 20)).await.unwrap();
+        assert_eq!(first.shape, BodyShape::Held);
+        assert!(budget.used() > 500 << 10, "{}", budget.used());
+        // A second body of 600 KiB does not fit beside it: 413, one line.
+        let e = read_within(&parts("/?query=SELECT%201", None), body(), &budget.conn(256 << 20)).await.err().unwrap();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.message.contains("limits.max_buffered_mib"), "{}", e.message);
+        // A small one always does.
+        let small = g(Full::new(Bytes::from_static(b" + 1")));
+        assert!(read_within(&parts("/?query=SELECT%201", None), small, &budget.conn(256 << 20)).await.is_ok());
+        drop(first);
+        assert_eq!(budget.used(), 0);
+        assert!(read_within(&parts("/?query=SELECT%201", None), body(), &budget.conn(256 << 20)).await.is_ok());
+    }
+
+    #[tokio::test]
     async fn small_bodies_are_held_and_joined_with_the_url_query() {
         let r = read(&parts("/?query=SELECT%201", None), g(Full::new(Bytes::from_static(b" + 1")))).await.unwrap();
         assert_eq!(r.shape, BodyShape::Held);
