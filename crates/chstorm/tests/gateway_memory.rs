@@ -550,3 +550,34 @@ fn invalid_utf8_in_a_query_reaches_the_server_unchanged() {
         assert!(want.1.starts_with(format!("{}\t", seq.len()).as_bytes()), "{seq:x?}: {:?}", want.1);
     }
 }
+
+#[test]
+fn a_finished_query_gives_its_room_back() {
+    let _turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+    let env = chstorm_testenv::start_cluster();
+    // A 1 MiB budget; queries with 700 KiB of settings, one after another on connections that
+    // stay open: each fits only if the one before gave its room back when it ended.
+    let gw = Gw::start(&env, "  max_buffered_mib: 1\n");
+    let big = vec![b'x'; 700 << 10];
+    let mut open = Vec::new();
+    for i in 0..3 {
+        let mut s = hello(gw.native);
+        s.write_all(&query(b"SELECT 1", &[("format_schema", &big)], false)).unwrap();
+        s.write_all(&end_of_data()).unwrap();
+        let code = get_varuint(&mut s).unwrap();
+        assert_eq!(code, 1, "query {i}: a Data packet, not an exception ({:?})", exception_after(code, &mut s));
+        open.push(s);
+    }
+}
+
+/// The Exception whose packet code was already read as `code`.
+fn exception_after(code: u64, s: &mut TcpStream) -> Option<(u64, String)> {
+    if code != 2 {
+        return None;
+    }
+    let mut c = [0u8; 4];
+    s.read_exact(&mut c).ok()?;
+    get_str(s).ok()?;
+    let msg = get_str(s).ok()?;
+    Some((i32::from_le_bytes(c) as u64, String::from_utf8_lossy(&msg).into_owned()))
+}

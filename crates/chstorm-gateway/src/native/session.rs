@@ -99,7 +99,7 @@ pub struct ClientConn {
     scratch: Scratch,
     /// The connection's memory account ([`State::client_mem`]).
     pub mem: Mem,
-    /// What the last Query packet holds (its text and settings), until the next one.
+    /// What the running query's packet holds (its text and settings), until it ends.
     query_charge: Option<Charge>,
 }
 
@@ -271,7 +271,10 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: O
             ClientPacket::Query(q) => {
                 let state = shared.state.load_full();
                 // The query finishes whatever the drain says; then a draining gateway closes.
-                super::query::run(&shared, &state, &user, &mut conn, *q).await && !drain.is_draining()
+                let keep = super::query::run(&shared, &state, &user, &mut conn, *q).await && !drain.is_draining();
+                // The query's text and settings are gone: so is their room.
+                conn.query_charge = None;
+                keep
             }
             // A Cancel after the query ended, or stray data: nothing to do.
             ClientPacket::Cancel | ClientPacket::Data { .. } => true,
