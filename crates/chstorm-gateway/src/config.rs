@@ -79,6 +79,19 @@ pub struct Limits {
     /// before it is read further or sent (18.16 dies of a stack overflow from about 760). Default
     /// 300; at least 1.
     pub max_query_depth: usize,
+    /// Most bytes one client connection may have buffered in the gateway at once, in MiB: on
+    /// the native port a packet being read (a Query's text and settings, a data block's raw
+    /// bytes and one decompressed frame) and a query's held external tables; on HTTP a held
+    /// body. Past it the client gets an exception (native, code 241) or 413 (HTTP) and its
+    /// connection is closed. Default 256 MiB; at least 1.
+    pub max_client_buffer_mib: usize,
+    /// Most bytes all client connections together may have buffered, in MiB, beyond the first
+    /// 64 KiB of each ([`chstorm_proto::mem`]): past it a client that needs more fails as
+    /// above, the others keep what they have. Default 1024 MiB; at least 1.
+    pub max_buffered_mib: usize,
+    /// A native client that has begun a packet (or a Query's external data, up to its empty
+    /// block) and sends no byte of it for this long is closed. Default 30 s; at least 100 ms.
+    pub client_packet_timeout: Dur,
 }
 
 /// The default `limits.max_query_depth`: 300, well under the 758 nested scalar subqueries that
@@ -98,6 +111,9 @@ impl Default for Limits {
             client_body_idle_timeout: Dur(Duration::from_secs(30)),
             query_of_death_ttl: Dur(Duration::from_secs(300)),
             max_query_depth: DEFAULT_MAX_QUERY_DEPTH,
+            max_client_buffer_mib: 256,
+            max_buffered_mib: 1024,
+            client_packet_timeout: Dur(Duration::from_secs(30)),
         }
     }
 }
@@ -719,6 +735,7 @@ impl Config {
         for (field, d) in [
             ("client_header_timeout", raw.limits.client_header_timeout.0),
             ("client_body_idle_timeout", raw.limits.client_body_idle_timeout.0),
+            ("client_packet_timeout", raw.limits.client_packet_timeout.0),
         ] {
             if d < MIN_CLIENT_TIMEOUT {
                 return Err(err(
@@ -726,6 +743,12 @@ impl Config {
                     format!("limits.{field}: {} is too short; at least 100ms", humantime::format_duration(d)),
                 ));
             }
+        }
+        if raw.limits.max_client_buffer_mib == 0 || raw.limits.max_buffered_mib == 0 {
+            return Err(err(
+                "max_client_buffer_mib",
+                "limits.max_client_buffer_mib and limits.max_buffered_mib: must be at least 1".into(),
+            ));
         }
         if raw.limits.max_concurrency == 0 {
             return Err(err("max_concurrency", "limits.max_concurrency: must be at least 1".into()));
@@ -1109,6 +1132,19 @@ mod tests {
         assert_eq!(c.unwrap().limits.max_query_depth, 50);
         let e = bad(&EXAMPLE.replace("max_query_depth: 300", "max_query_depth: 0"));
         assert!(e.contains("limits.max_query_depth: must be at least 1"), "{e}");
+    }
+
+    #[test]
+    fn client_buffer_limits_and_packet_timeout() {
+        let c = Config::parse(EXAMPLE, Path::new("gateway.yaml")).unwrap();
+        let d = Limits::default();
+        let got = |l: &Limits| (l.max_client_buffer_mib, l.max_buffered_mib, l.client_packet_timeout.0);
+        assert_eq!(got(&c.limits), (256, 1024, Duration::from_secs(30)));
+        assert_eq!(got(&d), got(&c.limits), "the example states the defaults");
+        let e = bad(&EXAMPLE.replace("max_buffered_mib: 1024", "max_buffered_mib: 0"));
+        assert!(e.contains("must be at least 1"), "{e}");
+        let e = bad(&EXAMPLE.replace("client_packet_timeout: 30s", "client_packet_timeout: 5ms"));
+        assert!(e.contains("limits.client_packet_timeout: 5ms is too short"), "{e}");
     }
 
     #[test]

@@ -30,10 +30,12 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
     };
     let (parts, body) = req.into_parts();
     let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
-    let read = match crate::read::read(&parts, body, crate::plan::restricted(&u)).await {
+    let read = match crate::read::read_within(&parts, body, crate::plan::restricted(&u), &state.client_mem()).await {
         Ok(r) => r,
         Err(refusal) => return exit.refused(refusal),
     };
+    // The held body's room on the memory budget, until the attempts are done with it.
+    let _held = read.charge;
     let input = PlanInput {
         method: &parts.method,
         path: parts.uri.path(),

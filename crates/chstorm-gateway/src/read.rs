@@ -21,8 +21,9 @@
 
 use crate::plan::{BodyShape, Refusal};
 use crate::request::{join_query, parse_params};
-use crate::upstream::{BoxError, GBody};
+use crate::upstream::GBody;
 use bytes::{Bytes, BytesMut};
+use chstorm_proto::mem::{Charge, Mem, MemError};
 use http::request::Parts;
 use http::StatusCode;
 use http_body_util::BodyExt;
@@ -50,6 +51,8 @@ pub struct ClientRequest {
     pub body: ClientBody,
     /// A multipart/form-data body read by [`read_form`]: its fields are in `params`.
     pub form_read: bool,
+    /// The room the held bytes take on the gateway's memory budget; kept while they live.
+    pub charge: Charge,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -146,15 +149,16 @@ fn ch_frames(data: &[u8], limit: usize) -> Result<(Vec<u8>, bool), FrameError> {
     Ok((out, at == data.len()))
 }
 
-/// Reads `body` until it ends or passes `limit` bytes.
-async fn read_head(body: &mut GBody, limit: usize) -> Result<(BytesMut, bool), BoxError> {
+/// Reads `body` until it ends or passes `limit` bytes, charging what it keeps to `charge`.
+async fn read_head(body: &mut GBody, limit: usize, charge: &mut Charge) -> Result<(BytesMut, bool), Refusal> {
     let mut buf = BytesMut::new();
     while buf.len() <= limit {
         match body.frame().await {
             None => return Ok((buf, true)),
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => return Err(unreadable(e)),
             Some(Ok(f)) => {
                 if let Ok(d) = f.into_data() {
+                    charge.set(buf.len() + d.len()).map_err(too_big)?;
                     buf.extend_from_slice(&d);
                 }
             }
@@ -163,16 +167,28 @@ async fn read_head(body: &mut GBody, limit: usize) -> Result<(BytesMut, bool), B
     Ok((buf, false))
 }
 
+fn too_big(e: MemError) -> Refusal {
+    Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("cannot hold the request body: {e}"))
+}
+
 fn unreadable(e: impl std::fmt::Display) -> Refusal {
     Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
 }
 
-/// Reads the parameters and the body of a request. With `forms`, a multipart/form-data body is
-/// read ([`read_form`]) or refused; without, it is read as any other body.
-pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientRequest, Refusal> {
+/// [`read_within`] with no memory limit.
+#[cfg(test)]
+pub async fn read(parts: &Parts, body: GBody, forms: bool) -> Result<ClientRequest, Refusal> {
+    read_within(parts, body, forms, &Mem::unbounded()).await
+}
+
+/// Reads the parameters and the body of a request; what is held is charged to `mem` (413 when
+/// it has no room). With `forms`, a multipart/form-data body is read ([`read_form`]) or
+/// refused; without, it is read as any other body.
+pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem) -> Result<ClientRequest, Refusal> {
+    let mut charge = mem.charge();
     let params = parse_params(parts.uri.query());
     if forms && crate::plan::is_multipart(&parts.headers) {
-        return read_form(parts, body, params).await;
+        return read_form(parts, body, params, charge).await;
     }
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
     let enc = encoding(parts);
@@ -183,13 +199,15 @@ pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientR
             shape: BodyShape::Opaque,
             body: ClientBody::Opaque(body),
             form_read: false,
+            charge,
         });
     }
-    let (head, ended) = read_head(&mut body, MAX_HELD_BODY).await.map_err(unreadable)?;
+    let (head, ended) = read_head(&mut body, MAX_HELD_BODY, &mut charge).await?;
     let head = head.freeze();
     let (wire, whole) = match enc {
         Encoding::Plain => (head.clone(), ended),
         _ => {
+            charge.grow(MAX_HELD_BODY + 1).map_err(too_big)?;
             let (plain, complete) = decompress(enc, &head, MAX_HELD_BODY)
                 .map_err(|e| unreadable(format!("{e} (Content-Encoding does not match the body)")))?;
             (Bytes::from(plain), ended && complete)
@@ -208,6 +226,7 @@ pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientR
                         shape: BodyShape::Opaque,
                         body: ClientBody::Opaque(rest),
                         form_read: false,
+                        charge,
                     });
                 }
                 Bytes::from(plain)
@@ -222,6 +241,7 @@ pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientR
                     shape: BodyShape::Opaque,
                     body: ClientBody::Opaque(rest),
                     form_read: false,
+                    charge,
                 });
             }
         }
@@ -236,6 +256,7 @@ pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientR
             shape: BodyShape::Held,
             body: ClientBody::Held(wire),
             form_read: false,
+            charge,
         });
     }
     Ok(ClientRequest {
@@ -244,6 +265,7 @@ pub async fn read(parts: &Parts, mut body: GBody, forms: bool) -> Result<ClientR
         shape: BodyShape::Streamed,
         body: ClientBody::Streamed { head, rest: body },
         form_read: false,
+        charge,
     })
 }
 
@@ -275,6 +297,7 @@ async fn read_form(
     parts: &Parts,
     mut body: GBody,
     mut params: Vec<(String, String)>,
+    mut charge: Charge,
 ) -> Result<ClientRequest, Refusal> {
     if encoding(parts) != Encoding::Plain || ch_compressed(&params) {
         return Err(form_refusal(
@@ -283,7 +306,7 @@ async fn read_form(
     }
     let ct = parts.headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let boundary = multer::parse_boundary(ct).map_err(form_refusal)?;
-    let (raw, ended) = read_head(&mut body, MAX_HELD_BODY).await.map_err(unreadable)?;
+    let (raw, ended) = read_head(&mut body, MAX_HELD_BODY, &mut charge).await?;
     if !ended {
         return Err(Refusal::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -334,6 +357,7 @@ async fn read_form(
         shape: BodyShape::Held,
         body: ClientBody::Held(rebuilt),
         form_read: true,
+        charge,
     })
 }
 
@@ -372,6 +396,7 @@ fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::upstream::BoxError;
     use http_body_util::{Full, StreamBody};
     use std::io::Write;
 
@@ -400,6 +425,25 @@ mod tests {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         e.write_all(data).unwrap();
         e.finish().unwrap()
+    }
+
+    #[tokio::test]
+    async fn held_bodies_take_room_on_the_budget_and_give_it_back() {
+        let budget = chstorm_proto::mem::Budget::new(1 << 20);
+        let body = || g(Full::new(Bytes::from(vec![b' '; 600 << 10])));
+        let first = read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.unwrap();
+        assert_eq!(first.shape, BodyShape::Held);
+        assert!(budget.used() > 500 << 10, "{}", budget.used());
+        // A second body of 600 KiB does not fit beside it: 413, one line.
+        let e = read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.err().unwrap();
+        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert!(e.message.contains("limits.max_buffered_mib"), "{}", e.message);
+        // A small one always does.
+        let small = g(Full::new(Bytes::from_static(b" + 1")));
+        assert!(read_within(&parts("/?query=SELECT%201", None), small, false, &budget.conn(256 << 20)).await.is_ok());
+        drop(first);
+        assert_eq!(budget.used(), 0);
+        assert!(read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.is_ok());
     }
 
     #[tokio::test]

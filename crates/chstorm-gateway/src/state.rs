@@ -78,6 +78,9 @@ pub struct State {
     /// Resolved once per request by authentication, then carried in the request's extensions.
     pub users: BTreeMap<String, Arc<UserRt>>,
     pub global: Limiter,
+    /// What clients' buffered bytes may take, all connections together
+    /// (`limits.max_buffered_mib`).
+    pub mem: chstorm_proto::mem::Budget,
     pub upstream: Arc<Upstream>,
     /// The same, as the attempt loop sees it.
     pub backend: Arc<dyn Backend>,
@@ -95,6 +98,12 @@ impl Drop for State {
 }
 
 impl State {
+    /// A new client connection's memory account (`limits.max_client_buffer_mib`, within
+    /// `limits.max_buffered_mib`).
+    pub fn client_mem(&self) -> chstorm_proto::mem::Mem {
+        self.mem.conn(self.config.limits.max_client_buffer_mib << 20)
+    }
+
     /// Builds the state and starts health checks. Must run inside a tokio runtime.
     pub async fn build(config: Config, metrics: Arc<Metrics>) -> Result<State, String> {
         let replicas: Vec<_> =
@@ -147,6 +156,7 @@ impl State {
         Ok(State {
             stack: crate::layers::stack(),
             global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
+            mem: chstorm_proto::mem::Budget::new(l.max_buffered_mib << 20),
             retry_budget: TpsBudget::new(
                 std::time::Duration::from_secs(10),
                 config.retries.min_per_second,

@@ -18,6 +18,7 @@
 pub mod cancel;
 pub mod error;
 pub mod http;
+pub mod mem;
 pub mod native;
 pub mod rules;
 pub mod stream;

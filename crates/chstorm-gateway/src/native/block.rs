@@ -11,31 +11,48 @@
 //!
 //! Methods: LZ4 (ClickHouse's default `network_compression_method`) and none. ZSTD frames are
 //! refused with a clear error (a block cannot be delimited without decompressing it).
+//!
+//! # Memory
+//!
+//! Everything buffered is charged to the connection's account ([`Mem`]) before it is
+//! allocated: a frame's claimed sizes are checked against the 1 GiB frame limit and the
+//! connection's ceiling when its header arrives (a header that claims more than the connection
+//! may hold fails at once), and its bytes are charged and stored as they arrive, never for a
+//! size only claimed. The block is
+//! parsed as it is decompressed, one frame at a time (the parser waits on a [`Pipe`] the
+//! frames are pushed into), so only one frame's decompressed bytes are held however long the
+//! block is, and no byte is parsed twice; after each 64 KiB parsed the task yields, so a long
+//! block (a block of zeros is cheap to send and dear to parse) does not keep the worker's other
+//! connections waiting. The raw bytes relayed are the caller's tee's
+//! ([`Io::tee_start_charged`]).
 
+use chstorm_proto::mem::{Charge, Mem, MemError};
 use chstorm_proto::native::columns::{skip_column, Plan};
 use chstorm_proto::native::packets::{rev, skip_block_info};
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::ProtoError;
-use tokio::io::AsyncRead;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, ReadBuf};
 
 /// Most columns and rows one block may have.
 const MAX_COLUMNS: u64 = 1 << 20;
 const MAX_ROWS: u64 = 1 << 40;
 /// Largest frame (compressed or decompressed), as ClickHouse's own limit: 1 GiB.
-const MAX_FRAME: usize = 1 << 30;
+pub const MAX_FRAME: usize = 1 << 30;
 /// Frame methods.
 const METHOD_NONE: u8 = 0x02;
 const METHOD_LZ4: u8 = 0x82;
 const METHOD_ZSTD: u8 = 0x90;
 
-/// Scratch space reused for every block of a connection.
+/// Scratch space reused for every block of a connection (small: the column plan and stack).
 #[derive(Default)]
 pub struct Scratch {
     plan: Plan,
     stack: Vec<(u32, u64)>,
     type_name: Vec<u8>,
-    frame: Vec<u8>,
-    dec: Vec<u8>,
 }
 
 /// A block's size.
@@ -52,60 +69,190 @@ impl Shape {
     }
 }
 
-/// Reads one block (after a Data packet's table name) from `io`.
+/// Decompressed bytes waiting for the block parser; a read with none waiting, or past its
+/// slice ([`SLICE`]), is pending (the parser is polled by hand, see [`compressed`]).
+#[derive(Default, Clone)]
+struct Pipe(Arc<Mutex<PipeState>>);
+
+#[derive(Default)]
+struct PipeState {
+    data: Vec<u8>,
+    at: usize,
+    /// Bytes the parser may still read before it must let other tasks run.
+    quota: usize,
+}
+
+/// Most decompressed bytes parsed between two chances for the worker's other tasks to run
+/// (64 KiB: well under a millisecond in a release build). A block of zeros is cheap to send
+/// and dear to parse.
+const SLICE: usize = 64 << 10;
+
+impl Pipe {
+    fn lock(&self) -> std::sync::MutexGuard<'_, PipeState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands `data` to the parser; what it had is all read by now.
+    fn push(&self, data: Vec<u8>) {
+        let mut g = self.lock();
+        g.data = data;
+        g.at = 0;
+    }
+
+    /// Lets the parser read another [`SLICE`].
+    fn next_slice(&self) {
+        self.lock().quota = SLICE;
+    }
+
+    fn drained(&self) -> bool {
+        let g = self.lock();
+        g.at == g.data.len()
+    }
+}
+
+impl AsyncRead for Pipe {
+    fn poll_read(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let mut g = self.lock();
+        let n = buf.remaining().min(g.data.len() - g.at).min(g.quota);
+        if n == 0 {
+            return Poll::Pending;
+        }
+        let at = g.at;
+        buf.put_slice(&g.data[at..at + n]);
+        g.at += n;
+        g.quota -= n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The account of what is buffered from servers: unbounded (a replica is trusted to keep to
+/// its own frame size, 1 MiB).
+pub fn server_mem() -> &'static Mem {
+    static MEM: std::sync::LazyLock<Mem> = std::sync::LazyLock::new(Mem::unbounded);
+    &MEM
+}
+
+/// Reads one block (after a Data packet's table name) from `io`; what it buffers is charged
+/// to `mem`.
 pub async fn skip_block<S: AsyncRead + Unpin>(
     io: &mut Io<S>,
     revision: u64,
     compressed: bool,
     s: &mut Scratch,
+    mem: &Mem,
 ) -> Result<Shape, ProtoError> {
     if !compressed {
         return plain(io, revision, &mut s.plan, &mut s.stack, &mut s.type_name).await;
     }
-    s.dec.clear();
+    self::compressed(io, revision, s, mem).await
+}
+
+/// A frame's header: (method, compressed size without the header, decompressed size),
+/// checked against [`MAX_FRAME`].
+fn frame_head(head: &[u8; 25]) -> Result<(u8, usize, usize), ProtoError> {
+    let csize = u32::from_le_bytes([head[17], head[18], head[19], head[20]]) as usize;
+    let dsize = u32::from_le_bytes([head[21], head[22], head[23], head[24]]) as usize;
+    if !(9..=MAX_FRAME).contains(&csize) || dsize > MAX_FRAME {
+        return Err(ProtoError::Protocol(format!("bad compressed frame: {csize} bytes for {dsize}")));
+    }
+    Ok((head[16], csize - 9, dsize))
+}
+
+/// A compressed block: frames until the block parsed from their decompressed bytes is whole.
+async fn compressed<S: AsyncRead + Unpin>(
+    io: &mut Io<S>,
+    revision: u64,
+    s: &mut Scratch,
+    mem: &Mem,
+) -> Result<Shape, ProtoError> {
+    let pipe = Pipe::default();
+    let mut dio = Io::new(pipe.clone());
+    let parse = async {
+        let shape = plain(&mut dio, revision, &mut s.plan, &mut s.stack, &mut s.type_name).await?;
+        Ok::<_, ProtoError>((shape, dio.has_buffered()))
+    };
+    tokio::pin!(parse);
+    let mut charge = mem.charge();
+    // Decompressed bytes parsed since the worker's other tasks last had a turn.
+    let mut parsed = 0;
     loop {
         let head: [u8; 25] = io.array().await?;
-        let method = head[16];
-        let csize = u32::from_le_bytes([head[17], head[18], head[19], head[20]]) as usize;
-        let dsize = u32::from_le_bytes([head[21], head[22], head[23], head[24]]) as usize;
-        if !(9..=MAX_FRAME).contains(&csize) || dsize > MAX_FRAME {
-            return Err(ProtoError::Protocol(format!("bad compressed frame: {csize} bytes for {dsize}")));
-        }
-        s.frame.resize(csize - 9, 0);
-        io.read_exact(&mut s.frame).await?;
-        let at = s.dec.len();
-        match method {
-            METHOD_LZ4 => {
-                s.dec.resize(at + dsize, 0);
-                let n = lz4_flex::block::decompress_into(&s.frame, &mut s.dec[at..])
-                    .map_err(|e| ProtoError::Protocol(format!("bad LZ4 frame: {e}")))?;
-                if n != dsize {
-                    return Err(ProtoError::Protocol(format!("LZ4 frame gave {n} bytes, not {dsize}")));
+        let (method, clen, dlen) = frame_head(&head)?;
+        let dec = frame(io, method, clen, dlen, &mut charge).await?;
+        pipe.push(dec);
+        loop {
+            if parsed >= SLICE {
+                tokio::task::yield_now().await;
+                parsed = 0;
+            }
+            pipe.next_slice();
+            let mut cx = Context::from_waker(std::task::Waker::noop());
+            let polled = parse.as_mut().poll(&mut cx);
+            parsed += SLICE - pipe.lock().quota;
+            match polled {
+                Poll::Ready(Ok((shape, left))) => {
+                    if left || !pipe.drained() {
+                        return Err(ProtoError::Protocol("a compressed block does not end with its frame".into()));
+                    }
+                    return Ok(shape);
                 }
+                Poll::Ready(Err(e)) => return Err(e),
+                // Not whole yet: the next frame continues it.
+                Poll::Pending if pipe.drained() => break,
+                // A slice parsed: let the worker's other tasks run, then go on.
+                Poll::Pending => {}
             }
-            METHOD_NONE => s.dec.extend_from_slice(&s.frame),
-            METHOD_ZSTD => {
-                return Err(ProtoError::Protocol(
-                    "ZSTD-compressed blocks are not supported by the gateway; use network_compression_method = 'lz4' \
-                     (the default) or no compression"
-                        .into(),
-                ))
-            }
-            m => return Err(ProtoError::Protocol(format!("unknown compression method 0x{m:02x}"))),
-        }
-        let mut dio = Io::new(&s.dec[..]);
-        match plain(&mut dio, revision, &mut s.plan, &mut s.stack, &mut s.type_name).await {
-            Ok(shape) => {
-                if dio.position() != s.dec.len() as u64 {
-                    return Err(ProtoError::Protocol("a compressed block does not end with its frame".into()));
-                }
-                return Ok(shape);
-            }
-            // Not whole yet: the next frame continues it.
-            Err(ProtoError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => continue,
-            Err(e) => return Err(e),
         }
     }
+}
+
+/// Reads a frame's data (`clen` bytes) and returns it decompressed (`dlen` bytes), both
+/// charged to `charge` before they are stored; the charge ends holding the decompressed size.
+async fn frame<S: AsyncRead + Unpin>(
+    io: &mut Io<S>,
+    method: u8,
+    clen: usize,
+    dlen: usize,
+    charge: &mut Charge,
+) -> Result<Vec<u8>, ProtoError> {
+    match method {
+        METHOD_LZ4 | METHOD_NONE => {}
+        METHOD_ZSTD => {
+            return Err(ProtoError::Protocol(
+                "ZSTD-compressed blocks are not supported by the gateway; use network_compression_method = 'lz4' \
+                 (the default) or no compression"
+                    .into(),
+            ))
+        }
+        m => return Err(ProtoError::Protocol(format!("unknown compression method 0x{m:02x}"))),
+    }
+    if method == METHOD_NONE && clen != dlen {
+        return Err(ProtoError::Protocol(format!("bad uncompressed frame: {clen} bytes for {dlen}")));
+    }
+    // The claimed sizes are checked at once; the bytes are charged as they are stored.
+    if clen + dlen > charge.max() {
+        return Err(io.fail_mem(MemError::Connection { max: charge.max() }));
+    }
+    if let Err(e) = charge.set(clen) {
+        return Err(io.fail_mem(e));
+    }
+    let mut data = Vec::new();
+    io.append(&mut data, clen).await?;
+    if method == METHOD_NONE {
+        return Ok(data);
+    }
+    if let Err(e) = charge.set(clen + dlen) {
+        return Err(io.fail_mem(e));
+    }
+    let mut dec = vec![0u8; dlen];
+    let n = lz4_flex::block::decompress_into(&data, &mut dec)
+        .map_err(|e| ProtoError::Protocol(format!("bad LZ4 frame: {e}")))?;
+    if n != dlen {
+        return Err(ProtoError::Protocol(format!("LZ4 frame gave {n} bytes, not {dlen}")));
+    }
+    drop(data);
+    let _ = charge.set(dlen); // shrinks: cannot fail
+    Ok(dec)
 }
 
 async fn plain<S: AsyncRead + Unpin>(
@@ -134,6 +281,7 @@ async fn plain<S: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chstorm_proto::mem::Mem;
     use chstorm_proto::native::wire::{put_str, put_varuint};
 
     fn block(rows: u64) -> Vec<u8> {
@@ -175,13 +323,113 @@ mod tests {
             data.push(0xAB);
             let mut io = Io::new(&data[..]);
             io.tee_start(Vec::new());
-            let shape = skip_block(&mut io, 54412, compressed, &mut s).await.unwrap();
+            let shape = skip_block(&mut io, 54412, compressed, &mut s, &Mem::unbounded()).await.unwrap();
             assert_eq!(shape, Shape { columns: 2, rows: 1000 });
             assert_eq!(io.tee_take(), bytes, "the raw bytes, compressed {compressed}");
             assert_eq!(io.u8().await.unwrap(), 0xAB);
         }
         let empty = [1u8, 0, 2, 0xff, 0xff, 0xff, 0xff, 0, 0, 0];
         let mut io = Io::new(&empty[..]);
-        assert!(skip_block(&mut io, 54412, false, &mut s).await.unwrap().is_empty());
+        assert!(skip_block(&mut io, 54412, false, &mut s, &Mem::unbounded()).await.unwrap().is_empty());
+    }
+
+    /// A frame header that claims `csize` compressed bytes for `dsize`, and nothing after it.
+    fn header(method: u8, csize: u32, dsize: u32) -> Vec<u8> {
+        let mut h = vec![0u8; 16];
+        h.push(method);
+        h.extend_from_slice(&csize.to_le_bytes());
+        h.extend_from_slice(&dsize.to_le_bytes());
+        h
+    }
+
+    #[tokio::test]
+    async fn a_claimed_size_past_the_limit_fails_before_its_bytes_come() {
+        use chstorm_proto::mem::Budget;
+        let budget = Budget::new(1 << 30);
+        let mem = budget.conn(16 << 20);
+        for (method, csize, dsize) in
+            [(METHOD_LZ4, 1 << 30, 1 << 30), (METHOD_LZ4, 1 << 20, 1 << 30), (METHOD_NONE, (64 << 20) + 9, 64 << 20)]
+        {
+            // The header alone, then a stream that never ends: the answer comes at once.
+            let (mut tx, rx) = tokio::io::duplex(1 << 16);
+            tokio::io::AsyncWriteExt::write_all(&mut tx, &header(method, csize, dsize)).await.unwrap();
+            let mut io = Io::new(rx);
+            let r = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                skip_block(&mut io, 54412, true, &mut Scratch::default(), &mem),
+            )
+            .await
+            .expect("refused without waiting for the claimed bytes");
+            let e = r.unwrap_err().to_string();
+            assert!(e.contains("limits.max_client_buffer"), "{e}");
+            assert!(io.mem_error().is_some());
+            assert_eq!((mem.used(), budget.used()), (0, 0), "nothing held after");
+        }
+        // Over ClickHouse's own 1 GiB frame limit: a protocol error.
+        let h = header(METHOD_LZ4, u32::MAX, 10);
+        let e = skip_block(&mut Io::new(&h[..]), 54412, true, &mut Scratch::default(), &mem).await.unwrap_err();
+        assert!(e.to_string().contains("bad compressed frame"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_block_that_never_ends_holds_one_frame_decompressed() {
+        // A String column of 2^40 rows, then frames of zeros (empty strings) that never finish it.
+        let mut start = vec![1, 0, 2, 0xff, 0xff, 0xff, 0xff, 0];
+        put_varuint(&mut start, 1);
+        put_varuint(&mut start, 1 << 40);
+        put_str(&mut start, b"s");
+        put_str(&mut start, b"String");
+        let zeros = vec![0u8; 1 << 20];
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let writer = tokio::spawn(async move {
+            let first = frames(&start, start.len());
+            if tokio::io::AsyncWriteExt::write_all(&mut tx, &first).await.is_err() {
+                return;
+            }
+            let frame = frames(&zeros, zeros.len());
+            for _ in 0..32 {
+                if tokio::io::AsyncWriteExt::write_all(&mut tx, &frame).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let budget = chstorm_proto::mem::Budget::new(1 << 30);
+        let mem = budget.conn(4 << 20);
+        let mut io = Io::new(rx);
+        // The relayed copy is charged too: 32 frames of 1 MiB of zeros are about 130 KiB raw.
+        io.tee_start_charged(Vec::new(), mem.charge());
+        let e = skip_block(&mut io, 54412, true, &mut Scratch::default(), &mem).await.unwrap_err();
+        assert!(matches!(&e, ProtoError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof), "{e}");
+        // 32 MiB decompressed went through a 4 MiB account: one frame at a time.
+        let (raw, charge) = io.tee_take_charged();
+        assert!(raw.len() > 32 * 4000, "{}", raw.len());
+        assert_eq!(charge.map(|c| c.bytes()), Some(raw.len()));
+        writer.await.unwrap();
+        // Uncompressed frames: the relayed copy grows by a frame each, and the account stops it.
+        let (mut tx, rx) = tokio::io::duplex(1 << 20);
+        let mut frame = header(METHOD_NONE, (1 << 20) + 9, 1 << 20);
+        frame.resize(frame.len() + (1 << 20), 0);
+        let mut start = vec![1, 0, 2, 0xff, 0xff, 0xff, 0xff, 0];
+        put_varuint(&mut start, 1);
+        put_varuint(&mut start, 1 << 40);
+        put_str(&mut start, b"s");
+        put_str(&mut start, b"String");
+        let first = frames(&start, start.len());
+        let writer = tokio::spawn(async move {
+            let _ = tokio::io::AsyncWriteExt::write_all(&mut tx, &first).await;
+            loop {
+                if tokio::io::AsyncWriteExt::write_all(&mut tx, &frame).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let mem = budget.conn(2 << 20);
+        let mut io = Io::new(rx);
+        io.tee_start_charged(Vec::new(), mem.charge());
+        let e = skip_block(&mut io, 54412, true, &mut Scratch::default(), &mem).await.unwrap_err();
+        assert!(e.to_string().contains("limits.max_client_buffer"), "{e}");
+        drop(io);
+        writer.await.unwrap();
+        assert_eq!(budget.used(), 0);
     }
 }

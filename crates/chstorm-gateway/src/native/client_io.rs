@@ -8,20 +8,57 @@
 //! [`tokio::io::split`] (the halves share the stream under a lock held only during each poll,
 //! so the relay may wait on the client's reads while it writes the answer).
 //!
+//! A read inside a packet has a deadline ([`ClientRead::within_packet`]): a client that stops
+//! mid-packet for `limits.client_packet_timeout` gets a `TimedOut` error, and the session
+//! closes. Waiting for a packet's first byte has none (the session's own idle limit applies).
+//!
 //! [`Io`]: chstorm_proto::native::wire::Io
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 use tokio_rustls::server::TlsStream;
 
 /// The reading half of a client connection.
-pub enum ClientRead {
+pub struct ClientRead {
+    half: Half,
+    /// Longest wait for a byte inside a packet; None: no limit.
+    packet_timeout: Option<Duration>,
+    /// Whether reads are inside a packet now.
+    in_packet: bool,
+    /// Armed while a read inside a packet waits.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+enum Half {
     Plain(OwnedReadHalf),
     Tls(ReadHalf<TlsStream<TcpStream>>),
+}
+
+impl ClientRead {
+    fn new(half: Half) -> ClientRead {
+        ClientRead { half, packet_timeout: None, in_packet: false, timer: None }
+    }
+
+    /// Sets the longest wait for a byte inside a packet (`limits.client_packet_timeout`).
+    pub fn set_packet_timeout(&mut self, t: Duration) {
+        self.packet_timeout = Some(t);
+    }
+
+    /// Says whether the next reads are inside a packet (timed) or wait for a packet's first
+    /// byte (not timed).
+    pub fn within_packet(&mut self, on: bool) {
+        self.in_packet = on;
+        if !on {
+            self.timer = None;
+        }
+    }
 }
 
 /// The writing half of a client connection. It has no `AsyncWrite` impl on purpose: every
@@ -34,21 +71,40 @@ pub enum ClientWrite {
 /// Splits a plain connection.
 pub fn plain(tcp: TcpStream) -> (ClientRead, ClientWrite) {
     let (r, w) = tcp.into_split();
-    (ClientRead::Plain(r), ClientWrite::Plain(w))
+    (ClientRead::new(Half::Plain(r)), ClientWrite::Plain(w))
 }
 
 /// Splits a TLS connection (after its handshake).
 pub fn tls(stream: TlsStream<TcpStream>) -> (ClientRead, ClientWrite) {
     let (r, w) = tokio::io::split(stream);
-    (ClientRead::Tls(r), ClientWrite::Tls(w))
+    (ClientRead::new(Half::Tls(r)), ClientWrite::Tls(w))
 }
 
 impl AsyncRead for ClientRead {
     #[inline]
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            ClientRead::Plain(r) => Pin::new(r).poll_read(cx, buf),
-            ClientRead::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        let me = self.get_mut();
+        let polled = match &mut me.half {
+            Half::Plain(r) => Pin::new(r).poll_read(cx, buf),
+            Half::Tls(r) => Pin::new(r).poll_read(cx, buf),
+        };
+        let (Poll::Pending, true, Some(limit)) = (&polled, me.in_packet, me.packet_timeout) else {
+            me.timer = None;
+            return polled;
+        };
+        let timer = me.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(()) => {
+                me.timer = None;
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the client sent no byte of its packet for {} (limits.client_packet_timeout)",
+                        humantime::format_duration(limit)
+                    ),
+                )))
+            }
         }
     }
 }

@@ -3,8 +3,9 @@
 //! revision). Packet codes and revisions are `chstorm_proto::native::packets`'.
 
 use super::settings::{type_of, unzigzag, Ty};
+use chstorm_proto::mem::Charge;
 use chstorm_proto::native::packets::{client, rev, server};
-use chstorm_proto::native::wire::{put_str, put_varuint, Io};
+use chstorm_proto::native::wire::{put_str, put_varuint, Io, MAX_STRING_LEN, MAX_TEXT_LEN};
 use chstorm_proto::native::ServerInfo;
 use chstorm_proto::ProtoError;
 use tokio::io::AsyncRead;
@@ -24,19 +25,26 @@ pub struct ClientHello {
     pub password: String,
 }
 
+/// Longest string of a client's Hello (its name, database, user, password): 64 KiB, so a
+/// client not yet authenticated holds at most 256 KiB.
+pub const MAX_HELLO_STRING: u64 = 64 << 10;
+
+/// What one setting costs in memory beyond its name and value: its entry and two allocations.
+const SETTING_OVERHEAD: usize = 64;
+
 /// Reads the client's Hello, packet code included.
 pub async fn read_client_hello<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<ClientHello, ProtoError> {
     match io.varuint().await? {
         client::HELLO => {}
         other => return Err(ProtoError::Protocol(format!("expected Hello from the client, got packet {other}"))),
     }
-    let client_name = io.string().await?;
+    let client_name = io.string_max(MAX_HELLO_STRING).await?;
     io.varuint().await?; // major
     io.varuint().await?; // minor
     let revision = io.varuint().await?;
-    let database = io.string().await?;
-    let user = io.string().await?;
-    let password = io.string().await?;
+    let database = io.string_max(MAX_HELLO_STRING).await?;
+    let user = io.string_max(MAX_HELLO_STRING).await?;
+    let password = io.string_max(MAX_HELLO_STRING).await?;
     Ok(ClientHello { client_name, revision, database, user, password })
 }
 
@@ -77,11 +85,24 @@ pub struct Query {
     /// passed to the backend as it came.
     pub client_info: Vec<u8>,
     pub query_kind: u8,
-    /// The settings, their values as text.
+    /// The settings, their values as text (invalid UTF-8 replaced; see `raw_settings`).
     pub settings: Vec<(String, String)>,
+    /// The settings whose values were not valid UTF-8, as sent: they go to the backend so.
+    pub raw_settings: Vec<(String, Vec<u8>)>,
     pub stage: u64,
     pub compression: bool,
+    /// The query's text (invalid UTF-8 replaced, for planning; see `raw_sql`).
     pub sql: String,
+    /// The query's bytes when they are not valid UTF-8: they go to the backend unchanged.
+    pub raw_sql: Option<Vec<u8>>,
+}
+
+/// Bytes as text, and the bytes themselves when they are not valid UTF-8.
+fn text(bytes: Vec<u8>) -> (String, Option<Vec<u8>>) {
+    match String::from_utf8(bytes) {
+        Ok(s) => (s, None),
+        Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), Some(e.into_bytes())),
+    }
 }
 
 /// Why a Query packet could not be taken.
@@ -95,9 +116,16 @@ pub enum QueryError {
     UnknownSetting(String),
 }
 
-/// Reads a Query packet's body at `revision`.
-pub async fn read_query<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<Query, QueryError> {
-    let mut q = Query { query_id: io.string().await?, ..Query::default() };
+/// Reads a Query packet's body at `revision`; what it holds is charged to `charge` before it
+/// is read (on failure, [`Io::mem_error`] says whether the charge was refused).
+pub async fn read_query<S: AsyncRead + Unpin>(
+    io: &mut Io<S>,
+    revision: u64,
+    charge: &mut Charge,
+) -> Result<Query, QueryError> {
+    let mut buf = Vec::new();
+    io.read_bytes_charged(&mut buf, MAX_HELLO_STRING, charge).await?;
+    let mut q = Query { query_id: text(buf).0, ..Query::default() };
     if revision >= rev::CLIENT_INFO {
         io.tee_start(Vec::with_capacity(128));
         let info = read_client_info(io, revision).await;
@@ -105,21 +133,36 @@ pub async fn read_query<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> 
         q.query_kind = info?;
     }
     loop {
-        let name = io.string().await?;
+        if let Err(e) = charge.grow(SETTING_OVERHEAD) {
+            return Err(io.fail_mem(e).into());
+        }
+        let mut buf = Vec::new();
+        io.read_bytes_charged(&mut buf, MAX_HELLO_STRING, charge).await?;
+        let name = text(buf).0;
         if name.is_empty() {
             break;
         }
         let value = match type_of(&name) {
             Some(Ty::UInt) => io.varuint().await?.to_string(),
             Some(Ty::Int) => unzigzag(io.varuint().await?).to_string(),
-            Some(Ty::Str) => io.string().await?,
+            Some(Ty::Str) => {
+                let mut buf = Vec::new();
+                io.read_bytes_charged(&mut buf, MAX_TEXT_LEN, charge).await?;
+                let (value, raw) = text(buf);
+                if let Some(raw) = raw {
+                    q.raw_settings.push((name.clone(), raw));
+                }
+                value
+            }
             None => return Err(QueryError::UnknownSetting(name)),
         };
         q.settings.push((name, value));
     }
     q.stage = io.varuint().await?;
     q.compression = io.varuint().await? != 0;
-    q.sql = io.string().await?;
+    let mut buf = Vec::new();
+    io.read_bytes_charged(&mut buf, MAX_STRING_LEN, charge).await?;
+    (q.sql, q.raw_sql) = text(buf);
     Ok(q)
 }
 
@@ -183,18 +226,29 @@ pub fn backend_query(
     put_str(out, query_id.as_bytes());
     out.extend_from_slice(&q.client_info);
     for (k, v) in settings {
-        super::settings::put_setting(out, k, v)?;
+        // A value that came as invalid UTF-8 and is passed on as it came goes as those bytes.
+        match q.raw_settings.iter().find(|(rk, raw)| rk == k && String::from_utf8_lossy(raw) == v.as_str()) {
+            Some((_, raw)) => {
+                put_str(out, k.as_bytes());
+                put_str(out, raw);
+            }
+            None => super::settings::put_setting(out, k, v)?,
+        }
     }
     put_str(out, b"");
     put_varuint(out, q.stage);
     put_varuint(out, q.compression as u64);
-    put_str(out, sql.as_bytes());
+    match &q.raw_sql {
+        Some(raw) if sql == q.sql => put_str(out, raw),
+        _ => put_str(out, sql.as_bytes()),
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chstorm_proto::mem::Mem;
 
     #[tokio::test]
     async fn a_query_round_trips_through_the_backend_encoding() {
@@ -208,7 +262,7 @@ mod tests {
         put_varuint(&mut p, 2);
         put_varuint(&mut p, 1);
         put_str(&mut p, b"SELECT 1");
-        let q = read_query(&mut Io::new(&p[..]), 54412).await.unwrap();
+        let q = read_query(&mut Io::new(&p[..]), 54412, &mut Mem::unbounded().charge()).await.unwrap();
         assert_eq!(q.query_id, "qid");
         assert_eq!(q.client_info, info);
         assert_eq!(q.query_kind, QUERY_KIND_INITIAL);
@@ -227,6 +281,63 @@ mod tests {
         p.push(0); // no client info
         put_str(&mut p, b"no_such_setting");
         put_varuint(&mut p, 1);
-        assert!(matches!(read_query(&mut Io::new(&p[..]), 54412).await, Err(QueryError::UnknownSetting(_))));
+        assert!(matches!(
+            read_query(&mut Io::new(&p[..]), 54412, &mut Mem::unbounded().charge()).await,
+            Err(QueryError::UnknownSetting(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn invalid_utf8_in_text_and_settings_goes_to_the_backend_as_it_came() {
+        for bad in [&b"\xff"[..], b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"a\x80b\xc0\xaf"] {
+            let mut sql = b"SELECT length('".to_vec();
+            sql.extend_from_slice(bad);
+            sql.extend_from_slice(b"')");
+            let mut p = Vec::new();
+            put_str(&mut p, b"qid");
+            p.push(0); // no client info
+            put_str(&mut p, b"format_csv_delimiter");
+            put_str(&mut p, bad);
+            put_str(&mut p, b"");
+            put_varuint(&mut p, 2);
+            put_varuint(&mut p, 0);
+            put_str(&mut p, &sql);
+            let q = read_query(&mut Io::new(&p[..]), 54412, &mut Mem::unbounded().charge()).await.unwrap();
+            let mut out = Vec::new();
+            backend_query(&mut out, &q, "qid", &q.settings, &q.sql.clone()).unwrap();
+            assert_eq!(&out[1..], &p[..], "{bad:?}: the same bytes back");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_query_packet_stops_at_the_connection_limit() {
+        let budget = chstorm_proto::mem::Budget::new(1 << 30);
+        let mem = budget.conn(1 << 20);
+        // Settings whose values add up to 4 MiB: refused within the first MiB.
+        let mut p = Vec::new();
+        put_str(&mut p, b"qid");
+        p.push(0);
+        for _ in 0..64 {
+            put_str(&mut p, b"format_csv_delimiter");
+            put_str(&mut p, &[b'x'; 64 << 10]);
+        }
+        let mut io = Io::new(&p[..]);
+        let mut charge = mem.charge();
+        let e = read_query(&mut io, 54412, &mut charge).await.unwrap_err();
+        assert!(e.to_string().contains("limits.max_client_buffer"), "{e}");
+        assert!(io.mem_error().is_some() && io.position() < (1 << 20) + (64 << 10), "{}", io.position());
+        drop(charge);
+        // Many small settings: each is charged its entry too.
+        let mut p = Vec::new();
+        put_str(&mut p, b"qid");
+        p.push(0);
+        for _ in 0..(1 << 16) {
+            put_str(&mut p, b"max_threads");
+            put_varuint(&mut p, 2);
+        }
+        let mut charge = mem.charge();
+        assert!(read_query(&mut Io::new(&p[..]), 54412, &mut charge).await.is_err());
+        drop(charge);
+        assert_eq!((mem.used(), budget.used()), (0, 0));
     }
 }

@@ -29,8 +29,6 @@ use std::sync::Arc;
 use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 
-/// Most bytes of external tables held for one query: 64 MiB.
-pub const MAX_HELD: usize = 64 << 20;
 /// Answer packets are gathered up to this size before a write to the client (256 KiB), and
 /// written at once whenever nothing more is buffered from the backend.
 const FLUSH_AT: usize = 256 << 10;
@@ -42,6 +40,12 @@ const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100
 /// Counts a finished query as the HTTP path does.
 pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
     state.metrics.requests.get_or_create(&RequestLabels { user: user.to_string(), status, route }).inc();
+}
+
+/// Tells the client why its packet ends the session (when it is owed a word); false.
+async fn refuse_packet(conn: &mut ClientConn, p: ClientPacket) -> bool {
+    conn.refuse(p).await;
+    false
 }
 
 /// Writes `bytes` to the client; false when it is gone.
@@ -76,21 +80,23 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     let started = Instant::now();
     let name = user.cfg.name.as_str();
     // The client's external tables, to the empty block that ends them.
+    // Held on the connection's account (`limits.max_client_buffer_mib`).
     let mut held = Vec::new();
+    let mut _held_charge = conn.mem.charge();
     loop {
         match conn.read_packet().await {
-            ClientPacket::Data { raw, empty } => {
-                held.extend_from_slice(&raw);
-                if held.len() > MAX_HELD {
-                    let msg = format!("chstorm gateway: external tables over {} MiB", MAX_HELD >> 20);
-                    let _ = conn.w.write_all(&exception_bytes(1002, &msg)).await;
-                    return false;
+            ClientPacket::Data { raw, empty, charge } => {
+                if held.is_empty() {
+                    held = raw;
+                } else {
+                    held.extend_from_slice(&raw);
                 }
+                _held_charge.absorb(charge.unwrap_or_else(|| conn.mem.charge()));
                 if empty {
                     break;
                 }
             }
-            _ => return false,
+            p => return refuse_packet(conn, p).await,
         }
     }
     let refuse = |code: i32, msg: &str| exception_bytes(code, msg.trim_start_matches("chstorm gateway: "));
@@ -208,7 +214,9 @@ async fn answer(
     let ctx = cluster.attempt_ctx(state, cluster.native_head_times(plan.target));
     // Client packets before the answer's head: INSERT data (a client waits for the header
     // block first, but may not), held for the winner.
+    // Held on the connection's account, as the external tables are.
     let mut early: Vec<u8> = Vec::new();
+    let mut _early_charge = conn.mem.charge();
     let outcome = {
         let attempts = crate::attempt::attempts(plan, transport, &ctx);
         tokio::pin!(attempts);
@@ -217,7 +225,10 @@ async fn answer(
                 biased;
                 o = &mut attempts => break o,
                 _ = conn.ready() => match conn.read_packet().await {
-                    ClientPacket::Data { raw, .. } if early.len() + raw.len() <= MAX_HELD => early.extend_from_slice(&raw),
+                    ClientPacket::Data { raw, charge, .. } => {
+                        early.extend_from_slice(&raw);
+                        _early_charge.absorb(charge.unwrap_or_else(|| conn.mem.charge()));
+                    }
                     // Dropping the attempts cancels their queries (KILL QUERY by query_id).
                     ClientPacket::Cancel => {
                         let mut end = Vec::new();
@@ -225,7 +236,10 @@ async fn answer(
                         return (499, say(&mut conn.w, end).await);
                     }
                     ClientPacket::Ping => {}
-                    _ => return (499, false),
+                    p => {
+                        let status = if matches!(p, ClientPacket::TooBig(_)) { 413 } else { 499 };
+                        return (status, refuse_packet(conn, p).await);
+                    }
                 },
             }
         }
@@ -323,7 +337,10 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                                 let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
                             }
                             ClientPacket::Ping => {}
-                            _ => return End::ClientGone,
+                            p => {
+                                refuse_packet(conn, p).await;
+                                return End::ClientGone;
+                            }
                         },
                         _ = sleep => {
                             let secs = plan.body_deadline.unwrap_or_default().as_secs();

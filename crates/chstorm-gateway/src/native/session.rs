@@ -26,6 +26,7 @@ use crate::drain::Drain;
 use crate::metrics::PhaseLabel;
 use crate::state::{State, UserRt};
 use arc_swap::ArcSwap;
+use chstorm_proto::mem::{Charge, Mem};
 use chstorm_proto::native::packets::{client, server};
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
@@ -52,10 +53,12 @@ pub struct Shared {
 /// A packet from the client, read whole.
 pub enum ClientPacket {
     Query(Box<Query>),
-    /// A Data packet, its raw bytes; `empty` for the empty block that ends a run of data.
+    /// A Data packet, its raw bytes; `empty` for the empty block that ends a run of data;
+    /// `charge` holds the bytes' room on the connection's account.
     Data {
         raw: Vec<u8>,
         empty: bool,
+        charge: Option<Charge>,
     },
     Cancel,
     Ping,
@@ -63,6 +66,25 @@ pub enum ClientPacket {
     Gone(Option<String>),
     /// A Query packet with a setting the gateway cannot read.
     BadSetting(String),
+    /// A packet that would pass the connection's or the gateway's memory limits
+    /// (`limits.max_client_buffer_mib`, `limits.max_buffered_mib`).
+    TooBig(String),
+}
+
+impl ClientPacket {
+    /// The exception a client gets for a packet that ends its session (nothing for one that
+    /// left without a word).
+    pub fn refusal(&self) -> Option<Vec<u8>> {
+        let (code, msg) = match self {
+            ClientPacket::BadSetting(name) => (115, format!("Unknown setting {name}")),
+            ClientPacket::TooBig(why) => (241, format!("chstorm gateway: {why}")), // MEMORY_LIMIT_EXCEEDED
+            ClientPacket::Gone(Some(why)) => (101, format!("chstorm gateway: {why}")),
+            _ => return None,
+        };
+        let mut out = Vec::new();
+        packets::exception(&mut out, code, &msg);
+        Some(out)
+    }
 }
 
 /// The client side of a session.
@@ -75,6 +97,10 @@ pub struct ClientConn {
     /// The compression flag of the last Query packet: how its Data packets come.
     compression: bool,
     scratch: Scratch,
+    /// The connection's memory account ([`State::client_mem`]).
+    pub mem: Mem,
+    /// What the running query's packet holds (its text and settings), until it ends.
+    query_charge: Option<Charge>,
 }
 
 impl ClientConn {
@@ -83,46 +109,90 @@ impl ClientConn {
     /// Cancel-safe. (A byte, not the socket's readiness: on TLS, readable bytes may be a record
     /// with no data in it, and a readiness flag can be stale until a read clears it.)
     pub async fn ready(&mut self) {
+        self.io.get_mut().within_packet(false);
         let _ = self.io.fill_some().await;
     }
 
     /// Reads one packet whole. Not cancel-safe: a packet dropped midway leaves the stream out
     /// of step (the caller then closes the connection).
+    /// A read that waits longer than `limits.client_packet_timeout` for a byte fails, and the
+    /// packet is `Gone`; so does a wait for the next packet here (the caller waits with
+    /// [`ClientConn::ready`] when the client owes nothing).
     pub async fn read_packet(&mut self) -> ClientPacket {
         let revision = self.revision;
+        self.io.get_mut().within_packet(true);
         let code = match self.io.varuint().await {
             Ok(c) => c,
-            Err(_) => return ClientPacket::Gone(None),
+            Err(e) => return ClientPacket::Gone(timed_out(&e)),
         };
         match code {
-            client::QUERY => match packets::read_query(&mut self.io, revision).await {
-                Ok(q) => {
-                    self.compression = q.compression;
-                    ClientPacket::Query(Box::new(q))
+            client::QUERY => {
+                self.query_charge = None;
+                let mut charge = self.mem.charge();
+                match packets::read_query(&mut self.io, revision, &mut charge).await {
+                    Ok(q) => {
+                        self.compression = q.compression;
+                        self.query_charge = Some(charge);
+                        ClientPacket::Query(Box::new(q))
+                    }
+                    Err(QueryError::UnknownSetting(name)) => ClientPacket::BadSetting(name),
+                    Err(QueryError::Proto(e)) => self.failed("a Query packet", e),
                 }
-                Err(QueryError::UnknownSetting(name)) => ClientPacket::BadSetting(name),
-                Err(QueryError::Proto(e)) => ClientPacket::Gone(Some(e.to_string())),
-            },
+            }
             client::DATA => {
                 let io = &mut self.io;
-                io.tee_start(Vec::new());
+                io.tee_start_charged(vec![client::DATA as u8], self.mem.charge());
                 let read = async {
                     if revision >= chstorm_proto::native::packets::rev::TEMPORARY_TABLES {
                         io.skip_string().await?;
                     }
-                    skip_block(io, revision, self.compression, &mut self.scratch).await
+                    skip_block(io, revision, self.compression, &mut self.scratch, &self.mem).await
                 }
                 .await;
-                let mut raw = vec![client::DATA as u8];
-                raw.extend_from_slice(&self.io.tee_take());
+                let (raw, charge) = self.io.tee_take_charged();
                 match read {
-                    Ok(shape) => ClientPacket::Data { raw, empty: shape.is_empty() },
-                    Err(e) => ClientPacket::Gone(Some(format!("a data block from the client: {e}"))),
+                    Ok(shape) => ClientPacket::Data { raw, empty: shape.is_empty(), charge },
+                    Err(e) => self.failed("a data block from the client", e),
                 }
             }
             client::CANCEL => ClientPacket::Cancel,
             client::PING => ClientPacket::Ping,
             other => ClientPacket::Gone(Some(format!("packet {other} from the client is not supported"))),
+        }
+    }
+}
+
+/// What a timed-out read says (a client that left says nothing).
+fn timed_out(e: &chstorm_proto::ProtoError) -> Option<String> {
+    match e {
+        chstorm_proto::ProtoError::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Some(io.to_string()),
+        _ => None,
+    }
+}
+
+impl ClientConn {
+    /// Ends the session on a packet the gateway will not take: its exception (when the client
+    /// is owed one), the write side closed, then the rest of what the client sends is read
+    /// and dropped for at most [`SHUTDOWN_WAIT`] (1 s), so the close does not reset the
+    /// connection (a reset can discard the exception before the client reads it).
+    pub async fn refuse(&mut self, p: ClientPacket) {
+        let Some(out) = p.refusal() else { return };
+        if self.w.write_all(&out).await.is_err() {
+            return;
+        }
+        let _ = tokio::time::timeout(SHUTDOWN_WAIT, async {
+            let _ = self.w.shutdown().await;
+            self.io.get_mut().within_packet(false);
+            let _ = self.io.discard_to_eof().await;
+        })
+        .await;
+    }
+
+    /// A packet that could not be read: too big for the memory limits, or broken.
+    fn failed(&mut self, what: &str, e: chstorm_proto::ProtoError) -> ClientPacket {
+        match self.io.mem_error() {
+            Some(m) => ClientPacket::TooBig(format!("{what}: {m}")),
+            None => ClientPacket::Gone(Some(format!("{what}: {e}"))),
         }
     }
 }
@@ -150,6 +220,7 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: O
             },
         };
         let mut io = Io::new(r);
+        io.get_mut().set_packet_timeout(state.config.limits.client_packet_timeout.0);
         let hello = match tokio::time::timeout(hello_timeout, packets::read_client_hello(&mut io)).await {
             Ok(Ok(h)) => h,
             _ => return None,
@@ -162,7 +233,17 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: O
         _ = drain.forced() => None,
     };
     let Some((io, w, database, user, revision)) = setup else { return };
-    let mut conn = ClientConn { io, w, revision, database, compression: false, scratch: Scratch::default() };
+    let mem = state.client_mem();
+    let mut conn = ClientConn {
+        io,
+        w,
+        revision,
+        database,
+        compression: false,
+        scratch: Scratch::default(),
+        mem,
+        query_charge: None,
+    };
     loop {
         // Between queries: wait for the client's next packet, at most IDLE_CLIENT (the
         // packet's rest included); a draining gateway closes an idle session after its grace.
@@ -190,22 +271,15 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: O
             ClientPacket::Query(q) => {
                 let state = shared.state.load_full();
                 // The query finishes whatever the drain says; then a draining gateway closes.
-                super::query::run(&shared, &state, &user, &mut conn, *q).await && !drain.is_draining()
+                let keep = super::query::run(&shared, &state, &user, &mut conn, *q).await && !drain.is_draining();
+                // The query's text and settings are gone: so is their room.
+                conn.query_charge = None;
+                keep
             }
             // A Cancel after the query ended, or stray data: nothing to do.
             ClientPacket::Cancel | ClientPacket::Data { .. } => true,
-            ClientPacket::BadSetting(name) => {
-                let mut out = Vec::new();
-                packets::exception(&mut out, 115, &format!("Unknown setting {name}"));
-                let _ = conn.w.write_all(&out).await;
-                false
-            }
-            ClientPacket::Gone(why) => {
-                if let Some(why) = why {
-                    let mut out = Vec::new();
-                    packets::exception(&mut out, 101, &format!("chstorm gateway: {why}"));
-                    let _ = conn.w.write_all(&out).await;
-                }
+            p @ (ClientPacket::BadSetting(_) | ClientPacket::TooBig(_) | ClientPacket::Gone(_)) => {
+                conn.refuse(p).await;
                 false
             }
         };

@@ -228,7 +228,8 @@ pub async fn read_server_packet(
                     io.skip_string().await?;
                 }
                 // Server logs are never compressed.
-                skip_block(io, revision, compressed && code != server::LOG, scratch).await?;
+                skip_block(io, revision, compressed && code != server::LOG, scratch, super::block::server_mem())
+                    .await?;
             }
             server::PROGRESS => skip_progress(io, revision).await?,
             server::PROFILE_INFO => skip_profile_info(io).await?,

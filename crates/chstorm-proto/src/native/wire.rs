@@ -6,6 +6,7 @@
 //! length followed by that many bytes, fixed-width integers are little-endian.
 
 use crate::error::ProtoError;
+use crate::mem::{Charge, MemError};
 use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
@@ -80,6 +81,10 @@ pub struct Io<S> {
     tee: Option<Vec<u8>>,
     /// `buf[tee_from..start]` is consumed but not yet copied to `tee`.
     tee_from: usize,
+    /// What the tee holds, when it is charged ([`Io::tee_start_charged`]).
+    tee_charge: Option<Charge>,
+    /// Why the tee could not grow: the next read fails with it.
+    mem_err: Option<MemError>,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
@@ -95,12 +100,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
         self.stream.shutdown().await?;
         Ok(())
     }
+}
 
+impl<S: AsyncRead + Unpin> Io<S> {
     /// Reads and discards everything until the peer closes; returns the bytes discarded. A
     /// reset connection counts as closed.
     pub async fn discard_to_eof(&mut self) -> Result<u64, ProtoError> {
         let mut total = (self.end - self.start) as u64;
         self.tee = None;
+        self.tee_charge = None;
         self.start = 0;
         self.end = 0;
         self.tee_from = 0;
@@ -115,9 +123,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
             }
         }
     }
-}
 
-impl<S: AsyncRead + Unpin> Io<S> {
     pub fn new(stream: S) -> Io<S> {
         Io {
             stream,
@@ -127,7 +133,20 @@ impl<S: AsyncRead + Unpin> Io<S> {
             base: 0,
             tee: None,
             tee_from: 0,
+            tee_charge: None,
+            mem_err: None,
         }
+    }
+
+    /// The underlying stream, to change its settings.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.stream
+    }
+
+    /// The memory error that stopped the last read, if one did ([`Io::tee_start_charged`],
+    /// [`Io::read_bytes_charged`]).
+    pub fn mem_error(&self) -> Option<&MemError> {
+        self.mem_err.as_ref()
     }
 
     /// The underlying stream (to check it without reading through the buffer).
@@ -146,13 +165,30 @@ impl<S: AsyncRead + Unpin> Io<S> {
         out.clear();
         self.tee = Some(out);
         self.tee_from = self.start;
+        self.tee_charge = None;
+    }
+
+    /// [`Io::tee_start`], but the bytes consumed are appended after those `out` has, and the
+    /// copy is charged to `charge` as it grows: once the charge is refused, the next read fails
+    /// (at most one read buffer, 64 KiB, past the limit) and [`Io::mem_error`] says why.
+    pub fn tee_start_charged(&mut self, out: Vec<u8>, charge: Charge) {
+        self.tee = Some(out);
+        self.tee_from = self.start;
+        self.mem_err = None;
+        self.tee_charge = Some(charge);
+        self.tee_flush();
     }
 
     /// Stops copying and returns the bytes consumed since [`Io::tee_start`] (empty if none was
     /// started).
     pub fn tee_take(&mut self) -> Vec<u8> {
+        self.tee_take_charged().0
+    }
+
+    /// [`Io::tee_take`], with the charge that holds the bytes (when the tee was charged).
+    pub fn tee_take_charged(&mut self) -> (Vec<u8>, Option<Charge>) {
         self.tee_flush();
-        self.tee.take().unwrap_or_default()
+        (self.tee.take().unwrap_or_default(), self.tee_charge.take())
     }
 
     /// Copies the consumed, not yet copied bytes to the tee: before they leave the buffer.
@@ -160,8 +196,21 @@ impl<S: AsyncRead + Unpin> Io<S> {
     fn tee_flush(&mut self) {
         if let Some(t) = self.tee.as_mut() {
             t.extend_from_slice(&self.buf[self.tee_from..self.start]);
+            if let Some(c) = self.tee_charge.as_mut() {
+                if let Err(e) = c.set(t.len()) {
+                    self.mem_err = Some(e);
+                }
+            }
         }
         self.tee_from = self.start;
+    }
+
+    /// Fails with the memory error a charged tee met.
+    fn check_mem(&self) -> Result<(), ProtoError> {
+        match &self.mem_err {
+            Some(e) => Err(ProtoError::Protocol(e.to_string())),
+            None => Ok(()),
+        }
     }
 
     /// Swaps in a new stream (after a reconnect), dropping the old one and its unread bytes.
@@ -172,6 +221,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.base = 0;
         self.tee = None;
         self.tee_from = 0;
+        self.tee_charge = None;
     }
 
     /// Number of bytes consumed so far; differences measure the size of what was read.
@@ -190,6 +240,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
     /// buffer has no room at its end. Fails on EOF.
     async fn fill(&mut self) -> Result<(), ProtoError> {
         self.tee_flush();
+        self.check_mem()?;
         if self.start == self.end {
             self.base += self.start as u64;
             self.start = 0;
@@ -370,6 +421,55 @@ impl<S: AsyncRead + Unpin> Io<S> {
             }
             self.fill().await?;
         }
+    }
+
+    /// Reads a length-prefixed string of at most `max` bytes into `out` (cleared first), charging
+    /// its length to `charge` before any byte is allocated.
+    pub async fn read_bytes_charged(
+        &mut self,
+        out: &mut Vec<u8>,
+        max: u64,
+        charge: &mut Charge,
+    ) -> Result<(), ProtoError> {
+        out.clear();
+        let len = self.string_len(max).await? as usize;
+        if let Err(e) = charge.grow(len) {
+            return Err(self.fail_mem(e));
+        }
+        self.append(out, len).await
+    }
+
+    /// Appends the next `n` bytes to `out` as they arrive: memory is taken for bytes received,
+    /// never for a size only claimed.
+    pub async fn append(&mut self, out: &mut Vec<u8>, mut n: usize) -> Result<(), ProtoError> {
+        loop {
+            let take = n.min(self.end - self.start);
+            out.extend_from_slice(&self.buf[self.start..self.start + take]);
+            self.start += take;
+            n -= take;
+            if n == 0 {
+                return Ok(());
+            }
+            self.fill().await?;
+        }
+    }
+
+    /// Records `e` as the reason reads stopped ([`Io::mem_error`]) and returns it as an error.
+    pub fn fail_mem(&mut self, e: MemError) -> ProtoError {
+        let err = ProtoError::Protocol(e.to_string());
+        self.mem_err = Some(e);
+        err
+    }
+
+    /// Reads a length-prefixed string of at most `max` bytes as (lossy) UTF-8.
+    pub async fn string_max(&mut self, max: u64) -> Result<String, ProtoError> {
+        let len = self.string_len(max).await? as usize;
+        let mut bytes = Vec::new();
+        self.append(&mut bytes, len).await?;
+        Ok(match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        })
     }
 
     /// Reads a length-prefixed string as (lossy) UTF-8.
