@@ -34,7 +34,7 @@ demo: release
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
 ##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
-##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct, 10,000 idle connections
+##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and two floor relays, 10,000 idle connections
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism

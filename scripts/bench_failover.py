@@ -17,7 +17,7 @@ unmeasured warm-up (the gateway's per-try deadline follows observed latencies), 
 For each run: queries, errors (by kind), P99, P99.9, max, late and dropped sends, the deltas of
 the gateway's hedge/retry/kill counters, and its warn/error and replica-up log lines (the whole
 gateway log is OUT/failover-gateway.log).
-Prints hang and restart P99.9 / steady P99.9 and each max; the target (issue 12) is within 2x
+Prints hang and restart P99.9 / steady P99.9 and each max; the target is within 2x
 the steady P99.9 with the slowest query well under 1 s. Writes OUT/failover.json. Servers,
 gateway and load share this machine's cores: on a busy machine the figures are noisy.
 """
@@ -220,7 +220,7 @@ def summary(results, rate):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results", help="where failover.json and the logs go (default bench-results)")
-    ap.add_argument("--rate", type=float, default=60, help="open-loop lookups per second (default 60, the rate issue 12 measured at: a FINAL lookup costs 18.16 4 to 8 ms of CPU, so 60/s keeps the 4 servers near a quarter of 2 cores and the phases measure failover, not queueing; at 150/s they take over 60%% and every phase shows the machine's queueing)")
+    ap.add_argument("--rate", type=float, default=60, help="open-loop lookups per second (default 60: a FINAL lookup costs 18.16 4 to 8 ms of CPU, so 60/s keeps the 4 servers near a quarter of 2 cores and the phases measure failover, not queueing; at 150/s they take over 60%% and every phase shows the machine's queueing)")
     ap.add_argument("--rows", type=int, default=200_000, help="rows of items (default 200,000)")
     ap.add_argument("--index-granularity", type=int, default=256,
                     help="items' index_granularity (default 256, a point-lookup table's: with 8192 a FINAL lookup "

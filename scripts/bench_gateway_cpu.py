@@ -13,12 +13,12 @@ Then 10,000 idle client connections are opened to the gateway and held: its RSS
 (/proc/PID/status VmRSS) with them open, and the time of 50 `/ping`s on a fresh connection each
 while they are held (median and max).
 
-Then the native port (issue 15): `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` straight
+Then the native port: `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` straight
 to the server's native port and through the gateway's `listen_native`, alternated --reps times,
 with the gateway's CPU per native query read the same way. Target: >= 0.8 of direct QPS.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connection figures, and
-writes OUT/gateway_cpu.json. Targets (issue 13): <= 25 us per query, >= 0.85 of direct QPS,
+writes OUT/gateway_cpu.json. Targets: <= 25 us per query, >= 0.85 of direct QPS,
 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
 
 The floor: in the same alternation, two relays with nothing of the gateway in them
@@ -28,10 +28,18 @@ hyper server in front of a pooled hyper client. Their CPU per query is what any 
 hyper-based proxy, costs on this machine; the gateway's figure is printed beside them.
 --no-floors leaves them out.
 
+The peers: in the same alternation, HAProxy and nginx in front of the same server, each one
+process with one thread (one worker): HAProxy in HTTP mode with `http-reuse always` (kept-alive
+server connections shared between clients) and in TCP mode (a byte relay with one server
+connection per client), and nginx `proxy_pass` to an upstream with a `keepalive` pool (HTTP/1.1,
+idle upstream connections closed after 2 s, before 18.16's 3 s). Their CPU per query is read
+from /proc the same way. --no-peers leaves them out (they need `haproxy` and `nginx`, which
+scripts/install-deps installs).
+
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, json, os, re, resource, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, tempfile, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +86,80 @@ users:
   - name: default
     cluster: one
 """
+
+
+HAPROXY = """global
+    nbthread 1
+    maxconn 4096
+defaults
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+listen http
+    mode http
+    bind 127.0.0.1:{http_port}
+    http-reuse always
+    server ch {backend}
+listen tcp
+    mode tcp
+    bind 127.0.0.1:{tcp_port}
+    server ch {backend}
+"""
+
+NGINX = """daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    upstream ch {{
+        server {backend};
+        keepalive 64;
+        keepalive_timeout 2s;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://ch;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}
+    }}
+}}
+"""
+
+
+def start_peers(tmp, backend):
+    """HAProxy (HTTP and TCP mode, one process) and nginx in front of backend (HOST:PORT):
+    {mode: (process, url)}; a mode whose binary is missing is left out, with a note."""
+    peers = {}
+    if shutil.which("haproxy"):
+        http_port, tcp_port = free_port(), free_port()
+        cfg = os.path.join(tmp, "haproxy.cfg")
+        open(cfg, "w").write(HAPROXY.format(http_port=http_port, tcp_port=tcp_port, backend=backend))
+        proc = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peers["haproxy_http"] = (proc, f"http://127.0.0.1:{http_port}")
+        peers["haproxy_tcp"] = (proc, f"http://127.0.0.1:{tcp_port}")
+    else:
+        print("bench_gateway_cpu: no haproxy (scripts/install-deps installs it); its rows are left out", file=sys.stderr)
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
+    if nginx:
+        port = free_port()
+        cfg = os.path.join(tmp, "nginx.conf")
+        open(cfg, "w").write(NGINX.format(tmp=tmp, port=port, backend=backend))
+        proc = subprocess.Popen([nginx, "-e", os.path.join(tmp, "nginx-error.log"), "-p", tmp, "-c", cfg],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        peers["nginx"] = (proc, f"http://127.0.0.1:{port}")
+    else:
+        print("bench_gateway_cpu: no nginx (scripts/install-deps installs nginx-light); its row is left out", file=sys.stderr)
+    return peers
 
 
 def cpu_seconds(pid):
@@ -154,6 +236,7 @@ def main():
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper)")
+    ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
     ap.add_argument("--floor-relay", default="target/release/examples/floor_relay",
                     help="the floor relays' binary (built by `cargo build --release -p chstorm-gateway --example floor_relay` when missing)")
     args = ap.parse_args()
@@ -179,6 +262,13 @@ def main():
             for proc, _ in floors.values():
                 if proc.poll() is not None:
                     raise SystemExit(f"bench_gateway_cpu: the floor relay exited ({proc.returncode}); run {relay} by hand to see why")
+        if not args.no_peers:
+            peers = start_peers(tmp, url.removeprefix("http://"))
+            time.sleep(0.3)
+            for mode, (proc, _) in peers.items():
+                if proc.poll() is not None:
+                    raise SystemExit(f"bench_gateway_cpu: {mode} exited ({proc.returncode}); its config is in {tmp}")
+            floors.update({f"peer_{m}": v for m, v in peers.items()})
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         port, native_port = free_port(), free_port()
         native = info["native_url"].removeprefix("clickhouse://")
@@ -203,7 +293,7 @@ def main():
                 r = wrk(furl, args.duration, args.connections)
                 r["relay_cpu_us_per_query"] = (cpu_seconds(proc.pid) - c0) / max(1, r["requests"]) * 1e6
                 runs[f"floor_{mode}"].append(r)
-                print(f"  floor {mode:<4} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+                print(f"  {mode:<18} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
             c0 = cpu_seconds(gw.pid)
             r = wrk(gw_url, args.duration, args.connections)
             r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
@@ -237,11 +327,14 @@ def main():
                           "direct_qps": med("native_direct", "qps"), "gateway_qps": med("native_gateway", "qps")},
                "floors": {mode: {"relay_cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
                                  "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
-                                 "qps": med(f"floor_{mode}", "qps")} for mode in floors},
+                                 "qps": med(f"floor_{mode}", "qps")} for mode in floors if not mode.startswith("peer_")},
+               "peers": {mode.removeprefix("peer_"): {"cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
+                                                      "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
+                                                      "qps": med(f"floor_{mode}", "qps")} for mode in floors if mode.startswith("peer_")},
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
     finally:
-        for proc, _ in floors.values():
+        for proc in {id(p): p for p, _ in floors.values()}.values():
             proc.terminate()
             proc.wait()
         if gw:
@@ -255,6 +348,10 @@ def main():
     for mode, f in res["floors"].items():
         what = "l4 byte relay" if mode == "l4" else "bare hyper relay"
         print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
+    names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
+             "nginx": "nginx, proxy_pass, upstream keepalive"}
+    for mode, f in res["peers"].items():
+        print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     n = res["native"]
     print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
           f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}; target >= 0.8), "

@@ -95,8 +95,8 @@ def main():
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--rows", type=int, default=3_000_000, help="rows of hits (default 3,000,000)")
     ap.add_argument("--n1", type=int, default=160,
-                    help="queries sent by 1 client, per row (default 160; 80 before session 6, when two rows of one configuration differed by 7 %%)")
-    ap.add_argument("--n20", type=int, default=320, help="queries sent by 20 clients, per row (default 320; 160 before session 6)")
+                    help="queries sent by 1 client, per row (default 160: with fewer, two rows of one configuration differ by up to 7 %%)")
+    ap.add_argument("--n20", type=int, default=320, help="queries sent by 20 clients, per row (default 320)")
     ap.add_argument("--reps", type=int, default=5, help="passes over all rows (median per row; default 5)")
     ap.add_argument("--all-rows", action="store_true",
                     help="also the rows with 8 and 16 threads or totals (slower than 4 in every run on 2 cores; left out by default to spend the time on passes)")

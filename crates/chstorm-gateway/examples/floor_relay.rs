@@ -1,4 +1,4 @@
-//! The floor under the gateway's CPU per query (`scripts/bench_gateway_cpu.py`, issue 13).
+//! The floor under the gateway's CPU per query (`scripts/bench_gateway_cpu.py`).
 //!
 //! Two relays with nothing of the gateway in them, measured under the same `wrk` as the gateway
 //! so that its CPU per query can be read against what any proxy on this machine must spend:

@@ -60,6 +60,12 @@ pub struct ResetIfAbandonedIo<T: Socket> {
     unanswered: bool,
 }
 
+/// HTTP backend connections open now in this process (pooled idle and busy, every replica):
+/// `chstorm_gateway_backend_connections`. Process-wide because the connector is; one gateway
+/// runs per process.
+pub static OPEN: std::sync::LazyLock<prometheus_client::metrics::gauge::Gauge> =
+    std::sync::LazyLock::new(Default::default);
+
 /// The TCP socket under a (maybe TLS) backend stream.
 pub trait Socket {
     fn tcp(&self) -> &TcpStream;
@@ -83,12 +89,14 @@ impl Socket for TokioIo<TcpStream> {
 impl<T: Socket> ResetIfAbandonedIo<T> {
     /// Wraps a connected stream (nothing written yet).
     pub fn new(inner: T) -> ResetIfAbandonedIo<T> {
+        OPEN.inc();
         ResetIfAbandonedIo { inner, unanswered: false }
     }
 }
 
 impl<T: Socket> Drop for ResetIfAbandonedIo<T> {
     fn drop(&mut self) {
+        OPEN.dec();
         if self.unanswered {
             let _ = self.inner.tcp().set_zero_linger();
         }

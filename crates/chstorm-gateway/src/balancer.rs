@@ -277,8 +277,8 @@ mod tests {
     }
 
     /// One lost race 16 s ago weighs less than half a request (4 x 2^-3.2 = 0.44): between two
-    /// idle replicas it no longer decides, and the picks split again. (Compared as a fraction it
-    /// decided every pick for as long as the penalty was above zero: minutes.)
+    /// idle replicas it does not decide, and the picks split again. (Compared as a fraction it
+    /// would decide every pick for as long as the penalty was above zero: minutes.)
     #[test]
     fn a_faded_penalty_no_longer_steers_between_equal_loads() {
         let b = Balancer::new(&cluster(1, 2));

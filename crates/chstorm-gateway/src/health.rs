@@ -11,8 +11,16 @@ use crate::metrics::{Metrics, ReplicaLabels};
 use crate::upstream::{Backend, Upstream};
 use std::sync::Arc;
 
-/// Probes every replica of `balancer` until the task is aborted.
-pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, metrics: Arc<Metrics>) {
+/// Probes every replica of `balancer` until the task is aborted; `first_round` fires when the
+/// first round of probes has finished (each probe is bounded by `health.timeout`).
+pub async fn run(
+    balancer: Arc<Balancer>,
+    upstream: Arc<Upstream>,
+    cfg: Health,
+    metrics: Arc<Metrics>,
+    first_round: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut first_round = Some(first_round);
     let mut tick = tokio::time::interval(cfg.interval.0);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -43,6 +51,9 @@ pub async fn run(balancer: Arc<Balancer>, upstream: Arc<Upstream>, cfg: Health, 
                 None => {}
             }
             metrics.replica_up.get_or_create(&labels).set(r.is_healthy() as i64);
+        }
+        if let Some(done) = first_round.take() {
+            let _ = done.send(());
         }
     }
 }

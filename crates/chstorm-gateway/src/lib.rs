@@ -24,7 +24,8 @@
 //!   whole one.
 //! * [`native`]: ClickHouse's native TCP protocol on `listen_native` (and over TLS), through the
 //!   same authentication, admission, [`plan`] and [`attempt`] loop, relaying packets unchanged.
-//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
+//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs. [`notify`]: systemd's readiness,
+//!   reload, stop and watchdog notifications over `NOTIFY_SOCKET`.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
 //! `chstorm_proto::rules`. This crate must not import the load engine, the outputs or the CLI.
@@ -51,6 +52,7 @@ mod listen;
 mod log;
 mod metrics;
 mod native;
+mod notify;
 mod plan;
 mod proxy;
 mod quarantine;

@@ -15,6 +15,7 @@
 //! | `chstorm_gateway_in_flight` | | queries holding a global slot |
 //! | `chstorm_gateway_queued` | | queries waiting for a global slot |
 //! | `chstorm_gateway_replica_up` | cluster, replica | 1 healthy, 0 down (replica = shard.replica, 1-based) |
+//! | `chstorm_gateway_backend_connections` | | HTTP connections to the replicas open now, idle in the pools and busy (the native port's are not counted) |
 //! | `chstorm_gateway_retries_total` | | retries sent to another replica |
 //! | `chstorm_gateway_retry_budget_exhausted_total` | | retries refused by the budget |
 //! | `chstorm_gateway_killed_queries_total` | reason | attempts cancelled with KILL QUERY: client_gone, timeout, hedge_lost (a faster copy won), replica_down |
@@ -148,6 +149,11 @@ impl Default for Metrics {
         registry.register("chstorm_gateway_queued", "Queries waiting for a global slot", queued.clone());
         registry.register("chstorm_gateway_replica_up", "1 when the replica is healthy", replica_up.clone());
         registry.register("chstorm_gateway_retries", "Retries sent to another replica", retries.clone());
+        registry.register(
+            "chstorm_gateway_backend_connections",
+            "HTTP connections to the replicas open now, idle in the pools and busy",
+            crate::backend_io::OPEN.clone(),
+        );
         registry.register(
             "chstorm_gateway_retry_budget_exhausted",
             "Retries refused by the budget",

@@ -236,12 +236,12 @@ impl Replica {
     /// Lower is better.
     ///
     /// Rounded, because the penalty decays but never reaches zero: compared as a fraction, a
-    /// replica that lost one hedge race minutes ago still lost every comparison with an equally
-    /// loaded one, so at low concurrency (both idle at each pick) a shard's whole load stayed on
-    /// the other replica until that one lost a race in turn, and the first replica's caches went
-    /// cold. Now a lost race steers load away while its weight is at least half a request (about
-    /// 15 s for one race: 4, halved every 5 s); after that equal loads tie and the pick is
-    /// random again.
+    /// replica that lost one hedge race minutes ago would lose every comparison with an equally
+    /// loaded one, so at low concurrency (both idle at each pick) a shard's whole load would stay
+    /// on the other replica until that one lost a race in turn, and the first replica's caches
+    /// go cold. Rounded, a lost race steers load away while its weight is at least half a
+    /// request (about 15 s for one race: 4, halved every 5 s); after that equal loads tie and the
+    /// pick is random again.
     pub fn score(&self, now: Instant) -> f64 {
         self.outstanding() as f64 + (PENALTY_WEIGHT * self.penalty_now(now)).round()
     }

@@ -217,23 +217,59 @@ impl Gateway {
     }
 
     /// Serves until SIGINT/SIGTERM, then stops gracefully ([`Gateway::shutdown`]); SIGHUP
-    /// reloads.
+    /// reloads. Tells a service manager (`NOTIFY_SOCKET`, [`crate::notify`]) when it is ready
+    /// (listeners bound, first health round finished), reloading, and stopping, and sends its
+    /// watchdog pings.
     pub async fn run_until_signal(self) -> Result<(), GatewayError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(|e| GatewayError::Setup(e.to_string()))?;
         let mut term = signal(SignalKind::terminate()).map_err(|e| GatewayError::Setup(e.to_string()))?;
+        let notifier = crate::notify::Notifier::from_env();
+        if notifier.enabled() {
+            if !self.state.load().first_health_round().await {
+                log("warn", "first health round unfinished; reporting ready anyway", serde_json::json!({}));
+            }
+            notifier.ready(&self.status());
+        }
+        let watchdog = notifier.watchdog();
+        tokio::pin!(watchdog);
         loop {
             tokio::select! {
-                _ = hup.recv() => match self.reload().await {
-                    Ok(()) => log("info", "config reloaded", serde_json::json!({"config": self.config_path.display().to_string()})),
-                    Err(e) => log("error", "config reload failed; keeping the running config", serde_json::json!({"error": e.to_string()})),
-                },
+                _ = hup.recv() => {
+                    notifier.reloading();
+                    let status = match self.reload().await {
+                        Ok(()) => {
+                            log("info", "config reloaded", serde_json::json!({"config": self.config_path.display().to_string()}));
+                            format!("config reloaded; {}", self.status())
+                        }
+                        Err(e) => {
+                            log("error", "config reload failed; keeping the running config", serde_json::json!({"error": e.to_string()}));
+                            format!("config reload failed, running config kept: {e}")
+                        }
+                    };
+                    notifier.ready(&status);
+                }
                 _ = term.recv() => break,
                 _ = tokio::signal::ctrl_c() => break,
+                _ = &mut watchdog => {}
             }
         }
+        notifier.stopping("draining connections");
         self.shutdown().await;
         Ok(())
+    }
+
+    /// One line for the service manager's `STATUS=`: the address and the replicas up.
+    fn status(&self) -> String {
+        let state = self.state.load();
+        let (mut up, mut all) = (0, 0);
+        for c in state.clusters.values() {
+            for r in c.balancer.replicas() {
+                all += 1;
+                up += r.is_healthy() as usize;
+            }
+        }
+        format!("serving on {}; {up}/{all} replicas healthy", self.addr)
     }
 
     /// Stops gracefully: closes the listeners, answers `/ping` with 503, closes each client

@@ -87,6 +87,8 @@ pub struct State {
     pub metrics: Arc<Metrics>,
     pub retry_budget: TpsBudget,
     health_tasks: Vec<tokio::task::AbortHandle>,
+    /// One per cluster: fires when its first health round has finished.
+    first_health_round: std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<()>>>,
 }
 
 impl Drop for State {
@@ -112,13 +114,17 @@ impl State {
         let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas, config.workers)?);
         let mut clusters = BTreeMap::new();
         let mut health_tasks = Vec::new();
+        let mut first_round = Vec::new();
         for (name, c) in &config.clusters {
             let balancer = Arc::new(Balancer::new(c));
+            let (round_done, round_wait) = tokio::sync::oneshot::channel();
+            first_round.push(round_wait);
             let task = tokio::spawn(crate::health::run(
                 balancer.clone(),
                 upstream.clone(),
                 config.health.clone(),
                 metrics.clone(),
+                round_done,
             ));
             health_tasks.push(task.abort_handle());
             let auth = format!(
@@ -169,6 +175,21 @@ impl State {
             upstream,
             metrics,
             health_tasks,
+            first_health_round: std::sync::Mutex::new(first_round),
         })
+    }
+
+    /// Waits until every cluster's first health round has finished (at once after the first
+    /// call), at most `health.timeout` plus 1 s: each probe of a round is bounded by
+    /// `health.timeout`. Returns false when the wait timed out.
+    pub async fn first_health_round(&self) -> bool {
+        let waits = std::mem::take(&mut *self.first_health_round.lock().unwrap_or_else(|e| e.into_inner()));
+        let all = async {
+            for w in waits {
+                let _ = w.await;
+            }
+        };
+        let bound = self.config.health.timeout.0 + std::time::Duration::from_secs(1);
+        tokio::time::timeout(bound, all).await.is_ok()
     }
 }

@@ -3,7 +3,7 @@
 //! through the gateway, on a real 2x2 cluster with the `items` dataset. The status, the
 //! ClickHouse error code and the rows (sorted) must be equal.
 //!
-//! The corpus: every case named in issue 11, then generated variants of WHERE shapes
+//! The corpus: hand-written cases of every kind, then generated variants of WHERE shapes
 //! (=, ==, IN, reversed, OR, NOT, BETWEEN, AND chains, parentheses), literal spellings (decimal,
 //! hex, leading zeros = octal on 18.16, exponents, floats, `+`, negatives, strings, function
 //! calls), comments (`--`, `/* */`, `#`, which 18.16 refuses), keyword case, white space and
@@ -324,7 +324,7 @@ fn corpus(env: &Env, router: &Router) -> Vec<Case> {
     let native11 =
         env.cluster.topology().node(1, 1).unwrap().native_url.trim_start_matches("clickhouse://").to_string();
     let http12 = env.node_url(1, 2);
-    // Every case of issue 11.
+    // The hand-written cases.
     let mut c: Vec<Case> = vec![
         Case::body("issue:octal", "SELECT count() FROM items FINAL WHERE shop_id = 010"),
         split_at(

@@ -11,7 +11,10 @@ Endpoints: ClickHouse's HTTP interface with its paths (/, /ping, /replicas_statu
 health view, queries on any path), /metrics (Prometheus; on `metrics_listen` instead when set);
 ClickHouse's native protocol on `listen_native`, and over TLS on `listen_native_secure`.
 Signals: SIGHUP reloads the config (a bad file keeps the running one), SIGTERM/SIGINT stop
-gracefully (queries in flight finish, HTTP and native alike; docs/GATEWAY.md).")]
+gracefully (queries in flight finish, HTTP and native alike; docs/GATEWAY.md).
+Under systemd (Type=notify): READY=1 once listening and the first health round is done,
+RELOADING=1 then READY=1 around a reload, STOPPING=1 at the drain, WATCHDOG=1 at half
+WATCHDOG_USEC. The unit: deploy/chstorm-gateway.service; docs/GATEWAY.md, \"Operating\".")]
 pub struct GatewayArgs {
     /// The gateway's YAML config.
     #[arg(long)]

@@ -24,8 +24,8 @@ fn lookup() -> String {
     format!("SELECT * FROM items FINAL WHERE shop_id = {{s:zipf({shops},1.1)}} AND item_id = {{i:uniform(1,{ROWS})}}")
 }
 
-/// The open-loop rate of the failover tests. The figure is about 500/s on a release
-/// build; tests run a debug build of both bench and gateway beside 4 servers on 2 cores.
+/// The open-loop rate of the failover tests: below the 500/s or so of a release build, because
+/// tests run a debug build of both bench and gateway beside 4 servers on 2 cores.
 const RATE: &str = "300";
 
 fn replica_up(gw: &str, label: &str) -> Option<bool> {

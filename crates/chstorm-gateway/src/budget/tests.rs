@@ -458,8 +458,8 @@ fn an_unset_max_per_query_caps_grants_at_the_cores() {
 }
 
 /// Under the defaults (`threads: {}`), a storm of small queries is never held back: with the
-/// total spent, every further query starts at once on the 1-thread floor. (In `queue` mode, the
-/// default until session 6, a total of 2 ran a storm of `SELECT 1` at c=8 two at a time.)
+/// total spent, every further query starts at once on the 1-thread floor. (In `queue` mode a
+/// total of 2 runs a storm of `SELECT 1` at c=8 two at a time.)
 #[tokio::test(start_paused = true)]
 async fn default_mode_never_holds_a_storm_back() {
     let defaults = crate::config::Config::parse(

@@ -376,7 +376,7 @@ mod tests {
         }
     }
 
-    /// The cases: octal literals, other databases, string literals.
+    /// Octal literals, other databases, string literals.
     #[test]
     fn only_certain_answers_are_routed() {
         let r = router();
