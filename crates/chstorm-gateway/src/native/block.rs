@@ -9,8 +9,8 @@
 //! frame is decompressed and the block is parsed from the decompressed bytes until it is whole.
 //! Frames are relayed as read: their checksums are checked by the receiver, not here.
 //!
-//! Methods: LZ4 (ClickHouse's default `network_compression_method`) and none. ZSTD frames are
-//! refused with a clear error (a block cannot be delimited without decompressing it).
+//! Methods: LZ4 (ClickHouse's default `network_compression_method`), ZSTD (decoded with the
+//! `zstd` crate, libzstd's bindings) and none.
 
 use chstorm_proto::native::columns::{skip_column, Plan};
 use chstorm_proto::native::packets::{rev, skip_block_info};
@@ -85,11 +85,12 @@ pub async fn skip_block<S: AsyncRead + Unpin>(
             }
             METHOD_NONE => s.dec.extend_from_slice(&s.frame),
             METHOD_ZSTD => {
-                return Err(ProtoError::Protocol(
-                    "ZSTD-compressed blocks are not supported by the gateway; use network_compression_method = 'lz4' \
-                     (the default) or no compression"
-                        .into(),
-                ))
+                s.dec.resize(at + dsize, 0);
+                let n = zstd::bulk::decompress_to_buffer(&s.frame, &mut s.dec[at..])
+                    .map_err(|e| ProtoError::Protocol(format!("bad ZSTD frame: {e}")))?;
+                if n != dsize {
+                    return Err(ProtoError::Protocol(format!("ZSTD frame gave {n} bytes, not {dsize}")));
+                }
             }
             m => return Err(ProtoError::Protocol(format!("unknown compression method 0x{m:02x}"))),
         }
