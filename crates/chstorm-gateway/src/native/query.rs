@@ -143,7 +143,9 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     let use_db = if word.eq_ignore_ascii_case("USE") {
         let Some(db) = use_target(&q.sql) else {
             count(state, name, 400, "rejected");
-            return say(&mut conn.w, exception_bytes(62, "Syntax error: USE needs one database name")).await;
+            let msg =
+                format!("Syntax error: USE needs one database name: {:?}", q.sql.chars().take(100).collect::<String>());
+            return say(&mut conn.w, exception_bytes(62, &msg)).await;
         };
         if conn.pinned.is_none() {
             let answer = match check_database(shared, state, cluster, &db, conn.revision).await {
@@ -446,7 +448,9 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
         if k == "readonly" && !matches!(v.as_str(), "0" | "1" | "2") {
             return Err((36, format!("readonly is 0, 1 or 2, not {v}")));
         }
-        super::settings::put_setting(&mut Vec::new(), k, v).map_err(|e| (115, e.to_string()))?;
+        let auto = k == "max_threads" && v.eq_ignore_ascii_case("auto");
+        super::settings::put_setting(&mut Vec::new(), k, if auto { "0" } else { v })
+            .map_err(|e| (115, e.to_string()))?;
     }
     let params: Vec<(String, String)> = pairs.iter().filter(|(k, _)| k != "readonly").cloned().collect();
     let headers = HeaderMap::new();
@@ -462,27 +466,52 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
     crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, String::new).map_err(|r| {
         (refusal_code(r.status, &r.message), r.message.trim_start_matches("chstorm gateway: ").to_string())
     })?;
-    for (k, v) in pairs {
+    for (k, mut v) in pairs {
+        if k == "max_threads" && v.eq_ignore_ascii_case("auto") {
+            v = "0".into(); // 18.16's MaxThreads: 0 is auto
+        }
         conn.settings.retain(|(sk, _)| *sk != k);
         conn.settings.push((k, v));
     }
     Ok(())
 }
 
-/// The database of `USE name` (bare, or in backquotes or double quotes; a `;` may follow).
+/// The database of `USE name` (bare, or in backquotes or double quotes; then only `;`, white
+/// space and comments).
 fn use_target(sql: &str) -> Option<String> {
     let word = chstorm_proto::rules::first_keyword(sql);
     let at = word.as_ptr() as usize - sql.as_ptr() as usize + word.len();
-    let rest = sql.get(at..)?.trim().trim_end_matches(';').trim_end();
-    let name = match rest.as_bytes().first()? {
-        b'`' | b'"' => {
-            let q = rest.chars().next()?;
-            rest.strip_prefix(q)?.strip_suffix(q)?.to_string()
+    let rest = skip_blank(sql.get(at..)?);
+    let (name, tail) = match rest.chars().next()? {
+        q @ ('`' | '"') => {
+            let inner = &rest[1..];
+            let end = inner.find(q)?;
+            (&inner[..end], &inner[end + 1..])
         }
-        _ if rest.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') => rest.to_string(),
-        _ => return None,
+        _ => {
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            (&rest[..end], &rest[end..])
+        }
     };
-    (!name.is_empty()).then_some(name)
+    let mut tail = skip_blank(tail);
+    while let Some(t) = tail.strip_prefix(';') {
+        tail = skip_blank(t);
+    }
+    (!name.is_empty() && tail.is_empty()).then(|| name.to_string())
+}
+
+/// `s` from its first character that is not white space or in a comment.
+fn skip_blank(mut s: &str) -> &str {
+    loop {
+        let t = s.trim_start();
+        if let Some(rest) = t.strip_prefix("--") {
+            s = rest.split_once('\n').map_or("", |(_, r)| r);
+        } else if let Some(rest) = t.strip_prefix("/*") {
+            s = rest.split_once("*/").map_or("", |(_, r)| r);
+        } else {
+            return t;
+        }
+    }
 }
 
 /// Checks that `database` exists, on a connection opened to it (kept in the pool): Err is the
@@ -571,6 +600,8 @@ mod tests {
         assert_eq!(use_target("  use `my db`;").as_deref(), Some("my db"));
         assert_eq!(use_target("USE \"x\" ; ").as_deref(), Some("x"));
         assert_eq!(use_target("-- c\nUSE d").as_deref(), Some("d"));
+        assert_eq!(use_target("USE default;\n\n-- Reattach MV (shortcut)\n").as_deref(), Some("default"));
+        assert_eq!(use_target("USE /* c */ d; /* e */").as_deref(), Some("d"));
         assert_eq!(use_target("USE"), None);
         assert_eq!(use_target("USE a b"), None);
     }
