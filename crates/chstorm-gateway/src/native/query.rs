@@ -551,7 +551,9 @@ async fn check_database(
 /// when a server dies, since the state it held is gone.
 async fn pinned(plan: &Plan, transport: &mut Native<'_>, conn: &mut ClientConn) -> (u16, bool) {
     let Some(mut p) = conn.pinned.take() else { return (500, false) };
-    let packet = match transport.query_packet(None) {
+    // No thread grant on a pinned connection: the threads the query would want (the client's
+    // max_threads, else the budget's per-query maximum) go as max_threads.
+    let packet = match transport.query_packet(plan.want_threads) {
         Ok(q) => q,
         Err(e) => {
             conn.pinned = Some(p);
