@@ -133,11 +133,11 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     }
     let word = chstorm_proto::rules::first_keyword(&q.sql);
     if word.eq_ignore_ascii_case("SET") {
-        let answer = match set(user, cluster, conn, &q.sql) {
-            Ok(()) => end_of_stream(),
-            Err((code, msg)) => exception_bytes(code, &msg),
+        let (status, answer) = match set(user, cluster, conn, &q.sql) {
+            Ok(()) => (200, end_of_stream()),
+            Err((code, msg)) => (400, exception_bytes(code, &msg)),
         };
-        count(state, name, 200, "session");
+        count(state, name, status, "session");
         return say(&mut conn.w, answer).await;
     }
     let use_db = if word.eq_ignore_ascii_case("USE") {
@@ -148,14 +148,14 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
             return say(&mut conn.w, exception_bytes(62, &msg)).await;
         };
         if conn.pinned.is_none() {
-            let answer = match check_database(shared, state, cluster, &db, conn.revision).await {
+            let (status, answer) = match check_database(shared, state, cluster, &db, conn.revision).await {
                 Ok(()) => {
                     conn.database = db;
-                    end_of_stream()
+                    (200, end_of_stream())
                 }
-                Err((code, msg)) => exception_bytes(code, &msg),
+                Err((code, msg)) => (400, exception_bytes(code, &msg)),
             };
-            count(state, name, 200, "session");
+            count(state, name, status, "session");
             return say(&mut conn.w, answer).await;
         }
         // A pinned connection runs the USE itself (below), so its backend follows.

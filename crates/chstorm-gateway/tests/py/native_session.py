@@ -166,10 +166,10 @@ def check_script():
 def check_two_users():
     c1 = Client(H, port=GW, user="u1")
     c1.execute("CREATE TEMPORARY TABLE secret (x UInt8)")
-    c1.execute("INSERT INTO secret VALUES", [(7,)])
     for i in range(24):
         user = "u2" if i % 2 == 0 else "u1"
         expect(f"{user} sees no temporary table of u1", code(lambda: Client(H, port=GW, user=user).execute("SELECT * FROM secret")), 60)
+    c1.execute("INSERT INTO secret VALUES", [(7,)])
     expect("u1's own connection sees it", c1.execute("SELECT * FROM secret"), [(7,)])
     c1.disconnect()
     print("ok: a temporary table stays in its client connection")
