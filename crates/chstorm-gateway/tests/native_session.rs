@@ -6,13 +6,14 @@
 //! both ways, `SET` and `USE` over several queries, a temporary table over three statements and
 //! the pinned-session gauge, a script's CREATE TABLE / INSERT / SELECT, two gateway users who
 //! cannot see each other's temporary table, the client's own `readonly`, and old revisions
-//! refused at once. Skips, saying why, when clickhouse-driver is not installed.
+//! refused at once; then a pinned session whose replica is killed gets Code 210. Skips, saying why, when clickhouse-driver is not installed.
 
 use chstorm_gateway::Gateway;
 use chstorm_testenv::start_cluster;
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 #[test]
 fn native_session_with_clickhouse_driver() {
@@ -24,7 +25,7 @@ fn native_session_with_clickhouse_driver() {
         return;
     }
     let t = Instant::now();
-    let env = start_cluster();
+    let mut env = start_cluster();
     let config =
         env.gateway_config(|t| format!("{t}  - name: u1\n    cluster: storm\n  - name: u2\n    cluster: storm\n"));
     let gw = env.rt.block_on(Gateway::start(config)).unwrap();
@@ -61,6 +62,41 @@ fn native_session_with_clickhouse_driver() {
         eprintln!("{script}\n  direct {a:?}\n  gateway {b:?}");
         assert_eq!(a, b, "{script}");
     }
+
+    // A pinned session whose replica dies gets the connection-lost error (Code 210) at once,
+    // not a silent move to another replica.
+    let script = "from clickhouse_driver import Client\n\
+        from clickhouse_driver.errors import ServerException\n\
+        import sys, time\n\
+        c = Client('127.0.0.1', port=int(sys.argv[1]))\n\
+        c.execute('CREATE TEMPORARY TABLE pinned_t (x UInt8)')\n\
+        print(*[v for _, v in c.execute('SELECT macro, substitution FROM system.macros ORDER BY macro')], flush=True)\n\
+        sys.stdin.readline()\n\
+        t = time.monotonic()\n\
+        try:\n    c.execute('SELECT count() FROM pinned_t'); print('answered')\n\
+        except ServerException as e:\n    print(e.code, round(time.monotonic() - t, 1))\n";
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg(&py)
+        .args(["-c", script, &gp.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The pinned server, by its macros (replica, shard: in macro order).
+    let at = lines.next().unwrap().unwrap();
+    let (r, s) = at.split_once(' ').unwrap();
+    let (s, r): (usize, usize) = (s.parse().unwrap(), r.parse().unwrap());
+    env.cluster.kill9(s, r);
+    std::thread::sleep(Duration::from_millis(300));
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let answer = lines.next().unwrap().unwrap();
+    eprintln!("pinned to replica {s}.{r}, killed: {answer}");
+    let (code, secs) = answer.split_once(' ').unwrap_or((&answer, "0"));
+    assert_eq!(code, "210", "{answer}");
+    assert!(secs.parse::<f64>().unwrap() < 5.0, "{answer}");
+    let _ = child.wait();
 }
 
 /// `clickhouse-client --multiquery --ignore-error` on `port`: (stdout, the error codes in stderr).
