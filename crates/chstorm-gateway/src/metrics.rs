@@ -39,6 +39,7 @@
 //! | `chstorm_gateway_thread_total_moves_total` | cluster, replica | `total: adaptive`: moves of the total a probe proved |
 //! | `chstorm_gateway_thread_total_probes_total` | cluster, replica | `total: adaptive`: probe windows at a candidate total |
 //! | `chstorm_gateway_thread_server_cpu` | cluster, replica | the server's CPU busy share, 0..1 (`total: adaptive`, servers that publish it) |
+//! | `chstorm_gateway_native_pinned_sessions` | | native client connections pinned to one backend connection (they hold state: a temporary table, a write) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -128,6 +129,7 @@ pub struct Metrics {
     pub thread_total_moves: Family<ReplicaLabels, Counter>,
     pub thread_total_probes: Family<ReplicaLabels, Counter>,
     pub thread_server_cpu: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub native_pinned: Gauge,
 }
 
 impl Default for Metrics {
@@ -246,6 +248,12 @@ impl Default for Metrics {
             "The server's CPU busy share, 0..1, as an adaptive thread total last read it",
             thread_server_cpu.clone(),
         );
+        let native_pinned = Gauge::default();
+        registry.register(
+            "chstorm_gateway_native_pinned_sessions",
+            "Native client connections pinned to one backend connection",
+            native_pinned.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -273,6 +281,7 @@ impl Default for Metrics {
             thread_total_moves,
             thread_total_probes,
             thread_server_cpu,
+            native_pinned,
         }
     }
 }

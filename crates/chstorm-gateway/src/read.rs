@@ -431,11 +431,15 @@ mod tests {
     async fn held_bodies_take_room_on_the_budget_and_give_it_back() {
         let budget = chstorm_proto::mem::Budget::new(1 << 20);
         let body = || g(Full::new(Bytes::from(vec![b' '; 600 << 10])));
-        let first = read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.unwrap();
+        let first =
+            read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.unwrap();
         assert_eq!(first.shape, BodyShape::Held);
         assert!(budget.used() > 500 << 10, "{}", budget.used());
         // A second body of 600 KiB does not fit beside it: 413, one line.
-        let e = read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20)).await.err().unwrap();
+        let e = read_within(&parts("/?query=SELECT%201", None), body(), false, &budget.conn(256 << 20))
+            .await
+            .err()
+            .unwrap();
         assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
         assert!(e.message.contains("limits.max_buffered_mib"), "{}", e.message);
         // A small one always does.

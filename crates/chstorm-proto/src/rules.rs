@@ -36,6 +36,18 @@ pub fn may_run_elsewhere(code: i32) -> bool {
     retry_safe_code(code) || code == QUERY_ID_TAKEN
 }
 
+/// True when ClickHouse's exception `code` says the server itself is in trouble, so it counts
+/// against the replica's health: the [`retry_safe_code`]s (202 too many queries, 209 socket
+/// timeout, 210 network error, 279 no connection), 173 CANNOT_ALLOCATE_MEMORY, 225 NO_ZOOKEEPER
+/// and 999 KEEPER_EXCEPTION. Every other code is the client's or the query's doing and blames no
+/// replica: a bad database (81 UNKNOWN_DATABASE), a bad login (192 UNKNOWN_USER, 193
+/// WRONG_PASSWORD, 194 REQUIRED_PASSWORD, 195 IP_ADDRESS_NOT_ALLOWED, 516
+/// AUTHENTICATION_FAILED), a refusal (164 READONLY, 497 ACCESS_DENIED), a wrong query (47, 60,
+/// 62, ...), 216 (query id taken), a timeout the query asked for (159).
+pub fn blames_server(code: i32) -> bool {
+    retry_safe_code(code) || matches!(code, 173 | 225 | 999)
+}
+
 /// What a statement does, from its first keyword.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StatementKind {
@@ -119,6 +131,39 @@ mod tests {
             "USE db",
         ] {
             assert_eq!(statement_kind(q), StatementKind::Write, "{q}");
+        }
+    }
+
+    #[test]
+    fn only_the_servers_own_trouble_blames_a_replica() {
+        // (code, counts against the replica's health)
+        let table = [
+            (202, true),  // TOO_MANY_SIMULTANEOUS_QUERIES
+            (209, true),  // SOCKET_TIMEOUT
+            (210, true),  // NETWORK_ERROR
+            (279, true),  // ALL_CONNECTION_TRIES_FAILED
+            (173, true),  // CANNOT_ALLOCATE_MEMORY
+            (225, true),  // NO_ZOOKEEPER
+            (999, true),  // KEEPER_EXCEPTION
+            (81, false),  // UNKNOWN_DATABASE: the client's Hello named no such database
+            (192, false), // UNKNOWN_USER
+            (193, false), // WRONG_PASSWORD
+            (194, false), // REQUIRED_PASSWORD
+            (195, false), // IP_ADDRESS_NOT_ALLOWED
+            (516, false), // AUTHENTICATION_FAILED
+            (497, false), // ACCESS_DENIED
+            (164, false), // READONLY
+            (60, false),  // UNKNOWN_TABLE
+            (62, false),  // SYNTAX_ERROR
+            (47, false),  // UNKNOWN_IDENTIFIER
+            (115, false), // UNKNOWN_SETTING
+            (159, false), // TIMEOUT_EXCEEDED (the query's own max_execution_time)
+            (216, false), // QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING
+            (241, false), // MEMORY_LIMIT_EXCEEDED (the query's own limit)
+            (0, false),
+        ];
+        for (code, blames) in table {
+            assert_eq!(blames_server(code), blames, "code {code}");
         }
     }
 

@@ -51,6 +51,22 @@ struct Key {
 #[derive(Debug)]
 pub struct ConnectError {
     pub message: String,
+    /// The server's exception to the Hello (code, its message without `DB::Exception: `): a bad
+    /// database or login. Whether it counts against the replica is
+    /// [`chstorm_proto::rules::blames_server`]'s call.
+    pub refused: Option<(i32, String)>,
+}
+
+impl ConnectError {
+    fn new(message: String) -> ConnectError {
+        ConnectError { message, refused: None }
+    }
+
+    /// True when the server refused the Hello for a reason of the client's (a database that does
+    /// not exist, a bad login): the replica is fine.
+    pub fn blames_client(&self) -> bool {
+        self.refused.as_ref().is_some_and(|(c, _)| !chstorm_proto::rules::blames_server(*c))
+    }
 }
 
 impl BackendConn {
@@ -65,10 +81,8 @@ impl BackendConn {
     ) -> Result<BackendConn, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(native)).await {
             Ok(Ok(t)) => t,
-            Ok(Err(e)) => return Err(ConnectError { message: format!("connect {native}: {e}") }),
-            Err(_) => {
-                return Err(ConnectError { message: format!("connect {native}: no answer within {connect_timeout:?}") })
-            }
+            Ok(Err(e)) => return Err(ConnectError::new(format!("connect {native}: {e}"))),
+            Err(_) => return Err(ConnectError::new(format!("connect {native}: no answer within {connect_timeout:?}"))),
         };
         let _ = tcp.set_nodelay(true);
         let (r, mut w) = tcp.into_split();
@@ -81,8 +95,16 @@ impl BackendConn {
         };
         let server = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
             Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(ConnectError { message: format!("hello to {native}: {e}") }),
-            Err(_) => return Err(ConnectError { message: format!("hello to {native}: no answer in 5 s") }),
+            Ok(Err(e)) => {
+                let refused = match &e {
+                    chstorm_proto::ProtoError::Server { code, message, .. } => {
+                        Some((*code, message.strip_prefix("DB::Exception: ").unwrap_or(message).to_string()))
+                    }
+                    _ => None,
+                };
+                return Err(ConnectError { message: format!("hello to {native}: {e}"), refused });
+            }
+            Err(_) => return Err(ConnectError::new(format!("hello to {native}: no answer in 5 s"))),
         };
         let revision = revision.min(server.revision);
         let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };

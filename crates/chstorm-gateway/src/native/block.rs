@@ -9,8 +9,8 @@
 //! frame is decompressed and the block is parsed from the decompressed bytes until it is whole.
 //! Frames are relayed as read: their checksums are checked by the receiver, not here.
 //!
-//! Methods: LZ4 (ClickHouse's default `network_compression_method`) and none. ZSTD frames are
-//! refused with a clear error (a block cannot be delimited without decompressing it).
+//! Methods: LZ4 (ClickHouse's default `network_compression_method`), ZSTD (decoded with the
+//! `zstd` crate, libzstd's bindings) and none.
 //!
 //! # Memory
 //!
@@ -216,14 +216,7 @@ async fn frame<S: AsyncRead + Unpin>(
     charge: &mut Charge,
 ) -> Result<Vec<u8>, ProtoError> {
     match method {
-        METHOD_LZ4 | METHOD_NONE => {}
-        METHOD_ZSTD => {
-            return Err(ProtoError::Protocol(
-                "ZSTD-compressed blocks are not supported by the gateway; use network_compression_method = 'lz4' \
-                 (the default) or no compression"
-                    .into(),
-            ))
-        }
+        METHOD_LZ4 | METHOD_NONE | METHOD_ZSTD => {}
         m => return Err(ProtoError::Protocol(format!("unknown compression method 0x{m:02x}"))),
     }
     if method == METHOD_NONE && clen != dlen {
@@ -245,10 +238,17 @@ async fn frame<S: AsyncRead + Unpin>(
         return Err(io.fail_mem(e));
     }
     let mut dec = vec![0u8; dlen];
-    let n = lz4_flex::block::decompress_into(&data, &mut dec)
-        .map_err(|e| ProtoError::Protocol(format!("bad LZ4 frame: {e}")))?;
+    let (name, n) = if method == METHOD_ZSTD {
+        let n = zstd::bulk::decompress_to_buffer(&data, &mut dec[..])
+            .map_err(|e| ProtoError::Protocol(format!("bad ZSTD frame: {e}")))?;
+        ("ZSTD", n)
+    } else {
+        let n = lz4_flex::block::decompress_into(&data, &mut dec)
+            .map_err(|e| ProtoError::Protocol(format!("bad LZ4 frame: {e}")))?;
+        ("LZ4", n)
+    };
     if n != dlen {
-        return Err(ProtoError::Protocol(format!("LZ4 frame gave {n} bytes, not {dlen}")));
+        return Err(ProtoError::Protocol(format!("{name} frame gave {n} bytes, not {dlen}")));
     }
     drop(data);
     let _ = charge.set(dlen); // shrinks: cannot fail

@@ -4,8 +4,9 @@
 //!
 //! # Revision
 //!
-//! The gateway answers Hello with `min(client's revision, 54412)`: 54412 is ClickHouse 18.16's
-//! revision and the one `chstorm_proto::native` speaks, so the settings in a Query packet come
+//! The gateway's Hello announces 54412, as 18.16 does, and a session speaks `min(client's
+//! revision, 54412)`: 54412 is ClickHouse 18.16's revision and the one `chstorm_proto::native`
+//! speaks; a client below 54401 is refused at its Hello ([`packets::MIN_CLIENT_REVISION`]), so the settings in a Query packet come
 //! in the old typed format ([`settings`]). Backend connections are opened at the same revision,
 //! so every packet relayed has one layout on both sides. Features of later revisions are
 //! therefore not offered, even between a new client and a new server: settings as strings
@@ -19,8 +20,15 @@
 //! from the server, Data (external tables, INSERT blocks) and Cancel from the client: parsed
 //! only to find where each packet ends, and passed on as the very bytes read ([`block`]).
 //! Compressed blocks (the Query packet's flag, on by default in `clickhouse-client` and always
-//! in `clickhouse-benchmark`) pass as the frames they came in; LZ4 and uncompressed frames are
-//! understood, ZSTD frames are refused with an exception.
+//! in `clickhouse-benchmark`) pass as the frames they came in; LZ4, ZSTD and uncompressed
+//! frames are understood.
+//!
+//! # Sessions
+//!
+//! A client connection is a session on one server ([`query`]): `SET` and `USE` are kept by the
+//! gateway and applied to the connection's later queries; the first statement that is not a
+//! plain read pins the connection to the backend connection it ran on ([`session::Pinned`]),
+//! never pooled, closed when the client leaves.
 //!
 //! # TLS
 //!

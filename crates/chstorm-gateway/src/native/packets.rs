@@ -12,8 +12,10 @@ use tokio::io::AsyncRead;
 
 /// `ClientInfo::QueryKind::INITIAL_QUERY`.
 pub const QUERY_KIND_INITIAL: u8 = 1;
-/// The oldest client revision served: the first with `ClientInfo` in the Query packet (54032).
-pub const MIN_CLIENT_REVISION: u64 = rev::CLIENT_INFO;
+/// The oldest client revision served: 54401, the first whose Hello exchange has the version
+/// patch (what chstorm's native code reads from a backend's Hello). An older client is refused
+/// at its Hello with an exception that names this minimum.
+pub const MIN_CLIENT_REVISION: u64 = rev::VERSION_PATCH;
 
 /// The client's Hello.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,13 +50,15 @@ pub async fn read_client_hello<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<C
     Ok(ClientHello { client_name, revision, database, user, password })
 }
 
-/// The gateway's Hello: the backend's name, version and timezone, at `revision`.
+/// The gateway's Hello: the backend's name, version and timezone. It announces revision 54412
+/// whatever the client's, as 18.16 announces its own; its fields are those a client at
+/// `revision` (the negotiated one) reads.
 pub fn server_hello(out: &mut Vec<u8>, info: &ServerInfo, revision: u64) {
     put_varuint(out, server::HELLO);
     put_str(out, info.name.as_bytes());
     put_varuint(out, info.version_major);
     put_varuint(out, info.version_minor);
-    put_varuint(out, revision);
+    put_varuint(out, chstorm_proto::native::CLIENT_REVISION);
     if revision >= rev::SERVER_TIMEZONE {
         put_str(out, info.timezone.as_bytes());
     }

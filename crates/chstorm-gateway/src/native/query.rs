@@ -11,12 +11,25 @@
 //! answer. The answer's packets are relayed as read ([`super::block`]), what was held at once,
 //! then Progress at most every 100 ms; the client's packets during the query (INSERT data,
 //! Cancel) go to the backend as read. Every query is counted in `chstorm_gateway_requests_total` like an HTTP one.
+//!
+//! # Session state
+//!
+//! `SET` is checked as the Query packet's settings are (the plan's allow-list, fixed settings
+//! and read-only rules, 18.16's types and `readonly` rules) and kept in the [`ClientConn`]; each
+//! later query sends the session's settings, then its own. `USE db` is checked on a backend
+//! connection opened to `db` and changes the database of later queries. The client's own
+//! `readonly` (1 or 2) is relayed. The first statement that is not a plain read
+//! ([`chstorm_proto::rules::statement_kind`]) pins the session to the backend connection it ran
+//! on; later queries run there only ([`pinned`]): state the gateway cannot replay (temporary
+//! tables, a script's tables on one replica) stays visible, and no other client ever gets that
+//! connection. A server exception to the backend Hello that blames the client (a bad database,
+//! [`chstorm_proto::rules::blames_server`]) is the query's answer and marks nothing down.
 
 use super::backend::BackendConn;
 use super::block::Scratch;
 use super::client_io::ClientWrite;
 use super::packets::{self, Query, QUERY_KIND_INITIAL};
-use super::session::{ClientConn, ClientPacket, Shared};
+use super::session::{ClientConn, ClientPacket, Pinned, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
 use crate::attempt::Outcome;
 use crate::metrics::{RequestLabels, RouteLabel};
@@ -133,19 +146,40 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         return say(&mut conn.w, refuse(48, msg)).await;
     }
     let word = chstorm_proto::rules::first_keyword(&q.sql);
-    if word.eq_ignore_ascii_case("SET") || word.eq_ignore_ascii_case("USE") {
-        count(state, name, 400, "rejected");
-        let msg = format!(
-            "{} is not supported on the gateway's native port: its backend connections are shared, so a \
-             connection's own settings or database would leak; pass settings with each query \
-             (clickhouse-client --max_threads=2, or a SETTINGS clause) and the database at connect time (--database)",
-            word.to_ascii_uppercase()
-        );
-        return say(&mut conn.w, refuse(48, &msg)).await;
+    if word.eq_ignore_ascii_case("SET") {
+        let (status, answer) = match set(user, cluster, conn, &q.sql) {
+            Ok(()) => (200, end_of_stream()),
+            Err((code, msg)) => (400, exception_bytes(code, &msg)),
+        };
+        count(state, name, status, "session");
+        return say(&mut conn.w, answer).await;
     }
+    let use_db = if word.eq_ignore_ascii_case("USE") {
+        let Some(db) = use_target(&q.sql) else {
+            count(state, name, 400, "rejected");
+            let msg =
+                format!("Syntax error: USE needs one database name: {:?}", q.sql.chars().take(100).collect::<String>());
+            return say(&mut conn.w, exception_bytes(62, &msg)).await;
+        };
+        if conn.pinned.is_none() {
+            let (status, answer) = match check_database(shared, state, cluster, &db, conn.revision).await {
+                Ok(()) => {
+                    conn.database = db;
+                    (200, end_of_stream())
+                }
+                Err((code, msg)) => (400, exception_bytes(code, &msg)),
+            };
+            count(state, name, status, "session");
+            return say(&mut conn.w, answer).await;
+        }
+        // A pinned connection runs the USE itself (below), so its backend follows.
+        Some(db)
+    } else {
+        None
+    };
 
     // The plan: the same as for HTTP, fed a POST to `/` whose parameters are the settings.
-    let mut params = q.settings.clone();
+    let (mut params, client_readonly) = session_params(&conn.settings, &q.settings);
     if !conn.database.is_empty() {
         params.push(("database".into(), conn.database.clone()));
     }
@@ -191,12 +225,26 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         readonly: user.cfg.readonly,
         ungranted: None,
     };
+    // The client's own readonly (1 or 2, in the Query packet or SET) goes to the server as it
+    // is; a read-only user's readonly = 1 comes after it and wins.
+    if let Some(ro) = client_readonly.filter(|v| v == "1" || v == "2") {
+        transport.settings.push(("readonly".into(), ro));
+    }
     // A setting whose value cannot be encoded fails here, before any replica is tried.
     if let Err(e) = transport.check() {
         count(state, name, 400, "rejected");
         return say(&mut conn.w, exception_bytes(115, &e.to_string())).await;
     }
-    let (status, keep) = answer(state, cluster, &plan, &mut transport, conn).await;
+    let (status, keep) = if conn.pinned.is_some() {
+        pinned(&plan, &mut transport, conn).await
+    } else {
+        // The first statement that is not a plain read pins the session to its connection.
+        let pin = chstorm_proto::rules::statement_kind(&q.sql) == chstorm_proto::rules::StatementKind::Write;
+        answer(state, cluster, &plan, &mut transport, conn, pin).await
+    };
+    if let (Some(db), 200) = (use_db, status) {
+        conn.database = db;
+    }
     count(state, name, status, route);
     state.metrics.duration.get_or_create(&RouteLabel { route }).observe(started.elapsed().as_secs_f64());
     keep
@@ -210,6 +258,7 @@ async fn answer(
     plan: &Plan,
     transport: &mut Native<'_>,
     conn: &mut ClientConn,
+    pin: bool,
 ) -> (u16, bool) {
     let ctx = cluster.attempt_ctx(state, cluster.native_head_times(plan.target));
     // Client packets before the answer's head: INSERT data (a client waits for the header
@@ -251,21 +300,28 @@ async fn answer(
             (status.as_u16(), say(&mut conn.w, exception_bytes(code, text)).await)
         }
         Outcome::Answer { head, mut won, .. } => {
-            let NativeHead { conn: mut backend, code, exception, raw, .. } = head;
+            let NativeHead { conn: backend, code, exception, raw, .. } = head;
+            let Some(mut backend) = backend else {
+                // The server refused the Hello (no such database, a bad login): no query ran.
+                won.guard.disarm();
+                return (500, say(&mut conn.w, raw).await);
+            };
             if !early.is_empty() && backend.w.write_all(&early).await.is_err() {
                 let msg = "chstorm gateway: the replica failed while the client's data was sent";
                 won.guard.reason = "replica_failed";
                 return (502, say(&mut conn.w, exception_bytes(210, msg)).await);
             }
             let first = First { code, exception, raw };
-            match relay(conn, &mut backend, transport.q.compression, plan, first).await {
+            match relay(conn, &mut backend, transport.q.compression, plan, Some(first)).await {
                 End::Done { clean, server_ended, status } => {
                     if server_ended {
                         won.guard.disarm();
                     } else {
                         won.guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
                     }
-                    if clean {
+                    if pin && server_ended && !backend.io.has_buffered() {
+                        conn.pinned = Some(Pinned::new(backend, state.metrics.native_pinned.clone()));
+                    } else if clean {
                         transport.pool.put(backend);
                     }
                     (status, true)
@@ -297,9 +353,9 @@ struct First {
     raw: Vec<u8>,
 }
 
-/// Relays the answer to the client, from its first packet, and the client's packets to the
+/// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
 /// backend, until the answer ends, the client leaves, or the body deadline passes.
-async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: First) -> End {
+async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: Option<First>) -> End {
     let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
     let mut scratch = Scratch::default();
     let mut cancelled = false;
@@ -309,8 +365,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut last_write = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
     let revision = b.revision;
     let BackendConn { io, w: bw, .. } = b;
-    let head = Packet { code: first.code, exception: first.exception };
-    let mut next = Some((Ok(head), first.raw));
+    let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
     loop {
         let (result, raw) = match next.take() {
             Some(p) => p,
@@ -384,9 +439,208 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     }
 }
 
+/// An EndOfStream packet: the answer to a statement without rows.
+fn end_of_stream() -> Vec<u8> {
+    let mut end = Vec::with_capacity(1);
+    chstorm_proto::native::wire::put_varuint(&mut end, server::END_OF_STREAM);
+    end
+}
+
+/// The settings of one query: the session's (`SET`), then the Query packet's, one value per
+/// name (the later wins); `readonly` apart, as (params without it, its value).
+fn session_params(session: &[(String, String)], query: &[(String, String)]) -> (Vec<(String, String)>, Option<String>) {
+    let mut params: Vec<(String, String)> = Vec::with_capacity(session.len() + query.len());
+    for (k, v) in session.iter().chain(query) {
+        params.retain(|(pk, _)| pk != k);
+        params.push((k.clone(), v.clone()));
+    }
+    let readonly = params.iter().position(|(k, _)| k == "readonly").map(|i| params.remove(i).1);
+    (params, readonly)
+}
+
+/// `SET a = 1, b = 'x'`: checked by the same rules as the Query packet's settings (the user's
+/// allow-list and read-only rules, through [`crate::plan`]), and 18.16's own (a known setting,
+/// a value of its type, nothing changed under `readonly = 1`, `readonly` kept under
+/// `readonly = 2`); then kept in the session. A refusal changes nothing.
+fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> Result<(), (i32, String)> {
+    let pairs = crate::sql_rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
+    if pairs.is_empty() {
+        return Err((62, "Syntax error: SET needs name = value".into()));
+    }
+    let (_, session_ro) = session_params(&conn.settings, &[]);
+    for (k, v) in &pairs {
+        let locked = match session_ro.as_deref() {
+            Some("1") => true,
+            Some("2") => k == "readonly",
+            _ => false,
+        };
+        if locked {
+            return Err((164, format!("Cannot modify '{k}' setting in readonly mode")));
+        }
+        if k == "readonly" && !matches!(v.as_str(), "0" | "1" | "2") {
+            return Err((36, format!("readonly is 0, 1 or 2, not {v}")));
+        }
+        let auto = k == "max_threads" && v.eq_ignore_ascii_case("auto");
+        super::settings::put_setting(&mut Vec::new(), k, if auto { "0" } else { v })
+            .map_err(|e| (115, e.to_string()))?;
+    }
+    let params: Vec<(String, String)> = pairs.iter().filter(|(k, _)| k != "readonly").cloned().collect();
+    let headers = HeaderMap::new();
+    let input = PlanInput {
+        method: &Method::POST,
+        path: "/",
+        headers: &headers,
+        params,
+        sql: Some("SELECT 1"),
+        body: BodyShape::Held,
+        form_read: false,
+        max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
+    };
+    let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
+    crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, String::new).map_err(|r| {
+        (refusal_code(r.status, &r.message), r.message.trim_start_matches("chstorm gateway: ").to_string())
+    })?;
+    for (k, mut v) in pairs {
+        if k == "max_threads" && v.eq_ignore_ascii_case("auto") {
+            v = "0".into(); // 18.16's MaxThreads: 0 is auto
+        }
+        conn.settings.retain(|(sk, _)| *sk != k);
+        conn.settings.push((k, v));
+    }
+    Ok(())
+}
+
+/// The database of `USE name` (bare, or in backquotes or double quotes; then only `;`, white
+/// space and comments).
+fn use_target(sql: &str) -> Option<String> {
+    let word = chstorm_proto::rules::first_keyword(sql);
+    let at = word.as_ptr() as usize - sql.as_ptr() as usize + word.len();
+    let rest = skip_blank(sql.get(at..)?);
+    let (name, tail) = match rest.chars().next()? {
+        q @ ('`' | '"') => {
+            let inner = &rest[1..];
+            let end = inner.find(q)?;
+            (&inner[..end], &inner[end + 1..])
+        }
+        _ => {
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
+            (&rest[..end], &rest[end..])
+        }
+    };
+    let mut tail = skip_blank(tail);
+    while let Some(t) = tail.strip_prefix(';') {
+        tail = skip_blank(t);
+    }
+    (!name.is_empty() && tail.is_empty()).then(|| name.to_string())
+}
+
+/// `s` from its first character that is not white space or in a comment.
+fn skip_blank(mut s: &str) -> &str {
+    loop {
+        let t = s.trim_start();
+        if let Some(rest) = t.strip_prefix("--") {
+            s = rest.split_once('\n').map_or("", |(_, r)| r);
+        } else if let Some(rest) = t.strip_prefix("/*") {
+            s = rest.split_once("*/").map_or("", |(_, r)| r);
+        } else {
+            return t;
+        }
+    }
+}
+
+/// Checks that `database` exists, on a connection opened to it (kept in the pool): Err is the
+/// server's exception for a client's mistake (Code 81), or 210 when no replica answers. Marks
+/// nothing down.
+async fn check_database(
+    shared: &Shared,
+    state: &State,
+    cluster: &ClusterRt,
+    database: &str,
+    revision: u64,
+) -> Result<(), (i32, String)> {
+    let mut last = String::from("no replica");
+    for r in cluster.balancer.replicas() {
+        let Some(native) = cluster.cfg.native.get(&r.addr.base) else { continue };
+        if let Some(c) = shared.pool.take(native, database, revision) {
+            shared.pool.put(c);
+            return Ok(());
+        }
+        let (user, password) = (&cluster.cfg.user, &cluster.cfg.password);
+        match BackendConn::connect(native, database, revision, user, password, state.config.pool.connect_timeout.0)
+            .await
+        {
+            Ok(c) => {
+                shared.pool.put(c);
+                return Ok(());
+            }
+            Err(e) if e.blames_client() => return Err(e.refused.unwrap_or_default()),
+            Err(e) => last = e.message,
+        }
+    }
+    Err((210, format!("no replica answers on its native port ({last})")))
+}
+
+/// Runs a query on the session's pinned connection: no other replica, no retry; when that
+/// connection is lost the client gets the error (Code 210) and its connection is closed, as
+/// when a server dies, since the state it held is gone.
+async fn pinned(plan: &Plan, transport: &mut Native<'_>, conn: &mut ClientConn) -> (u16, bool) {
+    let Some(mut p) = conn.pinned.take() else { return (500, false) };
+    // No thread grant on a pinned connection: the threads the query would want (the client's
+    // max_threads, else the budget's per-query maximum) go as max_threads.
+    let packet = match transport.query_packet(plan.want_threads) {
+        Ok(q) => q,
+        Err(e) => {
+            conn.pinned = Some(p);
+            return (400, say(&mut conn.w, exception_bytes(115, &e.to_string())).await);
+        }
+    };
+    if let Err(e) = p.conn.w.write_all(&packet).await {
+        let msg = format!("chstorm gateway: the connection to the session's replica was lost: {e}");
+        let _ = say(&mut conn.w, exception_bytes(210, &msg)).await;
+        return (502, false);
+    }
+    match relay(conn, &mut p.conn, transport.q.compression, plan, None).await {
+        End::Done { server_ended, status, .. } => {
+            let keep = server_ended && !p.conn.io.has_buffered();
+            if keep {
+                conn.pinned = Some(p);
+            }
+            (status, keep)
+        }
+        End::ClientGone => {
+            let _ = p.conn.w.try_write(&[chstorm_proto::native::packets::client::CANCEL as u8]);
+            (499, false)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_settings_then_the_query_s_and_readonly_apart() {
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        let (p, ro) = session_params(
+            &[kv("max_threads", "2"), kv("readonly", "1"), kv("max_block_size", "10")],
+            &[kv("max_threads", "3")],
+        );
+        assert_eq!(p, vec![kv("max_block_size", "10"), kv("max_threads", "3")]);
+        assert_eq!(ro.as_deref(), Some("1"));
+        assert_eq!(session_params(&[kv("readonly", "2")], &[kv("readonly", "0")]).1.as_deref(), Some("0"));
+    }
+
+    #[test]
+    fn use_targets() {
+        assert_eq!(use_target("USE db1").as_deref(), Some("db1"));
+        assert_eq!(use_target("  use `my db`;").as_deref(), Some("my db"));
+        assert_eq!(use_target("USE \"x\" ; ").as_deref(), Some("x"));
+        assert_eq!(use_target("-- c\nUSE d").as_deref(), Some("d"));
+        assert_eq!(use_target("USE default;\n\n-- Reattach MV (shortcut)\n").as_deref(), Some("default"));
+        assert_eq!(use_target("USE /* c */ d; /* e */").as_deref(), Some("d"));
+        assert_eq!(use_target("USE"), None);
+        assert_eq!(use_target("USE a b"), None);
+    }
 
     #[test]
     fn refusal_codes() {

@@ -101,6 +101,32 @@ pub struct ClientConn {
     pub mem: Mem,
     /// What the running query's packet holds (its text and settings), until it ends.
     query_charge: Option<Charge>,
+    /// The session's settings (`SET`), in order, one value per name: sent with every later
+    /// query, before the Query packet's own.
+    pub settings: Vec<(String, String)>,
+    /// The backend connection this client is pinned to, once it holds state the gateway cannot
+    /// replay (see [`super::query`]).
+    pub pinned: Option<Pinned>,
+}
+
+/// A backend connection that belongs to one client connection: never pooled, closed when the
+/// client leaves. Counted in `chstorm_gateway_native_pinned_sessions` while it lives.
+pub struct Pinned {
+    pub conn: BackendConn,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Pinned {
+    pub fn new(conn: BackendConn, gauge: prometheus_client::metrics::gauge::Gauge) -> Pinned {
+        gauge.inc();
+        Pinned { conn, gauge }
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 impl ClientConn {
@@ -243,6 +269,8 @@ pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: O
         scratch: Scratch::default(),
         mem,
         query_charge: None,
+        settings: Vec::new(),
+        pinned: None,
     };
     loop {
         // Between queries: wait for the client's next packet, at most IDLE_CLIENT (the
@@ -336,8 +364,8 @@ async fn handshake(
     let revision = hello.revision.min(CLIENT_REVISION);
     let info = match server_info(shared, state, &user.cfg.cluster, &hello.database, revision).await {
         Ok(i) => i,
-        Err(msg) => {
-            let _ = w.write_all(&refuse(210, format!("chstorm gateway: {msg}"))).await;
+        Err((code, msg)) => {
+            let _ = w.write_all(&refuse(code, msg)).await;
             return None;
         }
     };
@@ -348,18 +376,21 @@ async fn handshake(
 }
 
 /// The backends' Hello, from the first connection the gateway makes (which then goes to the
-/// pool).
+/// pool). Err: the exception for the client, the server's own when it refused the Hello for the
+/// client's reason (a database that does not exist: Code 81), else 210; nothing is marked down
+/// here.
 async fn server_info(
     shared: &Shared,
     state: &State,
     cluster: &str,
     database: &str,
     revision: u64,
-) -> Result<ServerInfo, String> {
+) -> Result<ServerInfo, (i32, String)> {
     if let Some(i) = shared.server_info.lock().unwrap_or_else(|e| e.into_inner()).clone() {
         return Ok(i);
     }
-    let c = state.clusters.get(cluster).ok_or_else(|| format!("cluster '{cluster}' is gone"))?;
+    let c =
+        state.clusters.get(cluster).ok_or_else(|| (210, format!("chstorm gateway: cluster '{cluster}' is gone")))?;
     let mut last = String::from("no replica");
     for r in c.balancer.replicas() {
         let Some(native) = c.cfg.native.get(&r.addr.base) else { continue };
@@ -379,8 +410,9 @@ async fn server_info(
                 shared.pool.put(conn);
                 return Ok(info);
             }
+            Err(e) if e.blames_client() => return Err(e.refused.unwrap_or_default()),
             Err(e) => last = e.message,
         }
     }
-    Err(format!("no replica of cluster '{cluster}' answers on its native port ({last})"))
+    Err((210, format!("chstorm gateway: no replica of cluster '{cluster}' answers on its native port ({last})")))
 }

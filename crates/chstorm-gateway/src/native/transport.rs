@@ -39,7 +39,9 @@ use tokio::net::tcp::OwnedReadHalf;
 /// The answer's head (a read's packets up to EndOfStream, an exception or [`HOLD_AT`] bytes; a
 /// write's first packet), read whole, and the connection it came on.
 pub struct NativeHead {
-    pub conn: BackendConn,
+    /// None when the server refused the Hello for the client's reason (no such database, a bad
+    /// login): `raw` is then its exception, and no query ran.
+    pub conn: Option<BackendConn>,
     /// The last packet's code (`server::DATA`, `server::EXCEPTION`, ...).
     pub code: u64,
     /// Its exception code, when it is an Exception.
@@ -147,9 +149,25 @@ impl Transport for Native<'_> {
             let mut conn = match pooled {
                 Some(c) => c,
                 // Nothing was sent when the connection or its Hello failed: the query did not run.
-                None => BackendConn::connect(&native, &database, revision, &user, &password, connect_timeout)
-                    .await
-                    .map_err(|e| BackendError { connect: true, message: e.message })?,
+                None => {
+                    match BackendConn::connect(&native, &database, revision, &user, &password, connect_timeout).await {
+                        Ok(c) => c,
+                        // The client's mistake is its answer, and no fault of the replica's.
+                        Err(e) if e.blames_client() => {
+                            let (code, message) = e.refused.unwrap_or_default();
+                            let mut raw = Vec::new();
+                            packets::exception(&mut raw, code, &message);
+                            return Ok(NativeHead {
+                                conn: None,
+                                code: server::EXCEPTION,
+                                exception: Some(code),
+                                raw,
+                                partial: false,
+                            });
+                        }
+                        Err(e) => return Err(BackendError { connect: true, message: e.message }),
+                    }
+                }
             };
             if conn.revision != revision {
                 let message = format!(
@@ -175,7 +193,13 @@ impl Transport for Native<'_> {
                 let due = sent.elapsed() >= live.hold;
                 if !hold || end || held.len() >= HOLD_AT || due {
                     let partial = hold && !end && held.len() < HOLD_AT;
-                    return Ok(NativeHead { conn, code: p.code, exception: p.exception, raw: held, partial });
+                    return Ok(NativeHead {
+                        conn: Some(conn),
+                        code: p.code,
+                        exception: p.exception,
+                        raw: held,
+                        partial,
+                    });
                 }
             }
         }))
