@@ -70,6 +70,16 @@ pub struct Limits {
     /// 408: its backend request is abandoned (and its query killed), its admission slots are freed
     /// and the connection is closed. Default 30 s; at least 100 ms.
     pub client_body_idle_timeout: Dur,
+    /// The slowest a request body may come, in bytes a second: the time the gateway spends
+    /// waiting for a body, summed over its gaps, may not pass `client_body_idle_timeout` plus one
+    /// second for every `client_body_min_rate` bytes received (Apache's `mod_reqtimeout` rule),
+    /// so a trickle (one byte every 20 s) is cut off like a silent body. Default 500; 0 turns the
+    /// rule off (only each gap is bounded).
+    pub client_body_min_rate: u64,
+    /// A client that takes no byte of its answer for this long (the connection's send buffer
+    /// stays full) is disconnected: the answer's query is killed on its replica and its admission
+    /// slots are freed. Default 30 s; at least 100 ms.
+    pub client_write_timeout: Dur,
 }
 
 /// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).
@@ -83,6 +93,8 @@ impl Default for Limits {
             queue_max_wait: Dur(Duration::from_secs(1)),
             client_header_timeout: Dur(Duration::from_secs(10)),
             client_body_idle_timeout: Dur(Duration::from_secs(30)),
+            client_body_min_rate: 500,
+            client_write_timeout: Dur(Duration::from_secs(30)),
         }
     }
 }
@@ -704,6 +716,7 @@ impl Config {
         for (field, d) in [
             ("client_header_timeout", raw.limits.client_header_timeout.0),
             ("client_body_idle_timeout", raw.limits.client_body_idle_timeout.0),
+            ("client_write_timeout", raw.limits.client_write_timeout.0),
         ] {
             if d < MIN_CLIENT_TIMEOUT {
                 return Err(err(

@@ -9,9 +9,14 @@
 //!   timeout; when it passes, the request's whole future (admission permits, backend request, KILL
 //!   guard) is dropped and the client gets a 408 and a closed connection.
 //!
+//! * `limits.client_write_timeout`: a write to the client that waits this long (the client
+//!   stopped reading; its socket buffers are full) fails, which ends hyper's connection and drops
+//!   the answer's body: its KILL guard cancels the query on the replica and its admission permits
+//!   are released ([`Counted`]).
+//!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
 //! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
-//! `tls` (no TLS handshake in time), `body`. To tell `header` from `idle` the connection counts
+//! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header` from `idle` the connection counts
 //! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
 
 use crate::client_body::{ClientBody, IdleBody};
@@ -26,6 +31,7 @@ use arc_swap::ArcSwap;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -114,7 +120,8 @@ impl Listener {
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-        let io = TokioIo::new(Counted { inner: io, reads: reads.clone() });
+        let write_timeout = self.state.load().config.limits.client_write_timeout.0;
+        let io = TokioIo::new(Counted { inner: io, reads: reads.clone(), write_timeout, stall: None });
         let _open = self.drain.conn();
         let conn = builder.serve_connection(io, svc);
         tokio::pin!(conn);
@@ -126,7 +133,14 @@ impl Listener {
                 conn.await
             }
         };
-        if let Err(e) = served {
+        if reads.write_stalled.load(Ordering::Acquire) {
+            self.timed_out("write");
+            log(
+                "warn",
+                "client stopped reading its answer; connection closed, its query cancelled",
+                serde_json::json!({"peer": peer.to_string(), "timeout_ms": write_timeout.as_millis() as u64}),
+            );
+        } else if let Err(e) = served {
             if e.is_timeout() {
                 if reads.partial() {
                     self.timed_out("header");
@@ -212,6 +226,7 @@ impl Listener {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = req.into_parts();
         let (body, watch) = IdleBody::new(body, idle);
+        let body = body.with_min_rate(state.config.limits.client_body_min_rate);
         let mut req: Request<ClientBody> = Request::from_parts(parts, body);
         let who = AuthenticatedAs::default();
         req.extensions_mut().insert(state.clone());
@@ -219,7 +234,7 @@ impl Listener {
         req.extensions_mut().insert(who.clone());
         let resp = tokio::select! {
             biased;
-            _ = watch.expired() => {
+            why = watch.expired() => {
                 self.timed_out("body");
                 let user = who.label();
                 state
@@ -229,16 +244,11 @@ impl Listener {
                     .inc();
                 log(
                     "warn",
-                    "client stopped sending the request body; request abandoned",
-                    serde_json::json!({"peer": peer.to_string(), "user": user, "idle_ms": idle.as_millis() as u64}),
+                    "client stopped sending the request body, or sent it too slowly; request abandoned",
+                    serde_json::json!({"peer": peer.to_string(), "user": user, "error": why}),
                 );
-                let mut r = reply(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "chstorm gateway: no request body byte for {} ms (limits.client_body_idle_timeout); the request was abandoned",
-                        idle.as_millis()
-                    ),
-                );
+                let mut r =
+                    reply(StatusCode::REQUEST_TIMEOUT, format!("chstorm gateway: {why}; the request was abandoned"));
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
@@ -257,6 +267,8 @@ impl Listener {
 struct Reads {
     total: AtomicU64,
     at_last_answer: AtomicU64,
+    /// A write waited `limits.client_write_timeout`: the connection ends for that.
+    write_stalled: std::sync::atomic::AtomicBool,
 }
 
 impl Reads {
@@ -275,10 +287,14 @@ impl Drop for AnswerSent {
     }
 }
 
-/// An I/O stream that counts the bytes read from it.
+/// An I/O stream that counts the bytes read from it, and fails a write that waits
+/// `write_timeout` for the client to take bytes (`limits.client_write_timeout`).
 struct Counted<T> {
     inner: T,
     reads: Arc<Reads>,
+    write_timeout: std::time::Duration,
+    /// Runs while a write waits; `None` while writes go through.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
@@ -293,22 +309,48 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     }
 }
 
+impl<T> Counted<T> {
+    /// The write clock: `r` as it is while the client takes bytes; an error once a write has
+    /// waited `write_timeout` (the client stopped reading), which ends the connection.
+    fn stalled<R>(&mut self, cx: &mut Context<'_>, r: Poll<std::io::Result<R>>) -> Poll<std::io::Result<R>> {
+        if r.is_ready() {
+            self.stall = None;
+            return r;
+        }
+        let limit = self.write_timeout;
+        let clock = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if clock.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.stall = None;
+        self.reads.write_stalled.store(true, Ordering::Release);
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client took no byte of its answer for {} ms", limit.as_millis()),
+        )))
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.stalled(cx, r)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.stalled(cx, r)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.stalled(cx, r)
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.stalled(cx, r)
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()

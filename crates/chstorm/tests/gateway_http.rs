@@ -261,7 +261,7 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
         assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
         assert!(answer.contains("connection: close\r\n"), "{answer}");
         assert!(
-            answer.ends_with("chstorm gateway: no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
+            answer.ends_with("chstorm gateway: the client sent no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
             "{answer}"
         );
         assert!(took >= Duration::from_secs(1), "answered after {took:?}, before the timeout");
@@ -298,11 +298,12 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 2.0, "{m}");
     assert_eq!(metric(&m, "chstorm_gateway_requests_total{user=\"uploader\",status=\"408\",route=\"rejected\"}"), 2.0);
 
-    // An upload that keeps sending, a chunk every 250 ms for 3 s (longer than the 1 s idle
-    // timeout, each gap well inside it), is not dropped.
+    // An upload that keeps sending, a chunk of 200 bytes every 250 ms for 3 s (longer than the
+    // 1 s idle timeout, each gap well inside it, 800 B/s over the 500 B/s minimum rate), is not
+    // dropped.
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let chunks: Vec<String> = (0..12).map(|i| format!("{i}\n")).collect();
+    let chunks: Vec<String> = (0..12).map(|i| format!("{i}\n").repeat(200 / format!("{i}\n").len())).collect();
     let len: usize = chunks.iter().map(String::len).sum();
     s.write_all(format!("POST /?query=INSERT%20INTO%20gw_stall%20FORMAT%20TSV HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: uploader\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n").as_bytes()).unwrap();
     for c in &chunks {
@@ -476,5 +477,133 @@ fn small_answers_leave_whole_and_long_ones_stream() {
             assert!(body.len() > 64 * 1024 && head.contains("transfer-encoding: chunked"), "{rows} rows: {head}");
         }
     }
+    gw.stop();
+}
+
+/// Whether a query with this query_id runs on any node.
+fn running_anywhere(env: &Env, query_id: &str) -> bool {
+    env.node_urls().iter().any(|n| {
+        let sql = format!("SELECT count() FROM system.processes WHERE query_id = '{query_id}'");
+        chstorm_testenv::post(n, &sql).1.trim() != "0"
+    })
+}
+
+/// Opens a read of 300 million rows as `user` with `query_id` and never reads its answer.
+fn open_unread(addr: SocketAddr, user: &str, query_id: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        format!(
+            "GET /?query_id={query_id}&query=SELECT%20number%20FROM%20system.numbers%20LIMIT%20300000000 HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: {user}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_its_query_killed() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_write_timeout: 2s\n").replace(
+            "users:\n",
+            "users:\n  - name: reader\n    cluster: storm\n    max_concurrency: 1\n    queue_size: 0\n    queue_max_wait: 50ms\n",
+        )
+    });
+    let addr = addr_of(&url);
+    // A client that asks for 300M rows and never reads: its query runs, and holds the user's one slot.
+    let qid = format!("gw_noread_{}", std::process::id());
+    let t = Instant::now();
+    let unread = open_unread(addr, "reader", &qid);
+    while !running_anywhere(env, &qid) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: reader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 429, "{b}");
+    // The socket buffers fill within a moment; 2 s later the gateway drops the client, and the
+    // KILL guard cancels the query.
+    while running_anywhere(env, &qid) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the unread query still runs after {:?}", t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gone = t.elapsed();
+    assert!(gone >= Duration::from_secs(2), "gone after {gone:?}, before the write timeout");
+    // The slot is back.
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: reader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!((s, b.as_str()), (200, "1\n"));
+    let m = ro_text(&url);
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"write\"}"), 1.0, "{m}");
+    drop(unread);
+
+    // A user's max_execution_time (3 s) kills the query at +1 s though the client reads nothing
+    // (the write timeout, 2 s of no progress, would come later: the answer's first bytes fill
+    // the buffers only after the server's first blocks, so compare against the deadline alone).
+    let gw2 = {
+        let (g, u2) = gateway_with(env, |t| {
+            t.replace("limits:\n", "limits:\n  client_write_timeout: 60s\n")
+                .replace("users:\n", "users:\n  - name: capped\n    cluster: storm\n    max_execution_time: 3s\n")
+        });
+        let qid = format!("gw_noread_capped_{}", std::process::id());
+        let t = Instant::now();
+        let _unread = open_unread(addr_of(&u2), "capped", &qid);
+        while !running_anywhere(env, &qid) {
+            assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while running_anywhere(env, &qid) {
+            assert!(t.elapsed() < Duration::from_secs(8), "the capped query still runs after {:?}", t.elapsed());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let m = ro_text(&u2);
+        assert_eq!(metric(&m, "chstorm_gateway_killed_queries_total{reason=\"timeout\"}"), 1.0, "{m}");
+        g
+    };
+    gw2.stop();
+    gw.stop();
+}
+
+#[test]
+fn a_trickled_body_is_cut_off_by_the_minimum_rate() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_body_idle_timeout: 1s\n  client_body_min_rate: 100\n")
+    });
+    let addr = addr_of(&url);
+    for (query_in_url, every_ms) in [(true, 700u64), (false, 700), (true, 400)] {
+        let head = if query_in_url {
+            "POST /?query=SELECT%20count()%20FROM%20numbers(10)%20WHERE%20number%20IN HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n(1"
+        } else {
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nSELECT count() FROM numbers(10) WHERE number IN (1"
+        };
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(every_ms))).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        // One byte every `every_ms` (each gap inside the 1 s idle timeout) until the gateway answers.
+        loop {
+            let mut buf = [0u8; 4096];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    assert!(t.elapsed() < Duration::from_secs(20), "still open after {:?}", t.elapsed());
+                    if s.write_all(b",1").is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let took = t.elapsed();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
+        assert!(answer.contains("too slowly") && answer.contains("(limits.client_body_min_rate)"), "{answer}");
+        // 1 s, plus 10 ms for each of the few dozen bytes that came.
+        assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(3), "cut off after {took:?}");
+    }
+    let m = ro_text(&url);
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 3.0, "{m}");
     gw.stop();
 }
