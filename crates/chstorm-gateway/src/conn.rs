@@ -105,11 +105,13 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, marks) = (this.clone(), marks.clone());
             async move {
+                let (closing, version) = (wants_close(&req), req.version());
                 let mut resp = this.respond(req, peer).await;
                 if this.drain.is_draining() {
                     // Stopping: the client reconnects for its next query (to the new gateway).
                     resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
+                as_clickhouse_sends_it(&mut resp, closing, version, header_timeout).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
@@ -119,7 +121,11 @@ impl Listener {
             }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
-        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .title_case_headers(true)
+            .preserve_header_case(true);
         let write_timeout = self.state.load().config.limits.client_write_timeout.0;
         let io = TokioIo::new(Counted { inner: io, reads: reads.clone(), write_timeout, stall: None });
         let _open = self.drain.conn();
@@ -208,7 +214,28 @@ impl Listener {
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
-            Endpoint::Query => with_www_authenticate(self.query(req, peer, state).await),
+            Endpoint::Query if length_required(&req) => {
+                let mut r = reply(
+                    StatusCode::LENGTH_REQUIRED,
+                    "Code: 381, e.displayText() = DB::Exception: There is neither Transfer-Encoding header nor Content-Length header, e.what() = DB::Exception",
+                );
+                // 18.16 refuses it before its query handling, which is what sets `Keep-Alive`.
+                r.extensions_mut().insert(NoKeepAliveHeader);
+                if req.version() == http::Version::HTTP_10 {
+                    // 18.16 ends an HTTP/1.0 answer to a query (no chunks there) by closing.
+                    r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                r
+            }
+            Endpoint::Query => {
+                let http10 = req.version() == http::Version::HTTP_10;
+                let mut r = with_www_authenticate(self.query(req, peer, state).await);
+                if http10 {
+                    // 18.16 ends an HTTP/1.0 query answer (no chunks there) by closing.
+                    r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                r
+            }
         }
     }
 
@@ -260,6 +287,134 @@ impl Listener {
         drop(watch);
         resp
     }
+}
+
+/// 18.16's `411 Length Required`: a POST whose body has neither a `Content-Length` nor a
+/// `Transfer-Encoding` of exactly `chunked` (Poco compares the whole value, so `identity,
+/// chunked` is not chunked to it). Checked before authentication, as the server does.
+fn length_required<B>(req: &Request<B>) -> bool {
+    let h = req.headers();
+    let chunked = h.get(http::header::TRANSFER_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    req.method() == Method::POST && !chunked && !h.contains_key(http::header::CONTENT_LENGTH)
+}
+
+/// Whether the client asked to close the connection after this answer: `Connection: close`, or
+/// HTTP/1.0 without `Connection: keep-alive` (hyper closes it then).
+fn wants_close<B>(req: &Request<B>) -> bool {
+    let tokens = || {
+        req.headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|t| t.trim_ascii().to_ascii_lowercase())
+    };
+    tokens().any(|t| t == b"close")
+        || (req.version() == http::Version::HTTP_10 && !tokens().any(|t| t == b"keep-alive"))
+}
+
+/// The answer's connection headers and header names as 18.16 sends them: `Connection: Close`
+/// when the connection closes after it, else `Connection: Keep-Alive`; `Keep-Alive: timeout=N`
+/// unless the client asked to close (N: `limits.client_header_timeout` in whole seconds, the
+/// gateway's own idle timeout); the request's HTTP version; names in title case (hyper's
+/// `title_case_headers`) except those spelled otherwise, `X-ClickHouse-...`, which keep the
+/// replica's spelling (its header case map, kept by the upstream client's
+/// `preserve_header_case`) or take ClickHouse's from [`spelling`].
+async fn as_clickhouse_sends_it(
+    resp: &mut Response<GBody>,
+    client_closes: bool,
+    version: http::Version,
+    idle: std::time::Duration,
+) {
+    // An HTTP/1.0 answer: hyper then adds no `keep-alive` token of its own.
+    *resp.version_mut() = version;
+    let no_keep_alive = client_closes || resp.extensions().get::<NoKeepAliveHeader>().is_some();
+    let h = resp.headers_mut();
+    if client_closes || h.get(http::header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close")) {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("Close"));
+    } else {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("Keep-Alive"));
+    }
+    if no_keep_alive {
+        h.remove("keep-alive");
+    } else {
+        let secs = idle.as_secs().max(1);
+        h.insert("keep-alive", HeaderValue::from_str(&format!("timeout={secs}")).expect("ascii"));
+    }
+    if resp.extensions().get::<BackendSpelling>().is_none() {
+        if let Some(names) = spelling().await {
+            resp.extensions_mut().extend(names.clone());
+        }
+    }
+}
+
+/// Marks an answer that 18.16 sends without a `Keep-Alive` header (its 411).
+#[derive(Clone, Copy)]
+struct NoKeepAliveHeader;
+
+/// Marks an answer whose header names are best left as its replica spelled them: it sent an
+/// `X-ClickHouse-Query-Id` (the gateway's own replaces its value, not its name) or repeats an
+/// `X-ClickHouse-...` header (`X-ClickHouse-Progress`), which [`spelling`] names only once.
+#[derive(Clone, Copy)]
+struct BackendSpelling;
+
+/// Notes, on a replica's answer, whether its own header spelling is kept ([`BackendSpelling`]).
+pub(crate) fn note_backend_spelling(parts: &mut http::response::Parts) {
+    let h = &parts.headers;
+    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
+    if h.contains_key("x-clickhouse-query-id") || repeated {
+        parts.extensions.insert(BackendSpelling);
+    }
+}
+
+/// ClickHouse's spelling of its own headers, as hyper's (private) header case map in a
+/// response's extensions: made once, by hyper's client parsing a canned answer that names them.
+/// hyper only records a name's case while parsing, so this is the way to hand it one.
+async fn spelling() -> Option<&'static http::Extensions> {
+    static NAMES: tokio::sync::OnceCell<Option<http::Extensions>> = tokio::sync::OnceCell::const_new();
+    NAMES.get_or_init(|| async { parse_spelling().await.ok() }).await.as_ref()
+}
+
+async fn parse_spelling() -> Result<http::Extensions, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const NAMES: &[&str] = &[
+        "X-ClickHouse-Query-Id",
+        "X-ClickHouse-Format",
+        "X-ClickHouse-Timezone",
+        "X-ClickHouse-Summary",
+        "X-ClickHouse-Progress",
+        "X-ClickHouse-Exception-Code",
+        "X-ClickHouse-Server-Display-Name",
+        "X-ClickHouse-Database",
+        "X-ClickHouse-User",
+    ];
+    let (client, mut server) = tokio::io::duplex(4096);
+    let (mut send, conn) = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(client))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(conn);
+    let mut canned = String::from("HTTP/1.1 200 OK\r\n");
+    for n in NAMES {
+        canned.push_str(&format!("{n}: x\r\n"));
+    }
+    canned.push_str("Content-Length: 0\r\n\r\n");
+    let answer = tokio::spawn(send.send_request(Request::new(http_body_util::Empty::new())));
+    // The request first (hyper's client takes an answer that comes before it for an error).
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 512];
+        let n = server.read(&mut b).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the canned client closed".into());
+        }
+        got.extend_from_slice(&b[..n]);
+    }
+    server.write_all(canned.as_bytes()).await.map_err(|e| e.to_string())?;
+    let resp = answer.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    driver.abort();
+    let (parts, _) = resp.into_parts();
+    Ok(parts.extensions)
 }
 
 /// Bytes read on a connection, and their count when its last answer had gone out.
@@ -354,5 +509,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn clickhouse_spelling_is_parsed_once() {
+        let e = parse_spelling().await;
+        assert!(e.is_ok(), "{:?}", e.err());
+        assert!(spelling().await.is_some());
     }
 }

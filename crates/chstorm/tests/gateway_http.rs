@@ -259,7 +259,7 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     for u in uploads {
         let (answer, took) = u.join().unwrap();
         assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
-        assert!(answer.contains("connection: close\r\n"), "{answer}");
+        assert!(answer.contains("Connection: Close\r\n"), "{answer}");
         assert!(
             answer.ends_with("chstorm gateway: the client sent no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
             "{answer}"
@@ -605,5 +605,155 @@ fn a_trickled_body_is_cut_off_by_the_minimum_rate() {
     }
     let m = ro_text(&url);
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 3.0, "{m}");
+    gw.stop();
+}
+
+/// Sends `request` on a fresh connection; reads until the peer closes or 1.5 s pass without a byte.
+fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if whole(&out) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `out` holds a whole answer by its framing (a kept-alive connection stays open).
+fn whole(out: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(out);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    let head = head.to_ascii_lowercase();
+    if head.contains("\r\ntransfer-encoding: chunked") {
+        return body.ends_with("0\r\n\r\n");
+    }
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length: ")?.trim().parse::<usize>().ok())
+        .is_some_and(|n| body.len() >= n)
+}
+
+/// (status line, header lines with their names as spelled, body with any chunking undone).
+fn parts_of(answer: &str) -> (String, Vec<(String, String)>, String) {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or("").to_string();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(": ").map(|(n, v)| (n.to_string(), v.to_string()))).collect();
+    let chunked = headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v == "chunked");
+    let body = if chunked { body_of(answer) } else { body.to_string() };
+    (status, headers, body)
+}
+
+#[test]
+fn header_names_connection_headers_and_411_as_the_node_sends_them() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t.replace("limits:\n", "limits:\n  client_header_timeout: 7s\n"));
+    let node = addr_of(&env.node_url(1, 1));
+    let gwa = addr_of(&url);
+    let long = "SELECT%20number%20FROM%20system.numbers%20LIMIT%20100000";
+    let mut requests: Vec<String> = Vec::new();
+    for version in ["HTTP/1.1", "HTTP/1.0"] {
+        for conn in ["", "Connection: close\r\n", "Connection: keep-alive\r\n", "Connection: Keep-Alive\r\n"] {
+            for target in [
+                "/?query=SELECT%201",
+                &format!("/?query={long}"),
+                "/?query=SELECT%20x",
+                "/?query=SELECT%201&send_progress_in_http_headers=1&http_headers_progress_interval_ms=0",
+            ] {
+                requests.push(format!("GET {target} {version}\r\nHost: x\r\n{conn}\r\n"));
+            }
+            // No body and no length: 411 before anything else (the user does not exist).
+            for extra in ["", "X-ClickHouse-User: nobody\r\n", "Transfer-Encoding: identity, chunked\r\n"] {
+                if version == "HTTP/1.0" && extra.starts_with("Transfer") {
+                    continue; // refused, below
+                }
+                let body = if extra.starts_with("Transfer") { "8\r\nSELECT 1\r\n0\r\n\r\n" } else { "" };
+                for target in ["/", "/?query=SELECT%201"] {
+                    requests.push(format!("POST {target} {version}\r\nHost: x\r\n{conn}{extra}\r\n{body}"));
+                }
+            }
+            requests.push(format!("POST / {version}\r\nHost: x\r\n{conn}Content-Length: 8\r\n\r\nSELECT 1"));
+            if version == "HTTP/1.1" {
+                requests.push(format!(
+                    "POST / {version}\r\nHost: x\r\n{conn}Transfer-Encoding: Chunked\r\n\r\n8\r\nSELECT 1\r\n0\r\n\r\n"
+                ));
+            }
+        }
+    }
+    let skip = |n: &str| {
+        // Framing (the gateway holds small answers whole), and the gateway's own headers.
+        ["Content-Length", "Transfer-Encoding", "X-ClickHouse-Query-Id", "Date"].contains(&n)
+            || n.starts_with("X-Chstorm-")
+    };
+    for r in &requests {
+        let (a, b) = (exchange(node, r.as_bytes()), exchange(gwa, r.as_bytes()));
+        let ((ns, nh, nb), (gs, gh, gb)) = (parts_of(&a), parts_of(&b));
+        assert_eq!(gs, ns, "{r:?}\nnode:\n{a}\ngateway:\n{b}");
+        assert_eq!(gb, nb, "{r:?}");
+        let names = |h: &[(String, String)]| {
+            let mut v: Vec<String> = h.iter().map(|(n, _)| n.clone()).filter(|n| !skip(n)).collect();
+            v.dedup();
+            v.sort();
+            v
+        };
+        let (mut gn, mut nn) = (names(&gh), names(&nh));
+        if gs.contains(" 411 ") {
+            // The gateway's own answer: it is no server, it has no display name.
+            nn.retain(|n| n != "X-ClickHouse-Server-Display-Name");
+            gn.retain(|n| n != "X-ClickHouse-Server-Display-Name");
+        }
+        assert_eq!(gn, nn, "{r:?}\nnode:\n{a}\ngateway:\n{b}");
+        let value = |h: &[(String, String)], name: &str| h.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        assert_eq!(value(&gh, "Connection"), value(&nh, "Connection"), "{r:?}");
+        if value(&nh, "Keep-Alive").is_some() {
+            assert_eq!(value(&gh, "Keep-Alive").as_deref(), Some("timeout=7"), "{r:?}");
+        }
+        let progress = |h: &[(String, String)]| h.iter().filter(|(n, _)| n == "X-ClickHouse-Progress").count();
+        assert_eq!(progress(&gh) > 0, progress(&nh) > 0, "{r:?}");
+        // Where the gateway names the query id, it spells it as ClickHouse does.
+        assert!(
+            !b.to_ascii_lowercase().contains("\r\nx-clickhouse-query-id") || b.contains("\r\nX-ClickHouse-Query-Id: "),
+            "{b}"
+        );
+    }
+    // Requests HTTP/1.1 does not allow, which 18.16 takes: the gateway refuses them (400, the
+    // connection closed; hyper's parser), see GATEWAY.md.
+    let refused = [
+        "X-A: a\x00b\r\nContent-Length: 8\r\n",
+        "X-A: a\r\n  b\r\nContent-Length: 8\r\n",
+        "X-A: a\r\n\tb\r\nContent-Length: 8\r\n",
+        "Content-Length: 8\r\nContent-Length: 9\r\n",
+        "Content-Length: 9\r\nContent-Length: 8\r\n",
+        "Content-Length: 8, 9\r\n",
+        "Transfer-Encoding: gzip\r\nContent-Length: 8\r\n",
+        "Transfer-Encoding: gzip\r\n",
+    ];
+    for (v, h) in refused.iter().map(|h| ("1.1", *h)).chain([("1.0", "Transfer-Encoding: chunked\r\n")]) {
+        let body = if h.contains("chunked") { "8\r\nSELECT 1\r\n0\r\n\r\n" } else { "SELECT 1" };
+        let r = format!("POST / HTTP/{v}\r\nHost: x\r\nConnection: close\r\n{h}\r\n{body}");
+        let (a, b) = (exchange(node, r.as_bytes()), exchange(gwa, r.as_bytes()));
+        assert!(b.starts_with("HTTP/1.1 400 Bad Request\r\n") && b.contains("\r\nConnection: close\r\n"), "{r:?}\n{b}");
+        // The node takes it (200, or 411, or waits for a ninth byte), the gateway does not.
+        assert!(!a.contains(" 400 Bad Request"), "{r:?}\n{a}");
+    }
+    // A client that half-closes after a whole request: the node answers, the gateway takes the
+    // FIN for a client that left (GATEWAY.md, "HTTP details").
+    for (who, addr) in [("node", node), ("gateway", gwa)] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nSELECT 1").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert_eq!(out.starts_with("HTTP/1.1 200 OK\r\n"), who == "node", "{who}: {out}");
+    }
     gw.stop();
 }
