@@ -757,3 +757,82 @@ fn header_names_connection_headers_and_411_as_the_node_sends_them() {
     }
     gw.stop();
 }
+
+/// `%XX` for every byte of `b` (the tests' own encoder: any bytes, UTF-8 or not).
+fn pct(b: &[u8]) -> String {
+    b.iter().map(|x| format!("%{x:02X}")).collect()
+}
+
+#[test]
+fn invalid_utf8_in_the_url_a_setting_and_the_body_reaches_the_server_unchanged() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t);
+    let node = addr_of(&env.node_url(1, 1));
+    let gwa = addr_of(&url);
+    let sequences: &[&[u8]] = &[
+        b"\xff",
+        b"\xfe\xff",
+        b"\xc3\x28",
+        b"\xc3",
+        b"\xe2\x82",
+        b"\xe2\x28\xa1",
+        b"\xf0\x9f\x98",
+        b"\xf0\x28\x8c\x28",
+        b"\xed\xa0\x80",
+        b"\xc0\xaf",
+        b"\x80\xbf",
+        b"\xf8\x88\x80\x80\x80",
+        b"\xf4\x8f\xbe\x80",
+        "é€😀".as_bytes(),
+    ];
+    // The body of each request: (status line, body with chunks undone, route).
+    let ask = |addr: SocketAddr, request: &[u8]| {
+        let (status, headers, body) = parts_of(&exchange(addr, request));
+        let route = headers.iter().find(|(n, _)| n == "X-Chstorm-Route").map(|(_, v)| v.clone());
+        (status, body, route)
+    };
+    let mut routed = 0;
+    for (i, s) in sequences.iter().enumerate() {
+        let select = [b"SELECT length('".as_slice(), s, b"'), hex('", s, b"')"].concat();
+        let routed_select =
+            [b"SELECT count(), hex('".as_slice(), s, b"') FROM items WHERE shop_id = ", (i + 1).to_string().as_bytes()]
+                .concat();
+        let post = |target: &str, body: &[u8]| {
+            [
+                format!(
+                    "POST {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+                body,
+            ]
+            .concat()
+        };
+        let get =
+            |target: String| format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes();
+        let requests: Vec<(&str, Vec<u8>)> = vec![
+            ("query in the URL", get(format!("/?query={}", pct(&select)))),
+            ("routed query in the URL", get(format!("/?query={}", pct(&routed_select)))),
+            ("query in the body", post("/", &select)),
+            ("routed query in the body", post("/", &routed_select)),
+            (
+                "query split between URL and body",
+                post(&format!("/?query={}", pct(b"SELECT hex('")), &[s, b"')".as_slice()].concat()),
+            ),
+            // A setting's value: the server's own error (or answer) for those bytes.
+            ("setting value", get(format!("/?query=SELECT%201&max_threads={}", pct(s)))),
+            ("setting value, routed", get(format!("/?query={}&max_threads=2{}", pct(&routed_select), pct(s)))),
+            ("a query parameter", get(format!("/?query=SELECT%201&param_x={}", pct(s)))),
+        ];
+        for (what, r) in requests {
+            let (direct, through) = (ask(node, &r), ask(gwa, &r));
+            assert_eq!((&through.0, &through.1), (&direct.0, &direct.1), "{what}, bytes {s:x?}");
+            if what.starts_with("routed") {
+                assert_eq!(through.2.as_deref(), Some("routed"), "{what}");
+                routed += 1;
+            }
+        }
+    }
+    assert_eq!(routed, 2 * sequences.len());
+    gw.stop();
+}
