@@ -1119,6 +1119,10 @@ mod tests {
             e.contains("limits.client_body_idle_timeout: 10ms is too short; at least 100ms") && e.contains("line "),
             "{e}"
         );
+        let e = bad(&EXAMPLE.replace("client_write_timeout: 30s", "client_write_timeout: 50ms"));
+        assert!(e.contains("limits.client_write_timeout: 50ms is too short; at least 100ms"), "{e}");
+        let e = bad(&EXAMPLE.replace("client_body_min_rate: 500", "client_body_min_rate: -1"));
+        assert!(e.contains("client_body_min_rate"), "{e}");
         let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: 0s"));
         assert!(e.contains("limits.client_header_timeout: 0s is too short"), "{e}");
         let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: later"));

@@ -14,6 +14,14 @@
 //!   the answer's body: its KILL guard cancels the query on the replica and its admission permits
 //!   are released ([`Counted`]).
 //!
+//! Answers go out as 18.16 sends them: header names spelled as ClickHouse spells them,
+//! `Connection: Keep-Alive` / `Keep-Alive: timeout=N` or `Connection: Close`, and 18.16's 411
+//! for a POST without a length ([`as_clickhouse_sends_it`], [`length_required`]). Requests that
+//! HTTP/1.1 forbids and 18.16 takes (a NUL in a header value, a folded line, two lengths) get
+//! hyper's bare 400; a client's FIN is taken for its leaving (hyper's default `half_close(false)`):
+//! without writing to it, a half-closed client cannot be told from one that left, whose query
+//! the KILL guard must stop. See `docs/GATEWAY.md`, "HTTP details".
+//!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
 //! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
 //! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header` from `idle` the connection counts
