@@ -97,6 +97,9 @@ pub struct Streamed {
     /// The backend's body; the watchdog takes it at the deadline.
     inner: Arc<std::sync::Mutex<Option<GBody>>>,
     guard: KillGuard,
+    /// The same deadline, polled with the body: it wakes the task that reads the body (the
+    /// watchdog cannot), so a stream that waits for a silent backend ends at the deadline.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
     /// Kills the query at the deadline; aborted when the stream ends or is dropped.
     watchdog: Option<(tokio::task::AbortHandle, Arc<std::sync::atomic::AtomicBool>)>,
 }
@@ -122,7 +125,8 @@ impl Streamed {
             });
             Some((task.abort_handle(), fired))
         });
-        Streamed { inner, guard, watchdog }.boxed_unsync()
+        let deadline = deadline.map(|d| Box::pin(tokio::time::sleep(d)));
+        Streamed { inner, guard, deadline, watchdog }.boxed_unsync()
     }
 
     fn stop_watchdog(&mut self) {
@@ -170,6 +174,14 @@ impl Body for Streamed {
     type Error = BoxError;
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if this.deadline.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready()) {
+            // The watchdog may have sent the KILL already; else this body's guard sends it.
+            if !this.watchdog_fired() {
+                this.guard.reason = "timeout";
+            }
+            this.stop_watchdog();
+            return Poll::Ready(Some(Err("max_execution_time passed; the query was killed".into())));
+        }
         let fired = this.watchdog.as_ref().is_some_and(|(_, f)| f.load(std::sync::atomic::Ordering::SeqCst));
         let mut inner = this.inner.lock().unwrap_or_else(|e| e.into_inner());
         let Some(body) = inner.as_mut().filter(|_| !fired) else {
@@ -202,6 +214,8 @@ impl Body for Streamed {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map_or_else(SizeHint::default, |b| b.size_hint())
     }
 }
+
+use std::future::Future;
 
 /// A body that yields `head` first, then `rest`: a streamed client body whose head the gateway
 /// read to classify it.
