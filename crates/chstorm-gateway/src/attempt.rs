@@ -220,7 +220,8 @@ impl Transport for Http<'_> {
             };
         let req_body = match &mut self.body {
             SendBody::Held(b) => match &plan.replace_body {
-                Some(text) => full(Bytes::from(text.clone())),
+                // The rewritten statement, with the bytes it came with (invalid UTF-8 kept).
+                Some(text) => full(Bytes::from(crate::request::encode_bytes(text))),
                 None => full(b.clone()),
             },
             SendBody::Once(b) => b.take()?,

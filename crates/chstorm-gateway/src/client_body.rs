@@ -4,7 +4,16 @@
 //! [`IdleBody`] wraps the body hyper hands the server. Its clock runs only while the gateway waits
 //! for the client: it starts when a poll finds no frame ready, and a frame stops it. Time spent
 //! before the first poll (queued for admission, say) or while the consumer is busy elsewhere (a
-//! slow backend) never counts. When the clock reaches the limit, the body
+//! slow backend) never counts. Two limits apply to that waiting time:
+//!
+//! * each gap between frames: at most `idle` (`limits.client_body_idle_timeout`);
+//! * all the gaps together: at most `idle` plus one second for every `min_rate` bytes received
+//!   (`limits.client_body_min_rate`, Apache's `mod_reqtimeout` rule). Without it a body sent one
+//!   byte every `idle - 1` s would hold its slots and its backend query for ever; with the
+//!   defaults (30 s, 500 B/s) that trickle is cut off 30 s after its first wait, while an upload
+//!   at 500 B/s or more is never cut off.
+//!
+//! When the clock reaches either limit, the body
 //!
 //! 1. marks itself expired and wakes the [`IdleWatch`] the server holds for this request; the
 //!    server then drops the whole request future (the layers' admission permits, the proxy's
@@ -36,6 +45,10 @@ pub enum ClientBodyError {
     /// way will fail the same way.
     #[error("the client sent no request body byte for {} ms (limits.client_body_idle_timeout)", .0.as_millis())]
     Idle(Duration),
+    /// The client sent too slowly: `bytes` in `waited` of waiting, under
+    /// `limits.client_body_min_rate`.
+    #[error("the client sent its request body too slowly: {bytes} bytes in {} ms of waiting (limits.client_body_min_rate)", .waited.as_millis())]
+    Slow { bytes: u64, waited: Duration },
     /// Reading the body failed (the client closed the connection mid-body, or sent a malformed
     /// chunk).
     #[error("reading the request body: {0}")]
@@ -51,7 +64,8 @@ struct Shared {
 #[derive(Default)]
 struct SharedState {
     watched: bool,
-    expired: bool,
+    /// Why the body gave up, once it has.
+    expired: Option<ClientBodyError>,
     /// The body's waker while it waits for its watch to go.
     body: Option<Waker>,
 }
@@ -67,6 +81,14 @@ impl Shared {
 pub struct IdleBody<B> {
     inner: B,
     idle: Duration,
+    /// `limits.client_body_min_rate`, bytes a second; 0: no rate rule.
+    min_rate: u64,
+    /// Bytes received so far.
+    received: u64,
+    /// Time spent waiting for the client so far, the current wait excluded.
+    waited: Duration,
+    /// When the current wait began.
+    wait_began: Option<Instant>,
     /// Runs while the consumer waits for a frame; `None` while it does not.
     clock: Option<Pin<Box<Sleep>>>,
     expired: bool,
@@ -85,8 +107,53 @@ impl<B> IdleBody<B> {
     pub fn new(inner: B, idle: Duration) -> (IdleBody<B>, IdleWatch) {
         let shared = Arc::new(Shared::default());
         shared.lock().watched = true;
-        let body = IdleBody { inner, idle, clock: None, expired: false, done: false, shared: shared.clone() };
+        let body = IdleBody {
+            inner,
+            idle,
+            min_rate: 0,
+            received: 0,
+            waited: Duration::ZERO,
+            wait_began: None,
+            clock: None,
+            expired: false,
+            done: false,
+            shared: shared.clone(),
+        };
         (body, IdleWatch { shared })
+    }
+
+    /// Adds the rate rule: all the waiting together may not pass `idle` plus one second for
+    /// every `min_rate` bytes received. 0 leaves it off.
+    pub fn with_min_rate(mut self, min_rate: u64) -> Self {
+        self.min_rate = min_rate;
+        self
+    }
+
+    /// How long the wait that starts now may last: `idle`, or less when the rate rule's
+    /// allowance left is shorter.
+    fn this_wait(&self) -> Duration {
+        if self.min_rate == 0 {
+            return self.idle;
+        }
+        let allowance = self.idle + Duration::from_secs_f64(self.received as f64 / self.min_rate as f64);
+        self.idle.min(allowance.saturating_sub(self.waited))
+    }
+
+    /// Why the body gives up now, after waiting `gap`: the gap or the rate.
+    fn expiry(&self, gap: Duration) -> ClientBodyError {
+        if self.this_wait() >= self.idle {
+            ClientBodyError::Idle(self.idle)
+        } else {
+            ClientBodyError::Slow { bytes: self.received, waited: self.waited + gap }
+        }
+    }
+
+    /// A wait ended (a frame, the end, an error).
+    fn wait_over(&mut self) {
+        self.clock = None;
+        if let Some(t) = self.wait_began.take() {
+            self.waited += t.elapsed();
+        }
     }
 
     /// The body once its time is up: pending while the watch lives, then one error.
@@ -99,19 +166,21 @@ impl<B> IdleBody<B> {
             s.body = Some(cx.waker().clone());
             return Poll::Pending;
         }
+        let why = s.expired.take();
         drop(s);
         self.done = true;
-        Poll::Ready(Some(Err(ClientBodyError::Idle(self.idle))))
+        Poll::Ready(Some(Err(why.unwrap_or(ClientBodyError::Idle(self.idle)))))
     }
 }
 
 impl IdleWatch {
-    /// Resolves once the body's idle timeout has passed (at once if it already has).
-    pub async fn expired(&self) {
+    /// Resolves once the body has given up (at once if it already has), with the reason as
+    /// one line.
+    pub async fn expired(&self) -> String {
         loop {
             // `Notify` keeps one permit, so an expiry between the check and the wait is not lost.
-            if self.shared.lock().expired {
-                return;
+            if let Some(why) = &self.shared.lock().expired {
+                return why.to_string();
             }
             self.shared.expired.notified().await;
         }
@@ -149,28 +218,35 @@ where
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
-                this.clock = None;
+                this.wait_over();
+                this.received += frame.data_ref().map_or(0, |d| d.len() as u64);
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                this.clock = None;
+                this.wait_over();
                 this.done = true;
                 Poll::Ready(Some(Err(ClientBodyError::Read(e.into()))))
             }
             Poll::Ready(None) => {
-                this.clock = None;
+                this.wait_over();
                 this.done = true;
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                let idle = this.idle;
-                let clock = this.clock.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(Instant::now() + idle)));
+                if this.clock.is_none() {
+                    let now = Instant::now();
+                    this.wait_began = Some(now);
+                    this.clock = Some(Box::pin(tokio::time::sleep_until(now + this.this_wait())));
+                }
+                let clock = this.clock.as_mut().expect("set above");
                 if clock.as_mut().poll(cx).is_pending() {
                     return Poll::Pending;
                 }
-                this.clock = None;
+                let gap = this.wait_began.map_or(this.idle, |t| t.elapsed());
+                let why = this.expiry(gap);
+                this.wait_over();
                 this.expired = true;
-                this.shared.lock().expired = true;
+                this.shared.lock().expired = Some(why);
                 this.shared.expired.notify_one();
                 this.poll_expired(cx)
             }
@@ -307,5 +383,67 @@ mod tests {
         drop(watch);
         assert_eq!(reader.await.unwrap(), Some(true));
         feeder.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_is_cut_off_by_the_rate_rule() {
+        let (tx, body, watch) = fed(IDLE);
+        let mut body = body.with_min_rate(500);
+        let feeder = tokio::spawn(async move {
+            // One byte every 20 s: each gap inside the 30 s idle timeout.
+            loop {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                if tx.send(Bytes::from_static(b"1")).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let t = Instant::now();
+        let reader = tokio::spawn(async move { while let Some(Ok(_)) = body.frame().await {} });
+        let why = tokio::time::timeout(Duration::from_secs(3600), watch.expired())
+            .await
+            .expect("the trickle was never cut off");
+        // 30 s for the first wait, plus 2 ms for the one byte that came (1 / 500 s).
+        assert_eq!(t.elapsed(), Duration::from_millis(30_002));
+        assert_eq!(
+            why,
+            "the client sent its request body too slowly: 1 bytes in 30002 ms of waiting (limits.client_body_min_rate)"
+        );
+        drop(watch);
+        reader.await.unwrap();
+        feeder.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_at_the_minimum_rate_or_faster_is_read_whole() {
+        for (bytes, every_ms) in [(300usize, 500u64), (1, 2), (16_000, 29_000)] {
+            let (tx, body, watch) = fed(IDLE);
+            let body = body.with_min_rate(500);
+            let feeder = tokio::spawn(async move {
+                let end = Instant::now() + Duration::from_secs(300);
+                while Instant::now() < end {
+                    tokio::time::sleep(Duration::from_millis(every_ms)).await;
+                    tx.send(Bytes::from(vec![b'x'; bytes])).await.unwrap();
+                }
+            });
+            let all = body.collect().await.unwrap().to_bytes();
+            assert!(all.len() >= 300 * 500, "{bytes} bytes every {every_ms} ms: {} bytes", all.len());
+            feeder.await.unwrap();
+            assert!(tokio::time::timeout(Duration::ZERO, watch.expired()).await.is_err(), "not expired");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_consumer_spends_elsewhere_does_not_count_against_the_rate() {
+        let (tx, body, watch) = fed(IDLE);
+        let mut body = body.with_min_rate(500);
+        tx.send(Bytes::from_static(b"a")).await.unwrap();
+        body.frame().await.unwrap().unwrap();
+        // The consumer is busy (a slow backend) for an hour; the client's next byte is ready.
+        tx.send(Bytes::from_static(b"b")).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        body.frame().await.unwrap().unwrap();
+        assert!(tokio::time::timeout(Duration::ZERO, watch.expired()).await.is_err(), "not expired");
+        drop(tx);
     }
 }

@@ -92,6 +92,16 @@ pub struct Limits {
     /// A native client that has begun a packet (or a Query's external data, up to its empty
     /// block) and sends no byte of it for this long is closed. Default 30 s; at least 100 ms.
     pub client_packet_timeout: Dur,
+    /// The slowest a request body may come, in bytes a second: the time the gateway spends
+    /// waiting for a body, summed over its gaps, may not pass `client_body_idle_timeout` plus one
+    /// second for every `client_body_min_rate` bytes received (Apache's `mod_reqtimeout` rule),
+    /// so a trickle (one byte every 20 s) is cut off like a silent body. Default 500; 0 turns the
+    /// rule off (only each gap is bounded).
+    pub client_body_min_rate: u64,
+    /// A client that takes no byte of its answer for this long (the connection's send buffer
+    /// stays full) is disconnected: the answer's query is killed on its replica and its admission
+    /// slots are freed. Default 30 s; at least 100 ms.
+    pub client_write_timeout: Dur,
 }
 
 /// The default `limits.max_query_depth`: 300, well under the 758 nested scalar subqueries that
@@ -114,6 +124,8 @@ impl Default for Limits {
             max_client_buffer_mib: 256,
             max_buffered_mib: 1024,
             client_packet_timeout: Dur(Duration::from_secs(30)),
+            client_body_min_rate: 500,
+            client_write_timeout: Dur(Duration::from_secs(30)),
         }
     }
 }
@@ -736,6 +748,7 @@ impl Config {
             ("client_header_timeout", raw.limits.client_header_timeout.0),
             ("client_body_idle_timeout", raw.limits.client_body_idle_timeout.0),
             ("client_packet_timeout", raw.limits.client_packet_timeout.0),
+            ("client_write_timeout", raw.limits.client_write_timeout.0),
         ] {
             if d < MIN_CLIENT_TIMEOUT {
                 return Err(err(
@@ -1171,6 +1184,10 @@ mod tests {
             e.contains("limits.client_body_idle_timeout: 10ms is too short; at least 100ms") && e.contains("line "),
             "{e}"
         );
+        let e = bad(&EXAMPLE.replace("client_write_timeout: 30s", "client_write_timeout: 50ms"));
+        assert!(e.contains("limits.client_write_timeout: 50ms is too short; at least 100ms"), "{e}");
+        let e = bad(&EXAMPLE.replace("client_body_min_rate: 500", "client_body_min_rate: -1"));
+        assert!(e.contains("client_body_min_rate"), "{e}");
         let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: 0s"));
         assert!(e.contains("limits.client_header_timeout: 0s is too short"), "{e}");
         let e = bad(&EXAMPLE.replace("client_header_timeout: 10s", "client_header_timeout: later"));

@@ -9,9 +9,22 @@
 //!   timeout; when it passes, the request's whole future (admission permits, backend request, KILL
 //!   guard) is dropped and the client gets a 408 and a closed connection.
 //!
+//! * `limits.client_write_timeout`: a write to the client that waits this long (the client
+//!   stopped reading; its socket buffers are full) fails, which ends hyper's connection and drops
+//!   the answer's body: its KILL guard cancels the query on the replica and its admission permits
+//!   are released ([`Counted`]).
+//!
+//! Answers go out as 18.16 sends them: header names spelled as ClickHouse spells them,
+//! `Connection: Keep-Alive` / `Keep-Alive: timeout=N` or `Connection: Close`, and 18.16's 411
+//! for a POST without a length ([`as_clickhouse_sends_it`], [`length_required`]). Requests that
+//! HTTP/1.1 forbids and 18.16 takes (a NUL in a header value, a folded line, two lengths) get
+//! hyper's bare 400; a client's FIN is taken for its leaving (hyper's default `half_close(false)`):
+//! without writing to it, a half-closed client cannot be told from one that left, whose query
+//! the KILL guard must stop. See `docs/GATEWAY.md`, "HTTP details".
+//!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
 //! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
-//! `tls` (no TLS handshake in time), `body`. To tell `header` from `idle` the connection counts
+//! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header` from `idle` the connection counts
 //! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
 
 use crate::client_body::{ClientBody, IdleBody};
@@ -26,6 +39,7 @@ use arc_swap::ArcSwap;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,11 +113,13 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, marks) = (this.clone(), marks.clone());
             async move {
+                let (closing, version) = (wants_close(&req), req.version());
                 let mut resp = this.respond(req, peer).await;
                 if this.drain.is_draining() {
                     // Stopping: the client reconnects for its next query (to the new gateway).
                     resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
+                as_clickhouse_sends_it(&mut resp, closing, version, header_timeout).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
@@ -113,8 +129,13 @@ impl Listener {
             }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
-        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-        let io = TokioIo::new(Counted { inner: io, reads: reads.clone() });
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout)
+            .title_case_headers(true)
+            .preserve_header_case(true);
+        let write_timeout = self.state.load().config.limits.client_write_timeout.0;
+        let io = TokioIo::new(Counted { inner: io, reads: reads.clone(), write_timeout, stall: None });
         let _open = self.drain.conn();
         let conn = builder.serve_connection(io, svc);
         tokio::pin!(conn);
@@ -126,7 +147,14 @@ impl Listener {
                 conn.await
             }
         };
-        if let Err(e) = served {
+        if reads.write_stalled.load(Ordering::Acquire) {
+            self.timed_out("write");
+            log(
+                "warn",
+                "client stopped reading its answer; connection closed, its query cancelled",
+                serde_json::json!({"peer": peer.to_string(), "timeout_ms": write_timeout.as_millis() as u64}),
+            );
+        } else if let Err(e) = served {
             if e.is_timeout() {
                 if reads.partial() {
                     self.timed_out("header");
@@ -194,7 +222,28 @@ impl Listener {
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
-            Endpoint::Query => with_www_authenticate(self.query(req, peer, state).await),
+            Endpoint::Query if length_required(&req) => {
+                let mut r = reply(
+                    StatusCode::LENGTH_REQUIRED,
+                    "Code: 381, e.displayText() = DB::Exception: There is neither Transfer-Encoding header nor Content-Length header, e.what() = DB::Exception",
+                );
+                // 18.16 refuses it before its query handling, which is what sets `Keep-Alive`.
+                r.extensions_mut().insert(NoKeepAliveHeader);
+                if req.version() == http::Version::HTTP_10 {
+                    // 18.16 ends an HTTP/1.0 answer to a query (no chunks there) by closing.
+                    r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                r
+            }
+            Endpoint::Query => {
+                let http10 = req.version() == http::Version::HTTP_10;
+                let mut r = with_www_authenticate(self.query(req, peer, state).await);
+                if http10 {
+                    // 18.16 ends an HTTP/1.0 query answer (no chunks there) by closing.
+                    r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                }
+                r
+            }
         }
     }
 
@@ -212,6 +261,7 @@ impl Listener {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = req.into_parts();
         let (body, watch) = IdleBody::new(body, idle);
+        let body = body.with_min_rate(state.config.limits.client_body_min_rate);
         let mut req: Request<ClientBody> = Request::from_parts(parts, body);
         let who = AuthenticatedAs::default();
         req.extensions_mut().insert(state.clone());
@@ -219,7 +269,7 @@ impl Listener {
         req.extensions_mut().insert(who.clone());
         let resp = tokio::select! {
             biased;
-            _ = watch.expired() => {
+            why = watch.expired() => {
                 self.timed_out("body");
                 let user = who.label();
                 state
@@ -229,16 +279,11 @@ impl Listener {
                     .inc();
                 log(
                     "warn",
-                    "client stopped sending the request body; request abandoned",
-                    serde_json::json!({"peer": peer.to_string(), "user": user, "idle_ms": idle.as_millis() as u64}),
+                    "client stopped sending the request body, or sent it too slowly; request abandoned",
+                    serde_json::json!({"peer": peer.to_string(), "user": user, "error": why}),
                 );
-                let mut r = reply(
-                    StatusCode::REQUEST_TIMEOUT,
-                    format!(
-                        "chstorm gateway: no request body byte for {} ms (limits.client_body_idle_timeout); the request was abandoned",
-                        idle.as_millis()
-                    ),
-                );
+                let mut r =
+                    reply(StatusCode::REQUEST_TIMEOUT, format!("chstorm gateway: {why}; the request was abandoned"));
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
@@ -252,11 +297,141 @@ impl Listener {
     }
 }
 
+/// 18.16's `411 Length Required`: a POST whose body has neither a `Content-Length` nor a
+/// `Transfer-Encoding` of exactly `chunked` (Poco compares the whole value, so `identity,
+/// chunked` is not chunked to it). Checked before authentication, as the server does.
+fn length_required<B>(req: &Request<B>) -> bool {
+    let h = req.headers();
+    let chunked = h.get(http::header::TRANSFER_ENCODING).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"chunked"));
+    req.method() == Method::POST && !chunked && !h.contains_key(http::header::CONTENT_LENGTH)
+}
+
+/// Whether the client asked to close the connection after this answer: `Connection: close`, or
+/// HTTP/1.0 without `Connection: keep-alive` (hyper closes it then).
+fn wants_close<B>(req: &Request<B>) -> bool {
+    let tokens = || {
+        req.headers()
+            .get_all(http::header::CONNECTION)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(|t| t.trim_ascii().to_ascii_lowercase())
+    };
+    tokens().any(|t| t == b"close")
+        || (req.version() == http::Version::HTTP_10 && !tokens().any(|t| t == b"keep-alive"))
+}
+
+/// The answer's connection headers and header names as 18.16 sends them: `Connection: Close`
+/// when the connection closes after it, else `Connection: Keep-Alive`; `Keep-Alive: timeout=N`
+/// unless the client asked to close (N: `limits.client_header_timeout` in whole seconds, the
+/// gateway's own idle timeout); the request's HTTP version; names in title case (hyper's
+/// `title_case_headers`) except those spelled otherwise, `X-ClickHouse-...`, which keep the
+/// replica's spelling (its header case map, kept by the upstream client's
+/// `preserve_header_case`) or take ClickHouse's from [`spelling`].
+async fn as_clickhouse_sends_it(
+    resp: &mut Response<GBody>,
+    client_closes: bool,
+    version: http::Version,
+    idle: std::time::Duration,
+) {
+    // An HTTP/1.0 answer: hyper then adds no `keep-alive` token of its own.
+    *resp.version_mut() = version;
+    let no_keep_alive = client_closes || resp.extensions().get::<NoKeepAliveHeader>().is_some();
+    let h = resp.headers_mut();
+    if client_closes || h.get(http::header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close")) {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("Close"));
+    } else {
+        h.insert(http::header::CONNECTION, HeaderValue::from_static("Keep-Alive"));
+    }
+    if no_keep_alive {
+        h.remove("keep-alive");
+    } else {
+        let secs = idle.as_secs().max(1);
+        h.insert("keep-alive", HeaderValue::from_str(&format!("timeout={secs}")).expect("ascii"));
+    }
+    if resp.extensions().get::<BackendSpelling>().is_none() {
+        if let Some(names) = spelling().await {
+            resp.extensions_mut().extend(names.clone());
+        }
+    }
+}
+
+/// Marks an answer that 18.16 sends without a `Keep-Alive` header (its 411).
+#[derive(Clone, Copy)]
+struct NoKeepAliveHeader;
+
+/// Marks an answer whose header names are best left as its replica spelled them: it sent an
+/// `X-ClickHouse-Query-Id` (the gateway's own replaces its value, not its name) or repeats an
+/// `X-ClickHouse-...` header (`X-ClickHouse-Progress`), which [`spelling`] names only once.
+#[derive(Clone, Copy)]
+struct BackendSpelling;
+
+/// Notes, on a replica's answer, whether its own header spelling is kept ([`BackendSpelling`]).
+pub(crate) fn note_backend_spelling(parts: &mut http::response::Parts) {
+    let h = &parts.headers;
+    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
+    if h.contains_key("x-clickhouse-query-id") || repeated {
+        parts.extensions.insert(BackendSpelling);
+    }
+}
+
+/// ClickHouse's spelling of its own headers, as hyper's (private) header case map in a
+/// response's extensions: made once, by hyper's client parsing a canned answer that names them.
+/// hyper only records a name's case while parsing, so this is the way to hand it one.
+async fn spelling() -> Option<&'static http::Extensions> {
+    static NAMES: tokio::sync::OnceCell<Option<http::Extensions>> = tokio::sync::OnceCell::const_new();
+    NAMES.get_or_init(|| async { parse_spelling().await.ok() }).await.as_ref()
+}
+
+async fn parse_spelling() -> Result<http::Extensions, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const NAMES: &[&str] = &[
+        "X-ClickHouse-Query-Id",
+        "X-ClickHouse-Format",
+        "X-ClickHouse-Timezone",
+        "X-ClickHouse-Summary",
+        "X-ClickHouse-Progress",
+        "X-ClickHouse-Exception-Code",
+        "X-ClickHouse-Server-Display-Name",
+        "X-ClickHouse-Database",
+        "X-ClickHouse-User",
+    ];
+    let (client, mut server) = tokio::io::duplex(4096);
+    let (mut send, conn) = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(client))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(conn);
+    let mut canned = String::from("HTTP/1.1 200 OK\r\n");
+    for n in NAMES {
+        canned.push_str(&format!("{n}: x\r\n"));
+    }
+    canned.push_str("Content-Length: 0\r\n\r\n");
+    let answer = tokio::spawn(send.send_request(Request::new(http_body_util::Empty::new())));
+    // The request first (hyper's client takes an answer that comes before it for an error).
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 512];
+        let n = server.read(&mut b).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the canned client closed".into());
+        }
+        got.extend_from_slice(&b[..n]);
+    }
+    server.write_all(canned.as_bytes()).await.map_err(|e| e.to_string())?;
+    let resp = answer.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    driver.abort();
+    let (parts, _) = resp.into_parts();
+    Ok(parts.extensions)
+}
+
 /// Bytes read on a connection, and their count when its last answer had gone out.
 #[derive(Default)]
 struct Reads {
     total: AtomicU64,
     at_last_answer: AtomicU64,
+    /// A write waited `limits.client_write_timeout`: the connection ends for that.
+    write_stalled: std::sync::atomic::AtomicBool,
 }
 
 impl Reads {
@@ -275,10 +450,14 @@ impl Drop for AnswerSent {
     }
 }
 
-/// An I/O stream that counts the bytes read from it.
+/// An I/O stream that counts the bytes read from it, and fails a write that waits
+/// `write_timeout` for the client to take bytes (`limits.client_write_timeout`).
 struct Counted<T> {
     inner: T,
     reads: Arc<Reads>,
+    write_timeout: std::time::Duration,
+    /// Runs while a write waits; `None` while writes go through.
+    stall: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
@@ -293,24 +472,62 @@ impl<T: AsyncRead + Unpin> AsyncRead for Counted<T> {
     }
 }
 
+impl<T> Counted<T> {
+    /// The write clock: `r` as it is while the client takes bytes; an error once a write has
+    /// waited `write_timeout` (the client stopped reading), which ends the connection.
+    fn stalled<R>(&mut self, cx: &mut Context<'_>, r: Poll<std::io::Result<R>>) -> Poll<std::io::Result<R>> {
+        if r.is_ready() {
+            self.stall = None;
+            return r;
+        }
+        let limit = self.write_timeout;
+        let clock = self.stall.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        if clock.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.stall = None;
+        self.reads.write_stalled.store(true, Ordering::Release);
+        Poll::Ready(Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("the client took no byte of its answer for {} ms", limit.as_millis()),
+        )))
+    }
+}
+
 impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.stalled(cx, r)
     }
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.stalled(cx, r)
     }
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
+        let r = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.stalled(cx, r)
     }
     fn poll_write_vectored(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.stalled(cx, r)
     }
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn clickhouse_spelling_is_parsed_once() {
+        let e = parse_spelling().await;
+        assert!(e.is_ok(), "{:?}", e.err());
+        assert!(spelling().await.is_some());
     }
 }

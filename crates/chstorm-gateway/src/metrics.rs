@@ -27,7 +27,7 @@
 //! | `chstorm_gateway_quarantine_refusals_total` | | reads refused because a read of their shape killed a replica |
 //! | `chstorm_gateway_hedge_wins_total` | | hedged copies that answered first |
 //! | `chstorm_gateway_hedges_held_total` | | requests past their per-try deadline not hedged (once each) because every other healthy replica of the shard was slow too (more than a quarter of its attempts overdue) |
-//! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`) |
+//! | `chstorm_gateway_client_timeouts_total` | phase | client connections dropped: `header` (headers not sent within `limits.client_header_timeout`, TLS handshakes included), `body` (no body byte for `limits.client_body_idle_timeout`, or slower than `limits.client_body_min_rate`), `write` (no answer byte taken for `limits.client_write_timeout`) |
 //! | `chstorm_gateway_threads_budget` | cluster, replica | the replica's thread budget (`threads.total`) |
 //! | `chstorm_gateway_threads_in_use` | cluster, replica | threads granted to queries in flight through this gateway |
 //! | `chstorm_gateway_threads_external` | cluster, replica | threads of other queries on the server (`observe`) |

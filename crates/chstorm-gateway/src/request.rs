@@ -34,34 +34,69 @@ pub const SHARD_KEY_PARAM: &str = "shard_key";
 /// The gateway's own header for the shard key.
 pub const SHARD_KEY_HEADER: &str = "x-chstorm-shard-key";
 
-/// Splits a query string into decoded (name, value) pairs, in order.
+/// The first of the 128 private-use characters (U+10FF80 to U+10FFFF) that stand for the bytes
+/// 0x80 to 0xFF in text decoded by [`decode_bytes`].
+const BYTE_CHARS: u32 = 0x10FF00;
+
+/// Bytes as text, reversibly: valid UTF-8 stays as it is, and each byte of an invalid sequence
+/// becomes the private-use character U+10FF00 + byte (the byte is 0x80 or more: ASCII is always
+/// valid). A valid character in U+10FF80..=U+10FFFF is escaped the same way, byte by byte, so
+/// [`encode_bytes`] gives back exactly the bytes that came, whatever they were.
+///
+/// ClickHouse takes a query's and a setting's bytes as they are (`SELECT length('\xff')` is 1);
+/// the gateway reads the text to classify and route it, and forwards it with this pair, so that
+/// invalid UTF-8 reaches the server unchanged rather than as U+FFFD. The rules see an invalid
+/// byte as one private-use character, which no rule matches.
+pub fn decode_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    let escape = |out: &mut String, b: &[u8]| {
+        out.extend(b.iter().map(|&x| char::from_u32(BYTE_CHARS + x as u32).expect("a private-use character")))
+    };
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if (BYTE_CHARS + 0x80..=BYTE_CHARS + 0xFF).contains(&(c as u32)) {
+                escape(&mut out, c.encode_utf8(&mut [0; 4]).as_bytes());
+            } else {
+                out.push(c);
+            }
+        }
+        escape(&mut out, chunk.invalid());
+    }
+    out
+}
+
+/// The bytes [`decode_bytes`] read `text` from (other text: its UTF-8).
+pub fn encode_bytes(text: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for c in text.chars() {
+        match (c as u32).checked_sub(BYTE_CHARS) {
+            Some(b @ 0x80..=0xFF) => out.push(b as u8),
+            _ => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    out
+}
+
+/// Splits a query string into decoded (name, value) pairs, in order. Percent-encoded bytes that
+/// are not UTF-8 are kept ([`decode_bytes`]); [`encode_params`] sends them back unchanged.
 pub fn parse_params(query: Option<&str>) -> Vec<(String, String)> {
     let Some(q) = query else { return Vec::new() };
     q.split('&')
         .filter(|p| !p.is_empty())
         .map(|p| {
             let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let dec = |s: &str| percent_decode_str(&s.replace('+', " ")).decode_utf8_lossy().into_owned();
+            let dec = |s: &str| decode_bytes(&percent_decode_str(&s.replace('+', " ")).collect::<Vec<u8>>());
             (dec(k), dec(v))
         })
         .collect()
 }
 
-/// Encodes pairs back into a query string.
+/// Encodes pairs back into a query string, with the bytes [`parse_params`] read them from.
 pub fn encode_params(params: &[(String, String)]) -> String {
     const SET: &percent_encoding::AsciiSet =
         &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    params
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{}={}",
-                percent_encoding::utf8_percent_encode(k, SET),
-                percent_encoding::utf8_percent_encode(v, SET)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("&")
+    let enc = |s: &str| percent_encoding::percent_encode(&encode_bytes(s), SET).to_string();
+    params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
 }
 
 /// True when a URL parameter is a ClickHouse setting (not a request parameter, not a query
@@ -83,12 +118,13 @@ pub fn is_setting(name: &str) -> bool {
 /// Current releases keep the same join (`query_param += '\n'` when it is not empty), from
 /// reading the source, not verified here.
 ///
-/// Invalid UTF-8 in the body (binary data after `INSERT ... FORMAT`, or a head cut inside a
-/// character) becomes U+FFFD: the result is for reading the statement, not for forwarding.
+/// Invalid UTF-8 in the body (binary data after `INSERT ... FORMAT`, a string literal's bytes,
+/// or a head cut inside a character) is kept as [`decode_bytes`] keeps it, so a statement
+/// rewritten for routing goes out with the bytes that came ([`encode_bytes`]).
 pub fn join_query(url_query: &str, body_head: &[u8]) -> String {
-    let body = String::from_utf8_lossy(body_head);
+    let body = decode_bytes(body_head);
     if url_query.is_empty() {
-        return body.into_owned();
+        return body;
     }
     let mut out = String::with_capacity(url_query.len() + 1 + body.len());
     out.push_str(url_query);
@@ -130,6 +166,61 @@ mod tests {
     }
 
     #[test]
+    fn any_bytes_survive_decoding_and_encoding() {
+        let cases: &[&[u8]] = &[
+            b"SELECT length('\xff')",
+            b"\xc3",
+            b"\xc3\x28",
+            b"\xe2\x82",
+            b"\xf0\x9f\x98",
+            b"\xed\xa0\x80",
+            b"\xc0\xaf",
+            b"\xf8\x88\x80\x80\x80",
+            b"\x80\xbf\xfe\xff",
+            "caf\u{e9} \u{1f600} \u{10ff80}\u{10ffff}\u{10ff7f}".as_bytes(),
+            b"\xf4\x8f\xbe\x80\xff",
+            b"",
+        ];
+        for b in cases {
+            assert_eq!(encode_bytes(&decode_bytes(b)), *b, "{b:?}");
+        }
+        // Generated: every byte pair and a run of random byte strings.
+        for x in 0..=255u8 {
+            for y in 0..=255u8 {
+                let b = [b'a', x, y, b'z'];
+                assert_eq!(encode_bytes(&decode_bytes(&b)), b);
+            }
+        }
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let n = (seed % 24) as usize;
+            let b: Vec<u8> = (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
+                })
+                .collect();
+            assert_eq!(encode_bytes(&decode_bytes(&b)), b);
+        }
+        // Valid UTF-8 is read as itself.
+        assert_eq!(decode_bytes("SELECT 'é'".as_bytes()), "SELECT 'é'");
+    }
+
+    #[test]
+    fn parameters_keep_their_bytes() {
+        for q in [
+            "query=SELECT%20length%28%27%FF%27%29",
+            "query=SELECT%20%27%C3%28%27&max_threads=%FF",
+            "query=%E2%82%AC%E2%82&x%FF=%F0%9F%98%80%F0",
+            "query=%F4%8F%BE%80",
+        ] {
+            assert_eq!(encode_params(&parse_params(Some(q))), q, "{q}");
+        }
+    }
+
+    #[test]
     fn query_parameter_and_body_are_joined_with_a_newline() {
         assert_eq!(
             join_query("SELECT count() FROM items WHERE shop_id = 42", b" OR shop_id = 43"),
@@ -142,7 +233,7 @@ mod tests {
         assert_eq!(join_query("", b""), "");
         assert_eq!(
             join_query("INSERT INTO t FORMAT RowBinary", b"\xff\x00"),
-            "INSERT INTO t FORMAT RowBinary\n\u{fffd}\u{0}"
+            "INSERT INTO t FORMAT RowBinary\n\u{10ffff}\u{0}"
         );
     }
 

@@ -67,6 +67,7 @@ impl Exit<'_> {
             }
             Outcome::Answer { head: resp, won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
+                crate::conn::note_backend_spelling(&mut parts);
                 strip_hop(&mut parts.headers);
                 let threads = won.grant.as_ref().map(|g| g.threads());
                 set_ids(&mut parts.headers, query_id, route, Some(won.replica.label()), threads);

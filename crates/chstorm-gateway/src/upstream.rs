@@ -147,6 +147,9 @@ impl Upstream {
                 .pool_idle_timeout(idle_timeout)
                 .pool_max_idle_per_host(max_idle)
                 .pool_timer(hyper_util::rt::TokioTimer::new())
+                // The answer's header names reach the client spelled as the replica spelled
+                // them (`X-ClickHouse-...`), see `crate::conn`.
+                .http1_preserve_header_case(true)
                 .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();

@@ -259,9 +259,9 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     for u in uploads {
         let (answer, took) = u.join().unwrap();
         assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
-        assert!(answer.contains("connection: close\r\n"), "{answer}");
+        assert!(answer.contains("Connection: Close\r\n"), "{answer}");
         assert!(
-            answer.ends_with("chstorm gateway: no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
+            answer.ends_with("chstorm gateway: the client sent no request body byte for 1000 ms (limits.client_body_idle_timeout); the request was abandoned\n"),
             "{answer}"
         );
         assert!(took >= Duration::from_secs(1), "answered after {took:?}, before the timeout");
@@ -298,11 +298,12 @@ fn slow_clients_are_dropped_and_give_their_slots_back() {
     assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 2.0, "{m}");
     assert_eq!(metric(&m, "chstorm_gateway_requests_total{user=\"uploader\",status=\"408\",route=\"rejected\"}"), 2.0);
 
-    // An upload that keeps sending, a chunk every 250 ms for 3 s (longer than the 1 s idle
-    // timeout, each gap well inside it), is not dropped.
+    // An upload that keeps sending, a chunk of 200 bytes every 250 ms for 3 s (longer than the
+    // 1 s idle timeout, each gap well inside it, 800 B/s over the 500 B/s minimum rate), is not
+    // dropped.
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let chunks: Vec<String> = (0..12).map(|i| format!("{i}\n")).collect();
+    let chunks: Vec<String> = (0..12).map(|i| format!("{i}\n").repeat(200 / format!("{i}\n").len())).collect();
     let len: usize = chunks.iter().map(String::len).sum();
     s.write_all(format!("POST /?query=INSERT%20INTO%20gw_stall%20FORMAT%20TSV HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: uploader\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n").as_bytes()).unwrap();
     for c in &chunks {
@@ -476,5 +477,362 @@ fn small_answers_leave_whole_and_long_ones_stream() {
             assert!(body.len() > 64 * 1024 && head.contains("transfer-encoding: chunked"), "{rows} rows: {head}");
         }
     }
+    gw.stop();
+}
+
+/// Whether a query with this query_id runs on any node.
+fn running_anywhere(env: &Env, query_id: &str) -> bool {
+    env.node_urls().iter().any(|n| {
+        let sql = format!("SELECT count() FROM system.processes WHERE query_id = '{query_id}'");
+        chstorm_testenv::post(n, &sql).1.trim() != "0"
+    })
+}
+
+/// Opens a read of 300 million rows as `user` with `query_id` and never reads its answer.
+fn open_unread(addr: SocketAddr, user: &str, query_id: &str) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(
+        format!(
+            "GET /?query_id={query_id}&query=SELECT%20number%20FROM%20system.numbers%20LIMIT%20300000000 HTTP/1.1\r\nHost: x\r\nX-ClickHouse-User: {user}\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_and_its_query_killed() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_write_timeout: 2s\n").replace(
+            "users:\n",
+            "users:\n  - name: reader\n    cluster: storm\n    max_concurrency: 1\n    queue_size: 0\n    queue_max_wait: 50ms\n",
+        )
+    });
+    let addr = addr_of(&url);
+    // A client that asks for 300M rows and never reads: its query runs, and holds the user's one slot.
+    let qid = format!("gw_noread_{}", std::process::id());
+    let t = Instant::now();
+    let unread = open_unread(addr, "reader", &qid);
+    while !running_anywhere(env, &qid) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: reader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!(s, 429, "{b}");
+    // The socket buffers fill within a moment; 2 s later the gateway drops the client, and the
+    // KILL guard cancels the query.
+    while running_anywhere(env, &qid) {
+        assert!(t.elapsed() < Duration::from_secs(10), "the unread query still runs after {:?}", t.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let gone = t.elapsed();
+    assert!(gone >= Duration::from_secs(2), "gone after {gone:?}, before the write timeout");
+    // The slot is back.
+    let (s, _, b) = curl(&["-H", "X-ClickHouse-User: reader", "--data-binary", "SELECT 1", &url]);
+    assert_eq!((s, b.as_str()), (200, "1\n"));
+    let m = ro_text(&url);
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"write\"}"), 1.0, "{m}");
+    drop(unread);
+
+    // A user's max_execution_time (3 s) kills the query at +1 s though the client reads nothing
+    // (the write timeout, 2 s of no progress, would come later: the answer's first bytes fill
+    // the buffers only after the server's first blocks, so compare against the deadline alone).
+    let gw2 = {
+        let (g, u2) = gateway_with(env, |t| {
+            t.replace("limits:\n", "limits:\n  client_write_timeout: 60s\n")
+                .replace("users:\n", "users:\n  - name: capped\n    cluster: storm\n    max_execution_time: 3s\n")
+        });
+        let qid = format!("gw_noread_capped_{}", std::process::id());
+        let t = Instant::now();
+        let _unread = open_unread(addr_of(&u2), "capped", &qid);
+        while !running_anywhere(env, &qid) {
+            assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        while running_anywhere(env, &qid) {
+            assert!(t.elapsed() < Duration::from_secs(8), "the capped query still runs after {:?}", t.elapsed());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let m = ro_text(&u2);
+        assert_eq!(metric(&m, "chstorm_gateway_killed_queries_total{reason=\"timeout\"}"), 1.0, "{m}");
+        g
+    };
+    gw2.stop();
+    gw.stop();
+}
+
+#[test]
+fn a_trickled_body_is_cut_off_by_the_minimum_rate() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| {
+        t.replace("limits:\n", "limits:\n  client_body_idle_timeout: 1s\n  client_body_min_rate: 100\n")
+    });
+    let addr = addr_of(&url);
+    for (query_in_url, every_ms) in [(true, 700u64), (false, 700), (true, 400)] {
+        let head = if query_in_url {
+            "POST /?query=SELECT%20count()%20FROM%20numbers(10)%20WHERE%20number%20IN HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n(1"
+        } else {
+            "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nSELECT count() FROM numbers(10) WHERE number IN (1"
+        };
+        let t = Instant::now();
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_millis(every_ms))).unwrap();
+        s.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        // One byte every `every_ms` (each gap inside the 1 s idle timeout) until the gateway answers.
+        loop {
+            let mut buf = [0u8; 4096];
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    assert!(t.elapsed() < Duration::from_secs(20), "still open after {:?}", t.elapsed());
+                    if s.write_all(b",1").is_err() {
+                        break;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let took = t.elapsed();
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 408 Request Timeout\r\n"), "{answer}");
+        assert!(answer.contains("too slowly") && answer.contains("(limits.client_body_min_rate)"), "{answer}");
+        // 1 s, plus 10 ms for each of the few dozen bytes that came.
+        assert!(took >= Duration::from_secs(1) && took < Duration::from_secs(3), "cut off after {took:?}");
+    }
+    let m = ro_text(&url);
+    assert_eq!(metric(&m, "chstorm_gateway_client_timeouts_total{phase=\"body\"}"), 3.0, "{m}");
+    gw.stop();
+}
+
+/// Sends `request` on a fresh connection; reads until the peer closes or 1.5 s pass without a byte.
+fn exchange(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    s.write_all(request).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+        if whole(&out) {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `out` holds a whole answer by its framing (a kept-alive connection stays open).
+fn whole(out: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(out);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else { return false };
+    let head = head.to_ascii_lowercase();
+    if head.contains("\r\ntransfer-encoding: chunked") {
+        return body.ends_with("0\r\n\r\n");
+    }
+    head.lines()
+        .find_map(|l| l.strip_prefix("content-length: ")?.trim().parse::<usize>().ok())
+        .is_some_and(|n| body.len() >= n)
+}
+
+/// (status line, header lines with their names as spelled, body with any chunking undone).
+fn parts_of(answer: &str) -> (String, Vec<(String, String)>, String) {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let mut lines = head.split("\r\n");
+    let status = lines.next().unwrap_or("").to_string();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(": ").map(|(n, v)| (n.to_string(), v.to_string()))).collect();
+    let chunked = headers.iter().any(|(n, v)| n.eq_ignore_ascii_case("transfer-encoding") && v == "chunked");
+    let body = if chunked { body_of(answer) } else { body.to_string() };
+    (status, headers, body)
+}
+
+#[test]
+fn header_names_connection_headers_and_411_as_the_node_sends_them() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t.replace("limits:\n", "limits:\n  client_header_timeout: 7s\n"));
+    let node = addr_of(&env.node_url(1, 1));
+    let gwa = addr_of(&url);
+    let long = "SELECT%20number%20FROM%20system.numbers%20LIMIT%20100000";
+    let mut requests: Vec<String> = Vec::new();
+    for version in ["HTTP/1.1", "HTTP/1.0"] {
+        for conn in ["", "Connection: close\r\n", "Connection: keep-alive\r\n", "Connection: Keep-Alive\r\n"] {
+            for target in [
+                "/?query=SELECT%201",
+                &format!("/?query={long}"),
+                "/?query=SELECT%20x",
+                "/?query=SELECT%201&send_progress_in_http_headers=1&http_headers_progress_interval_ms=0",
+            ] {
+                requests.push(format!("GET {target} {version}\r\nHost: x\r\n{conn}\r\n"));
+            }
+            // No body and no length: 411 before anything else (the user does not exist).
+            for extra in ["", "X-ClickHouse-User: nobody\r\n", "Transfer-Encoding: identity, chunked\r\n"] {
+                if version == "HTTP/1.0" && extra.starts_with("Transfer") {
+                    continue; // refused, below
+                }
+                let body = if extra.starts_with("Transfer") { "8\r\nSELECT 1\r\n0\r\n\r\n" } else { "" };
+                for target in ["/", "/?query=SELECT%201"] {
+                    requests.push(format!("POST {target} {version}\r\nHost: x\r\n{conn}{extra}\r\n{body}"));
+                }
+            }
+            requests.push(format!("POST / {version}\r\nHost: x\r\n{conn}Content-Length: 8\r\n\r\nSELECT 1"));
+            if version == "HTTP/1.1" {
+                requests.push(format!(
+                    "POST / {version}\r\nHost: x\r\n{conn}Transfer-Encoding: Chunked\r\n\r\n8\r\nSELECT 1\r\n0\r\n\r\n"
+                ));
+            }
+        }
+    }
+    let skip = |n: &str| {
+        // Framing (the gateway holds small answers whole), and the gateway's own headers.
+        ["Content-Length", "Transfer-Encoding", "X-ClickHouse-Query-Id", "Date"].contains(&n)
+            || n.starts_with("X-Chstorm-")
+    };
+    for r in &requests {
+        let (a, b) = (exchange(node, r.as_bytes()), exchange(gwa, r.as_bytes()));
+        let ((ns, nh, nb), (gs, gh, gb)) = (parts_of(&a), parts_of(&b));
+        assert_eq!(gs, ns, "{r:?}\nnode:\n{a}\ngateway:\n{b}");
+        assert_eq!(gb, nb, "{r:?}");
+        let names = |h: &[(String, String)]| {
+            let mut v: Vec<String> = h.iter().map(|(n, _)| n.clone()).filter(|n| !skip(n)).collect();
+            v.dedup();
+            v.sort();
+            v
+        };
+        let (mut gn, mut nn) = (names(&gh), names(&nh));
+        if gs.contains(" 411 ") {
+            // The gateway's own answer: it is no server, it has no display name.
+            nn.retain(|n| n != "X-ClickHouse-Server-Display-Name");
+            gn.retain(|n| n != "X-ClickHouse-Server-Display-Name");
+        }
+        assert_eq!(gn, nn, "{r:?}\nnode:\n{a}\ngateway:\n{b}");
+        let value = |h: &[(String, String)], name: &str| h.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+        assert_eq!(value(&gh, "Connection"), value(&nh, "Connection"), "{r:?}");
+        if value(&nh, "Keep-Alive").is_some() {
+            assert_eq!(value(&gh, "Keep-Alive").as_deref(), Some("timeout=7"), "{r:?}");
+        }
+        let progress = |h: &[(String, String)]| h.iter().filter(|(n, _)| n == "X-ClickHouse-Progress").count();
+        assert_eq!(progress(&gh) > 0, progress(&nh) > 0, "{r:?}");
+        // Where the gateway names the query id, it spells it as ClickHouse does.
+        assert!(
+            !b.to_ascii_lowercase().contains("\r\nx-clickhouse-query-id") || b.contains("\r\nX-ClickHouse-Query-Id: "),
+            "{b}"
+        );
+    }
+    // Requests HTTP/1.1 does not allow, which 18.16 takes: the gateway refuses them (400, the
+    // connection closed; hyper's parser), see GATEWAY.md.
+    let refused = [
+        "X-A: a\x00b\r\nContent-Length: 8\r\n",
+        "X-A: a\r\n  b\r\nContent-Length: 8\r\n",
+        "X-A: a\r\n\tb\r\nContent-Length: 8\r\n",
+        "Content-Length: 8\r\nContent-Length: 9\r\n",
+        "Content-Length: 9\r\nContent-Length: 8\r\n",
+        "Content-Length: 8, 9\r\n",
+        "Transfer-Encoding: gzip\r\nContent-Length: 8\r\n",
+        "Transfer-Encoding: gzip\r\n",
+    ];
+    for (v, h) in refused.iter().map(|h| ("1.1", *h)).chain([("1.0", "Transfer-Encoding: chunked\r\n")]) {
+        let body = if h.contains("chunked") { "8\r\nSELECT 1\r\n0\r\n\r\n" } else { "SELECT 1" };
+        let r = format!("POST / HTTP/{v}\r\nHost: x\r\nConnection: close\r\n{h}\r\n{body}");
+        let (a, b) = (exchange(node, r.as_bytes()), exchange(gwa, r.as_bytes()));
+        assert!(b.starts_with("HTTP/1.1 400 Bad Request\r\n") && b.contains("\r\nConnection: close\r\n"), "{r:?}\n{b}");
+        // The node takes it (200, or 411, or waits for a ninth byte), the gateway does not.
+        assert!(!a.contains(" 400 Bad Request"), "{r:?}\n{a}");
+    }
+    // A client that half-closes after a whole request: the node answers, the gateway takes the
+    // FIN for a client that left (GATEWAY.md, "HTTP details").
+    for (who, addr) in [("node", node), ("gateway", gwa)] {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nSELECT 1").unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        assert_eq!(out.starts_with("HTTP/1.1 200 OK\r\n"), who == "node", "{who}: {out}");
+    }
+    gw.stop();
+}
+
+/// `%XX` for every byte of `b` (the tests' own encoder: any bytes, UTF-8 or not).
+fn pct(b: &[u8]) -> String {
+    b.iter().map(|x| format!("%{x:02X}")).collect()
+}
+
+#[test]
+fn invalid_utf8_in_the_url_a_setting_and_the_body_reaches_the_server_unchanged() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t);
+    let node = addr_of(&env.node_url(1, 1));
+    let gwa = addr_of(&url);
+    let sequences: &[&[u8]] = &[
+        b"\xff",
+        b"\xfe\xff",
+        b"\xc3\x28",
+        b"\xc3",
+        b"\xe2\x82",
+        b"\xe2\x28\xa1",
+        b"\xf0\x9f\x98",
+        b"\xf0\x28\x8c\x28",
+        b"\xed\xa0\x80",
+        b"\xc0\xaf",
+        b"\x80\xbf",
+        b"\xf8\x88\x80\x80\x80",
+        b"\xf4\x8f\xbe\x80",
+        "é€😀".as_bytes(),
+    ];
+    // The body of each request: (status line, body with chunks undone, route).
+    let ask = |addr: SocketAddr, request: &[u8]| {
+        let (status, headers, body) = parts_of(&exchange(addr, request));
+        let route = headers.iter().find(|(n, _)| n == "X-Chstorm-Route").map(|(_, v)| v.clone());
+        (status, body, route)
+    };
+    let mut routed = 0;
+    for (i, s) in sequences.iter().enumerate() {
+        let select = [b"SELECT length('".as_slice(), s, b"'), hex('", s, b"')"].concat();
+        let routed_select =
+            [b"SELECT count(), hex('".as_slice(), s, b"') FROM items WHERE shop_id = ", (i + 1).to_string().as_bytes()]
+                .concat();
+        let post = |target: &str, body: &[u8]| {
+            [
+                format!(
+                    "POST {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+                body,
+            ]
+            .concat()
+        };
+        let get =
+            |target: String| format!("GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").into_bytes();
+        let requests: Vec<(&str, Vec<u8>)> = vec![
+            ("query in the URL", get(format!("/?query={}", pct(&select)))),
+            ("routed query in the URL", get(format!("/?query={}", pct(&routed_select)))),
+            ("query in the body", post("/", &select)),
+            ("routed query in the body", post("/", &routed_select)),
+            (
+                "query split between URL and body",
+                post(&format!("/?query={}", pct(b"SELECT hex('")), &[s, b"')".as_slice()].concat()),
+            ),
+            // A setting's value: the server's own error (or answer) for those bytes.
+            ("setting value", get(format!("/?query=SELECT%201&max_threads={}", pct(s)))),
+            ("setting value, routed", get(format!("/?query={}&max_threads=2{}", pct(&routed_select), pct(s)))),
+            ("a query parameter", get(format!("/?query=SELECT%201&param_x={}", pct(s)))),
+        ];
+        for (what, r) in requests {
+            let (direct, through) = (ask(node, &r), ask(gwa, &r));
+            assert_eq!((&through.0, &through.1), (&direct.0, &direct.1), "{what}, bytes {s:x?}");
+            if what.starts_with("routed") {
+                assert_eq!(through.2.as_deref(), Some("routed"), "{what}");
+                routed += 1;
+            }
+        }
+    }
+    assert_eq!(routed, 2 * sequences.len());
     gw.stop();
 }
