@@ -15,14 +15,16 @@ use std::time::{Duration, Instant};
 /// About 3 s of one core on this machine (18.16, `max_threads=1`).
 const LONG_READ: &str = "SELECT count() FROM numbers(100000000) WHERE sipHash64(number) % 7 = 1";
 
-/// QueryStart rows of `query_id` over the cluster's nodes.
+/// QueryStart rows of the client's `query_id` over the cluster's nodes (user `default`: on the backend the
+/// id is `default:<query_id>`, see `plan::backend_id`).
 fn starts(env: &Env, query_id: &str) -> u64 {
     env.node_urls()
         .iter()
         .map(|url| {
             let (s, _) = post(url, "SYSTEM FLUSH LOGS");
             assert_eq!(s, 200);
-            let sql = format!("SELECT count() FROM system.query_log WHERE query_id = '{query_id}' AND type = 1");
+            let sql =
+                format!("SELECT count() FROM system.query_log WHERE query_id = 'default:{query_id}' AND type = 1");
             let (s, n) = post(url, &sql);
             assert_eq!(s, 200, "{n}");
             n.trim().parse::<u64>().unwrap()

@@ -44,12 +44,12 @@ fn alive(url: &str) -> bool {
     curl(&["--max-time", "2", &format!("{url}/ping")]).0 == 200
 }
 
-/// The replica (1 or 2) running `query_id`, within 10 s.
+/// The replica (1 or 2) running the client's `query_id` (`default:<query_id>` on the backend), within 10 s.
 fn running_on(urls: &[String], query_id: &str) -> usize {
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
         for (i, url) in urls.iter().enumerate() {
-            let sql = format!("SELECT count() FROM system.processes WHERE query_id = '{query_id}'");
+            let sql = format!("SELECT count() FROM system.processes WHERE query_id = 'default:{query_id}'");
             if post(url, &sql).1.trim() == "1" {
                 return i + 1;
             }
@@ -96,7 +96,7 @@ fn wait_alive(url: &str) {
 
 fn starts(url: &str, query_id: &str) -> u64 {
     assert_eq!(post(url, "SYSTEM FLUSH LOGS").0, 200);
-    let sql = format!("SELECT count() FROM system.query_log WHERE query_id = '{query_id}' AND type = 1");
+    let sql = format!("SELECT count() FROM system.query_log WHERE query_id = 'default:{query_id}' AND type = 1");
     let (status, body) = post(url, &sql);
     // 18.16 creates system.query_log at the first flush with a query in it: a node that ran no
     // query at all has none (Code: 60, UNKNOWN_TABLE).

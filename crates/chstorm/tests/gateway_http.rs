@@ -515,7 +515,9 @@ fn a_client_that_stops_reading_is_dropped_and_its_query_killed() {
     let qid = format!("gw_noread_{}", std::process::id());
     let t = Instant::now();
     let unread = open_unread(addr, "reader", &qid);
-    while !running_anywhere(env, &qid) {
+    // On the backend the client's id lives in its user's namespace (`reader:<id>`).
+    let backend_qid = format!("reader:{qid}");
+    while !running_anywhere(env, &backend_qid) {
         assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -523,7 +525,7 @@ fn a_client_that_stops_reading_is_dropped_and_its_query_killed() {
     assert_eq!(s, 429, "{b}");
     // The socket buffers fill within a moment; 2 s later the gateway drops the client, and the
     // KILL guard cancels the query.
-    while running_anywhere(env, &qid) {
+    while running_anywhere(env, &backend_qid) {
         assert!(t.elapsed() < Duration::from_secs(10), "the unread query still runs after {:?}", t.elapsed());
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -547,6 +549,7 @@ fn a_client_that_stops_reading_is_dropped_and_its_query_killed() {
         let qid = format!("gw_noread_capped_{}", std::process::id());
         let t = Instant::now();
         let _unread = open_unread(addr_of(&u2), "capped", &qid);
+        let qid = format!("capped:{qid}");
         while !running_anywhere(env, &qid) {
             assert!(t.elapsed() < Duration::from_secs(10), "the query never started");
             std::thread::sleep(Duration::from_millis(50));
