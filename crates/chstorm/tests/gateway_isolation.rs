@@ -183,7 +183,7 @@ fn multipart_bodies_obey_the_users_rules() {
             cases += 1;
         }
     }
-    // Written by hand: a preamble that reads as a SELECT before the first boundary (the issue's
+    // Written by hand: a preamble that reads as a SELECT before the first boundary (the hostile
     // case: 18.16 skips it), and the Content-Type written otherwise (18.16 matches it
     // case-sensitively, newer releases may not).
     for stmt in hostile() {
@@ -301,7 +301,7 @@ fn decompress_bodies_obey_the_users_rules() {
         }
         let (s, _, b) = send("ro", &compress(" SETTINGS readonly = 0", flags), "&query=SELECT%201");
         assert_ne!(s, 200, "ro {flags:?}: {b}");
-        // A fixed setting (the case: max_memory_usage = 5 ran with 5).
+        // A fixed setting (a hostile case: `SETTINGS max_memory_usage = 5` must not run with 5).
         let q = "SELECT value FROM system.settings WHERE name = 'max_memory_usage' SETTINGS max_memory_usage = 5";
         let (s, _, b) = send("app", &compress(q, flags), "");
         assert_eq!(s, 403, "app {flags:?}: {b}");
