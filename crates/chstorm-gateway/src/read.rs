@@ -215,36 +215,26 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
     };
     // The statement's text: the body, or what its ClickHouse frames decode to.
     let text = if ch_compressed(&params) {
-        match ch_frames(&wire, MAX_HELD_BODY) {
-            Ok((plain, complete)) if complete || !whole => {
-                if plain.is_empty() && !whole {
-                    // Not even the first frame is in the head: nothing to read the statement from.
-                    let rest = crate::body::Prefixed::wrap(head, body);
-                    return Ok(ClientRequest {
-                        sql: url_query,
-                        params,
-                        shape: BodyShape::Opaque,
-                        body: ClientBody::Opaque(rest),
-                        form_read: false,
-                        charge,
-                    });
-                }
-                Bytes::from(plain)
-            }
+        let decoded = match ch_frames(&wire, MAX_HELD_BODY) {
+            // Not even the first frame is in the head, or frames of a method the gateway does not
+            // decode (ZSTD): nothing to read the statement from, so the body stays opaque.
+            Ok((plain, _)) if plain.is_empty() && !whole => None,
+            Err(FrameError::Method(_)) => None,
+            Ok((plain, complete)) if complete || !whole => Some(Bytes::from(plain)),
             Ok(_) => return Err(unreadable("a decompress=1 body that ends inside a frame")),
             Err(FrameError::Corrupt(why)) => return Err(unreadable(format!("decompress=1 and {why}"))),
-            Err(FrameError::Method(_)) => {
-                let rest = crate::body::Prefixed::wrap(head, body);
-                return Ok(ClientRequest {
-                    sql: url_query,
-                    params,
-                    shape: BodyShape::Opaque,
-                    body: ClientBody::Opaque(rest),
-                    form_read: false,
-                    charge,
-                });
-            }
-        }
+        };
+        let Some(decoded) = decoded else {
+            return Ok(ClientRequest {
+                sql: url_query,
+                params,
+                shape: BodyShape::Opaque,
+                body: ClientBody::Opaque(crate::body::Prefixed::wrap(head, body)),
+                form_read: false,
+                charge,
+            });
+        };
+        decoded
     } else {
         wire.clone()
     };
