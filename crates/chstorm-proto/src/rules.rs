@@ -58,22 +58,26 @@ pub enum StatementKind {
     Write,
 }
 
-/// The first keyword of `sql`, skipping white space, `--` line comments, `/* */` comments and
-/// opening brackets: `"  /* x */ (select 1)"` gives `"select"`; empty when there is none.
-pub fn first_keyword(sql: &str) -> &str {
-    let mut s = sql;
+/// `s` from its first character that is not white space or inside a `--` or `/* */` comment.
+pub fn skip_blank(mut s: &str) -> &str {
     loop {
         let t = s.trim_start();
         if let Some(rest) = t.strip_prefix("--") {
             s = rest.split_once('\n').map_or("", |(_, r)| r);
         } else if let Some(rest) = t.strip_prefix("/*") {
             s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix('(') {
-            s = rest;
         } else {
-            s = t;
-            break;
+            return t;
         }
+    }
+}
+
+/// The first keyword of `sql`, skipping white space, `--` line comments, `/* */` comments and
+/// opening brackets: `"  /* x */ (select 1)"` gives `"select"`; empty when there is none.
+pub fn first_keyword(sql: &str) -> &str {
+    let mut s = skip_blank(sql);
+    while let Some(rest) = s.strip_prefix('(') {
+        s = skip_blank(rest);
     }
     let end = s.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(s.len());
     &s[..end]

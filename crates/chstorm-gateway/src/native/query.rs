@@ -515,7 +515,7 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
 fn use_target(sql: &str) -> Option<String> {
     let word = chstorm_proto::rules::first_keyword(sql);
     let at = word.as_ptr() as usize - sql.as_ptr() as usize + word.len();
-    let rest = skip_blank(sql.get(at..)?);
+    let rest = chstorm_proto::rules::skip_blank(sql.get(at..)?);
     let (name, tail) = match rest.chars().next()? {
         q @ ('`' | '"') => {
             let inner = &rest[1..];
@@ -527,25 +527,11 @@ fn use_target(sql: &str) -> Option<String> {
             (&rest[..end], &rest[end..])
         }
     };
-    let mut tail = skip_blank(tail);
+    let mut tail = chstorm_proto::rules::skip_blank(tail);
     while let Some(t) = tail.strip_prefix(';') {
-        tail = skip_blank(t);
+        tail = chstorm_proto::rules::skip_blank(t);
     }
     (!name.is_empty() && tail.is_empty()).then(|| name.to_string())
-}
-
-/// `s` from its first character that is not white space or in a comment.
-fn skip_blank(mut s: &str) -> &str {
-    loop {
-        let t = s.trim_start();
-        if let Some(rest) = t.strip_prefix("--") {
-            s = rest.split_once('\n').map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else {
-            return t;
-        }
-    }
 }
 
 /// Checks that `database` exists, on a connection opened to it (kept in the pool): Err is the
