@@ -105,14 +105,14 @@ fn strip(text: &str) -> String {
                 i += 1;
                 continue;
             }
-            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat(b'#').take(hashes)).collect();
-            out.extend(std::iter::repeat(b' ').take(j + 1 - i));
+            let close: Vec<u8> = std::iter::once(b'"').chain(std::iter::repeat_n(b'#', hashes)).collect();
+            out.extend(std::iter::repeat_n(b' ', j + 1 - i));
             i = j + 1;
             while i < b.len() && !b[i..].starts_with(&close) {
                 blank(&mut out, b[i]);
                 i += 1;
             }
-            out.extend(std::iter::repeat(b' ').take(close.len().min(b.len() - i)));
+            out.extend(std::iter::repeat_n(b' ', close.len().min(b.len() - i)));
             i += close.len();
         } else if c == b'"' {
             out.push(b' ');
@@ -140,7 +140,7 @@ fn strip(text: &str) -> String {
             };
             match end {
                 Some(e) => {
-                    out.extend(std::iter::repeat(b' ').take(e + 1 - i));
+                    out.extend(std::iter::repeat_n(b' ', e + 1 - i));
                     i = e + 1;
                 }
                 None => {
