@@ -41,6 +41,7 @@ mod balancer;
 mod body;
 mod budget;
 mod client_body;
+mod client_fin;
 mod config;
 mod conn;
 mod drain;

@@ -151,6 +151,8 @@ pub struct Plan {
     /// Longest time for the whole answer (max_execution_time + 1 s), when the user has one.
     pub body_deadline: Option<Duration>,
     pub latitude: Latitude,
+    /// A read, or anything else (what a client's FIN does to it: `crate::client_fin`).
+    pub kind: StatementKind,
 }
 
 impl Plan {
@@ -488,6 +490,7 @@ pub fn plan(
             resend_unsent: body == BodyShape::Held && !in_session,
             hedge: held_read,
         },
+        kind,
     })
 }
 
