@@ -17,7 +17,10 @@
 //! request is in flight), and the FIN is watched here instead: a second descriptor of the same
 //! socket, registered with tokio, wakes on `EPOLLRDHUP` (tokio's `read_closed`) without taking
 //! a byte from the connection. A pipelined next request wakes it too; it then waits for the next
-//! event. The FIN is a TCP one, so a TLS client is watched the same way.
+//! event. The FIN is a TCP one, so a TLS client is watched the same way. A connection is watched
+//! once it has sent its first bytes (after its TLS handshake), so it then holds two descriptors
+//! of its socket: size the descriptor limit for twice the clients that send queries
+//! (`LimitNOFILE=65536` in `deploy/chstorm-gateway.service`: 32,000 such clients).
 
 use crate::upstream::{BoxError, GBody};
 use bytes::Bytes;

@@ -76,7 +76,6 @@ impl Listener {
     /// Serves one accepted TCP connection (TLS first when `tls` is given) until it closes.
     pub async fn serve_tcp(self, tcp: tokio::net::TcpStream, peer: SocketAddr, tls: Option<tokio_rustls::TlsAcceptor>) {
         let _ = tcp.set_nodelay(true);
-        let fin = crate::client_fin::watch(&tcp);
         let header_timeout = self.state.load().config.limits.client_header_timeout.0;
         match tls {
             // A new connection costs only its socket until its first bytes come: hyper's
@@ -90,7 +89,11 @@ impl Listener {
                 let first_bytes = tokio::time::timeout(header_timeout, tcp.peek(&mut one));
                 tokio::select! {
                     r = first_bytes => match r {
-                        Ok(Ok(n)) if n > 0 => Box::pin(self.serve(tcp, peer, header_timeout, fin)).await,
+                        Ok(Ok(n)) if n > 0 => {
+                            // Watched once it has sent something: an idle socket costs one descriptor.
+                            let fin = crate::client_fin::watch(&tcp);
+                            Box::pin(self.serve(tcp, peer, header_timeout, fin)).await
+                        }
                         Ok(_) => {} // closed before sending anything, or an error
                         Err(_) => self.timed_out("idle"),
                     },
@@ -98,7 +101,10 @@ impl Listener {
                 }
             }
             Some(a) => match Box::pin(tokio::time::timeout(header_timeout, a.accept(tcp))).await {
-                Ok(Ok(stream)) => Box::pin(self.serve(stream, peer, header_timeout, fin)).await,
+                Ok(Ok(stream)) => {
+                    let fin = crate::client_fin::watch(stream.get_ref().0);
+                    Box::pin(self.serve(stream, peer, header_timeout, fin)).await
+                }
                 Ok(Err(_)) => {}
                 Err(_) => self.timed_out("tls"),
             },
