@@ -65,7 +65,7 @@ pub struct Listener {
     pub metrics: Arc<Metrics>,
     pub role: Role,
     /// The gateway's graceful stop: counts this listener's connections, and tells them to close.
-    pub drain: Arc<crate::drain::Drain>,
+    pub drain: Arc<crate::runtime::drain::Drain>,
 }
 
 impl Listener {

@@ -1,11 +1,12 @@
 //! chstorm's HTTP gateway in front of a ClickHouse cluster.
 //!
 //! The request path, in small pieces:
-//! * [`server`], [`listen`], [`conn`], [`drain`]: the listeners (TLS, SO_REUSEPORT), one client
-//!   connection with its timeouts ([`client_body`]: request bodies with an idle timeout), where
-//!   each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`), and the graceful
-//!   stop on SIGTERM; SIGHUP reloads. [`workers`]: the threads that serve the connections, each
-//!   a current-thread runtime with its own pools.
+//! * [`runtime`]: the process: listeners (TLS, SO_REUSEPORT) and the graceful stop on SIGTERM,
+//!   SIGHUP reloads, the worker threads (each a current-thread runtime with its own pools), and
+//!   systemd's notifications.
+//! * [`conn`]: one client connection with its timeouts ([`client_body`]: request bodies with an
+//!   idle timeout; [`client_fin`]: a client's FIN, which ends a read and lets a write run), and
+//!   where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`).
 //! * [`layers`]: tower layers, built once per config: global admission, authentication, user
 //!   admission, then [`proxy`].
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
@@ -24,8 +25,7 @@
 //!   whole one.
 //! * [`native`]: ClickHouse's native TCP protocol on `listen_native` (and over TLS), through the
 //!   same authentication, admission, [`plan`] and [`attempt`] loop, relaying packets unchanged.
-//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs. [`notify`]: systemd's readiness,
-//!   reload, stop and watchdog notifications over `NOTIFY_SOCKET`.
+//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
 //! `chstorm_proto::rules`. This crate must not import the load engine, the outputs or the CLI.
@@ -44,16 +44,13 @@ mod client_body;
 mod client_fin;
 mod config;
 mod conn;
-mod drain;
 mod endpoints;
 mod health;
 mod hedge;
 mod layers;
-mod listen;
 mod log;
 mod metrics;
 mod native;
-mod notify;
 mod plan;
 mod proxy;
 mod quarantine;
@@ -62,11 +59,11 @@ mod replica;
 pub mod request;
 mod respond;
 pub mod route;
-mod server;
+mod runtime;
 mod sql_rules;
 mod state;
 mod upstream;
-mod workers;
 
 pub use config::Config;
-pub use server::{Gateway, GatewayError};
+pub use runtime::error::GatewayError;
+pub use runtime::server::Gateway;

@@ -51,7 +51,7 @@ pub mod session;
 pub mod settings;
 pub mod transport;
 
-use crate::drain::Drain;
+use crate::runtime::drain::Drain;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -74,10 +74,10 @@ pub fn spawn(
     listener: tokio::net::TcpListener,
     shared: Arc<session::Shared>,
     tls: Option<TlsAcceptor>,
-    workers: &crate::workers::Workers,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::server::GatewayError> {
-    let addr = listener.local_addr().map_err(|e| crate::server::GatewayError::Setup(e.to_string()))?;
+    workers: &crate::runtime::workers::Workers,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::runtime::error::GatewayError> {
+    let addr = listener.local_addr().map_err(|e| crate::runtime::error::GatewayError::Setup(e.to_string()))?;
     workers
         .accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
-        .map_err(|e| crate::server::GatewayError::Listen { addr, source: e })
+        .map_err(|e| crate::runtime::error::GatewayError::Listen { addr, source: e })
 }

@@ -16,14 +16,14 @@
 //! clickhouse-benchmark and most drivers do) reconnects at once, to the gateway that took over
 //! the port.
 //!
-//! [`IDLE_GRACE`]: crate::drain::IDLE_GRACE
+//! [`IDLE_GRACE`]: crate::runtime::drain::IDLE_GRACE
 
 use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
 use super::client_io::{ClientRead, ClientWrite};
 use super::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
-use crate::drain::Drain;
 use crate::metrics::PhaseLabel;
+use crate::runtime::drain::Drain;
 use crate::state::{State, UserRt};
 use arc_swap::ArcSwap;
 use chstorm_proto::mem::{Charge, Mem};
