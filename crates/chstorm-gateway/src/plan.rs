@@ -14,6 +14,7 @@
 use crate::config::{AllowedSettings, Cluster, User};
 use crate::request::{encode_params, is_setting, HOP_BY_HOP, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
 use chstorm_proto::rules::{statement_kind, StatementKind};
+use chstorm_sql::route::changes_distributed_result;
 use chstorm_sql::rules::{settings_in_sql, table_functions};
 use http::{HeaderMap, Method, StatusCode};
 use std::time::Duration;
@@ -422,9 +423,7 @@ pub fn plan(
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
         // A setting that changes a Distributed query's answer (URL, or the native Query packet).
-        (None, Some(_), _, _) if params.iter().any(|(k, _)| chstorm_sql::route::changes_distributed_result(k)) => {
-            Target::Any
-        }
+        (None, Some(_), _, _) if params.iter().any(|(k, _)| changes_distributed_result(k)) => Target::Any,
         (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held && !multipart => {
             let database = crate::request::current_database(
                 &params,
