@@ -10,12 +10,11 @@
 //! * [`layers`]: tower layers, built once per config: global admission, authentication, user
 //!   admission, then [`proxy`].
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
-//!   (pure: user rules, [`sql_rules`], routing, parameters), [`attempt`] (retries and hedged
-//!   reads under one policy and one budget; per-try deadlines from [`hedge`]; a hedge only for
+//!   (pure: user rules, routing, parameters), [`attempt`] (retries and hedged reads under one
+//!   policy and one budget; per-try deadlines from [`hedge`]; a hedge only for
 //!   a silent replica; queries of death kept to one replica by [`quarantine`]), and [`respond`],
 //!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
 //!   and a small answer held whole so that it leaves in one write.
-//! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
 //! * [`replica`] (runtime state and the health state machine), [`balancer`] (selection over
 //!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
@@ -28,7 +27,10 @@
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
-//! `chstorm_proto::rules`. This crate must not import the load engine, the outputs or the CLI.
+//! `chstorm_proto::rules`; the reading of SQL text (the lexer, shard routing with bit-exact
+//! cityHash64, weights, WHERE-key extraction and table rewrite, the rules on settings, table
+//! functions and nesting depth) from `chstorm_sql`. This crate must not import the load engine,
+//! the outputs or the CLI.
 //!
 //! `examples/floor_relay.rs` is not part of the gateway: two relays with nothing of it (a byte
 //! copy, a bare hyper proxy) that `scripts/bench_gateway_cpu.py` measures beside it, the floor
@@ -58,9 +60,7 @@ mod read;
 mod replica;
 pub mod request;
 mod respond;
-pub mod route;
 mod runtime;
-mod sql_rules;
 mod state;
 mod upstream;
 

@@ -463,7 +463,7 @@ fn session_params(session: &[(String, String)], query: &[(String, String)]) -> (
 /// a value of its type, nothing changed under `readonly = 1`, `readonly` kept under
 /// `readonly = 2`); then kept in the session. A refusal changes nothing.
 fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> Result<(), (i32, String)> {
-    let pairs = crate::sql_rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
+    let pairs = chstorm_sql::rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
     if pairs.is_empty() {
         return Err((62, "Syntax error: SET needs name = value".into()));
     }
