@@ -2,7 +2,8 @@
 //!
 //! * [`target`]: parsing of `http://`, `https://`, `clickhouse://` and `clickhouses://` URLs.
 //! * [`http`]: a lean HTTP/1.1 client that writes pre-rendered requests and discards bodies.
-//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412).
+//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412), and its server
+//!   side ([`native::server`]: a client's packets read, a server's written, blocks delimited).
 //! * [`stream`]: TCP or TLS byte streams with connect timeouts.
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
 //! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,

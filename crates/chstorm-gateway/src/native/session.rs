@@ -19,15 +19,15 @@
 //! [`IDLE_GRACE`]: crate::drain::IDLE_GRACE
 
 use super::backend::{BackendConn, Pool};
-use super::block::{skip_block, Scratch};
 use super::client_io::{ClientRead, ClientWrite};
-use super::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
 use crate::drain::Drain;
 use crate::metrics::PhaseLabel;
 use crate::state::{State, UserRt};
 use arc_swap::ArcSwap;
 use chstorm_proto::mem::{Charge, Mem};
 use chstorm_proto::native::packets::{client, server};
+use chstorm_proto::native::server::block::{skip_block, Scratch};
+use chstorm_proto::native::server::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
 use std::net::SocketAddr;

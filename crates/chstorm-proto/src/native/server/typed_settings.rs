@@ -10,7 +10,7 @@
 //! Settings that newer releases added cannot be sent over the gateway's native port, and a newer
 //! client sends the ones it knows in its own types, which for the 18.16 settings are the same.
 
-use chstorm_proto::native::wire::put_varuint;
+use crate::native::wire::put_varuint;
 
 /// How a setting's value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,7 +262,7 @@ pub fn put_setting(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Set
     let ty = type_of(name).ok_or_else(|| SettingError::Unknown(name.to_string()))?;
     let bad = || SettingError::NotANumber { name: name.to_string(), value: value.to_string() };
     let v = value.trim();
-    chstorm_proto::native::wire::put_str(out, name.as_bytes());
+    crate::native::wire::put_str(out, name.as_bytes());
     match ty {
         Ty::UInt => {
             let n = match v {
@@ -276,7 +276,7 @@ pub fn put_setting(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Set
             let n = v.parse::<i64>().map_err(|_| bad())?;
             put_varuint(out, ((n << 1) ^ (n >> 63)) as u64);
         }
-        Ty::Str => chstorm_proto::native::wire::put_str(out, value.as_bytes()),
+        Ty::Str => crate::native::wire::put_str(out, value.as_bytes()),
     }
     Ok(())
 }
