@@ -39,8 +39,8 @@
 //! with the certificate of the gateway's `tls:` section; the session code is the same, over
 //! the halves of [`client_io`]. Backend connections (gateway to replica) are plain TCP.
 //!
-//! Modules: [`backend`] (connections and pool), [`client_io`] (a client connection, plain or
-//! TLS), [`session`] (one client connection, and the graceful stop), [`query`]
+//! Modules: [`backend`] (connections and pool), [`client_io`] (a client connection, plain,
+//! TLS or, in tests, in memory), [`session`] (one client connection, and the graceful stop), [`query`]
 //! (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a replica, for
 //! the attempt loop the HTTP port uses too). The wire format, server side (the client's Hello
 //! and Query, the gateway's Hello and Exception, 18.16's setting types, block boundaries), is
@@ -51,6 +51,9 @@ pub mod client_io;
 pub mod query;
 pub mod session;
 pub mod transport;
+
+#[cfg(test)]
+mod tests;
 
 // The codec's block and setting modules, by the names the query and relay code use for them.
 pub use chstorm_proto::native::server::{block, typed_settings as settings};
