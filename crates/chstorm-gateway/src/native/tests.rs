@@ -320,3 +320,54 @@ async fn a_read_only_users_writes_are_refused_with_code_164() {
     c.ping().await;
     assert_eq!(c.answer().await, (server::PONG, None));
 }
+
+/// A Query packet from its parts: `kind` the ClientInfo's query kind (1 initial, 2 secondary),
+/// `settings` already typed, then the empty block that ends the client's data.
+fn query_packet(kind: u8, settings: &[u8], sql: &str) -> Vec<u8> {
+    let mut info = client_packets::client_info(CLIENT_REVISION);
+    info[0] = kind;
+    let mut out = Vec::new();
+    put_varuint(&mut out, client_packets::client::QUERY);
+    put_str(&mut out, b"q2");
+    out.extend_from_slice(&info);
+    out.extend_from_slice(settings);
+    put_str(&mut out, b"");
+    put_varuint(&mut out, 2);
+    put_varuint(&mut out, 0);
+    put_str(&mut out, sql.as_bytes());
+    out.extend_from_slice(&client_packets::empty_data(CLIENT_REVISION));
+    out
+}
+
+#[tokio::test]
+async fn queries_refused_before_any_backend_keep_or_end_the_session_as_18_16_does() {
+    let shared = shared().await;
+    let mut c = Client::open(&shared, CLIENT_REVISION, "default", "").await;
+    c.hello().await.unwrap();
+    // USE without one database name: a syntax error (62); the session goes on.
+    for sql in ["USE", "USE ;", "use a b", "USE `a` `b`"] {
+        c.query(sql).await;
+        let (code, msg) = c.exception().await;
+        assert_eq!(code, 62, "{sql}: {msg}");
+        assert!(msg.starts_with("DB::Exception: Syntax error: USE needs one database name"), "{msg}");
+    }
+    // A server's secondary query (kind 2) is not served (48); the session goes on.
+    c.send(query_packet(2, &[], "SELECT 1")).await;
+    assert_eq!(c.exception().await.0, 48);
+    // Settings in the Query packet are read typed and the session stays in step.
+    let mut typed = Vec::new();
+    chstorm_proto::native::server::typed_settings::put_setting(&mut typed, "load_balancing", "random").unwrap();
+    c.send(query_packet(1, &typed, "SET max_threads = 2")).await;
+    assert_eq!(c.answer().await, (server::END_OF_STREAM, None), "a SET with settings in its packet");
+    c.ping().await;
+    assert_eq!(c.answer().await, (server::PONG, None));
+    assert_eq!(requests(&shared, "default", 400, "rejected"), 5);
+    // A setting 18.16 does not know: its value cannot be skipped, so 115 and the session ends.
+    let mut unknown = Vec::new();
+    put_str(&mut unknown, b"no_such_setting");
+    put_varuint(&mut unknown, 1);
+    c.send(query_packet(1, &unknown, "SELECT 1")).await;
+    let (code, msg) = c.exception().await;
+    assert_eq!((code, msg.as_str()), (115, "DB::Exception: Unknown setting no_such_setting"));
+    c.closed().await;
+}
