@@ -19,7 +19,7 @@
 //! connection's ceiling when its header arrives (a header that claims more than the connection
 //! may hold fails at once), and its bytes are charged and stored as they arrive, never for a
 //! size only claimed. The block is
-//! parsed as it is decompressed, one frame at a time (the parser waits on a [`Pipe`] the
+//! parsed as it is decompressed, one frame at a time (the parser waits on a `Pipe` the
 //! frames are pushed into), so only one frame's decompressed bytes are held however long the
 //! block is, and no byte is parsed twice; after each 64 KiB parsed the task yields, so a long
 //! block (a block of zeros is cheap to send and dear to parse) does not keep the worker's other
