@@ -12,7 +12,9 @@
 //!
 //! # Boundaries
 //!
-//! This crate owns talking to ClickHouse (URLs, HTTP, native, TLS, errors, ClickHouse's rules).
+//! This crate owns talking to ClickHouse (URLs, HTTP, native, TLS, errors, ClickHouse's rules),
+//! and the native protocol's wire format from the server's side (what the gateway's native port
+//! reads and writes as a ClickHouse server); the gateway keeps its sessions, policy and relay.
 //! It must not import any other chstorm crate (it uses the local harness only in its tests):
 //! the load engine, the gateway and the compare tool all build on it.
 
