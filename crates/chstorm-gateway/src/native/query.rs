@@ -26,16 +26,16 @@
 //! [`chstorm_proto::rules::blames_server`]) is the query's answer and marks nothing down.
 
 use super::backend::BackendConn;
-use super::block::Scratch;
 use super::client_io::ClientWrite;
-use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Pinned, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
 use crate::attempt::Outcome;
 use crate::metrics::{RequestLabels, RouteLabel};
 use crate::plan::{BodyShape, Plan, PlanInput};
 use crate::state::{ClusterRt, State, UserRt};
-use chstorm_proto::native::packets::server;
+use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
+use chstorm_proto::native::server::block::Scratch;
+use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
 use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
