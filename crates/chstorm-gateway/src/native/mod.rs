@@ -27,7 +27,7 @@
 //!
 //! A client connection is a session on one server ([`query`]): `SET` and `USE` are kept by the
 //! gateway and applied to the connection's later queries; the first statement that is not a
-//! plain read pins the connection to the backend connection it ran on ([`session::Pinned`]),
+//! plain read pins the connection to the backend connection it ran on ([`client::Pinned`]),
 //! never pooled, closed when the client leaves.
 //!
 //! # TLS
@@ -38,12 +38,14 @@
 //!
 //! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
 //! [`block`] (block boundaries), [`backend`] (connections and pool), [`client_io`] (a client
-//! connection, plain or TLS), [`session`] (one client connection, and the graceful stop),
+//! connection, plain or TLS), [`client`] (the connection's state and the client's packets, as
+//! the session and the query share them), [`session`] (one client connection, and the graceful stop),
 //! [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a
 //! replica, for the attempt loop the HTTP port uses too).
 
 pub mod backend;
 pub mod block;
+pub mod client;
 pub mod client_io;
 pub mod packets;
 pub mod query;
@@ -58,9 +60,9 @@ use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 
 /// What both native listeners (plain and TLS) share: one backend pool, one server Hello.
-pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Shared> {
+pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<client::Shared> {
     let max_idle = state.load().config.pool.max_idle_per_replica;
-    Arc::new(session::Shared {
+    Arc::new(client::Shared {
         state,
         pool: backend::Pool::new(max_idle),
         server_info: std::sync::Mutex::new(None),
@@ -72,12 +74,9 @@ pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Sha
 /// is served (after a TLS handshake when `tls` is given) on the worker that took it.
 pub fn spawn(
     listener: tokio::net::TcpListener,
-    shared: Arc<session::Shared>,
+    shared: Arc<client::Shared>,
     tls: Option<TlsAcceptor>,
     workers: &crate::workers::Workers,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::server::GatewayError> {
-    let addr = listener.local_addr().map_err(|e| crate::server::GatewayError::Setup(e.to_string()))?;
-    workers
-        .accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
-        .map_err(|e| crate::server::GatewayError::Listen { addr, source: e })
+) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>> {
+    workers.accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
 }

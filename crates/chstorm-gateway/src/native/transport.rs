@@ -23,7 +23,7 @@ use super::backend::{BackendConn, Pool};
 use super::block::{skip_block, Scratch};
 use super::packets::{self, Query};
 use crate::attempt::{Judged, Live, Transport};
-use crate::plan::Plan;
+use crate::query::plan::Plan;
 use crate::replica::Replica;
 use crate::upstream::{BackendError, BoxFuture};
 use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
