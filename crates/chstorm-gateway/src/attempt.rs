@@ -36,13 +36,13 @@
 //! unit tests against a fake backend in paused time.
 
 use crate::balancer::Balancer;
-use crate::body::KillGuard;
 use crate::budget::{ClusterBudget, Grant};
 use crate::config::Hedging;
 use crate::hedge::{Activity, HeadTimes};
+use crate::http::body::KillGuard;
 use crate::metrics::Metrics;
-use crate::plan::{Latitude, Plan, Target};
 use crate::quarantine::{fingerprint, Quarantine};
+use crate::query::plan::{Latitude, Plan, Target};
 use crate::replica::{InFlight, Overdue, Replica};
 use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use bytes::Bytes;

@@ -1,30 +1,29 @@
 //! chstorm's HTTP gateway in front of a ClickHouse cluster.
 //!
-//! The request path, in small pieces:
-//! * [`runtime`]: the process: listeners (TLS, SO_REUSEPORT) and the graceful stop on SIGTERM,
-//!   SIGHUP reloads, the worker threads (each a current-thread runtime with its own pools), and
-//!   systemd's notifications.
-//! * [`conn`]: one client connection with its timeouts ([`client_body`]: request bodies with an
-//!   idle timeout; [`client_fin`]: a client's FIN, which ends a read and lets a write run), and
-//!   where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`).
-//! * [`layers`]: tower layers, built once per config: global admission, authentication, user
-//!   admission, then [`proxy`].
-//! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
-//!   (pure: user rules, routing, parameters), [`attempt`] (retries and hedged reads under one
-//!   policy and one budget; per-try deadlines from [`hedge`]; a hedge only for
-//!   a silent replica; queries of death kept to one replica by [`quarantine`]), and [`respond`],
-//!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
-//!   and a small answer held whole so that it leaves in one write.
-//! * [`replica`] (runtime state and the health state machine), [`balancer`] (selection over
-//!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
-//! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
-//! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
-//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait; [`backend_io`]: its
+//! The request path, in the order a query runs; a lower layer never names a higher one:
+//!
+//! * [`config`], [`log`], [`metrics`]: the configuration, JSON logs and Prometheus metrics.
+//! * The cluster: [`replica`] (runtime state and the health state machine), [`balancer`]
+//!   (selection over snapshots) and [`health`] (active probes), joined by snapshots and down
+//!   signals; [`budget`]: the per-replica thread budget (`threads:`), RAII grants; [`upstream`]:
+//!   kept-alive pools per replica (one per worker) behind the `Backend` trait; [`backend_io`]: its
 //!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
 //!   whole one.
-//! * [`native`]: ClickHouse's native TCP protocol on `listen_native` (and over TLS), through the
-//!   same authentication, admission, [`plan`] and [`attempt`] loop, relaying packets unchanged.
-//! * [`metrics`], [`log`]: Prometheus metrics and JSON logs.
+//! * [`query`]: the query core both fronts call: a protocol-neutral request, authentication,
+//!   admission (limits with FIFO queues and fast rejection; RAII permits), the plan (pure: user
+//!   rules, routing, parameters), one refusal form (an HTTP status and a ClickHouse code), and
+//!   the one exit that records every query's end.
+//! * [`attempt`]: retries and hedged reads under one policy and one budget; per-try deadlines
+//!   from [`hedge`]; a hedge only for a silent replica; queries of death kept to one replica by
+//!   [`quarantine`].
+//! * [`state`]: everything a query needs, built from one config and swapped on reload.
+//! * The fronts: [`http`] (connections and their timeouts, ClickHouse's endpoints, the query
+//!   service, request bodies, the answer and the response bodies that carry the guards) and
+//!   [`native`] (ClickHouse's native TCP protocol on `listen_native`, and over TLS, relaying
+//!   packets unchanged).
+//! * [`runtime`]: running it: the listeners (TLS, SO_REUSEPORT) and the graceful stop on
+//!   SIGTERM, SIGHUP reloads, the worker threads (each a current-thread runtime with its own
+//!   pools), systemd's readiness, reload, stop and watchdog notifications.
 //!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
 //! `chstorm_proto::rules`; the reading of SQL text (the lexer, shard routing with bit-exact
@@ -36,30 +35,21 @@
 //! copy, a bare hyper proxy) that `scripts/bench_gateway_cpu.py` measures beside it, the floor
 //! under its CPU per query.
 
-mod admission;
 mod attempt;
 mod backend_io;
 mod balancer;
-mod body;
 mod budget;
-mod client_body;
-mod client_fin;
 mod config;
-mod conn;
-mod endpoints;
 mod health;
 mod hedge;
-mod layers;
+mod http;
 mod log;
 mod metrics;
 mod native;
-mod plan;
-mod proxy;
 mod quarantine;
-mod read;
+mod query;
 mod replica;
 pub mod request;
-mod respond;
 mod runtime;
 mod state;
 mod upstream;

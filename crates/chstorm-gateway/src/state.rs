@@ -1,12 +1,13 @@
 //! Everything a request needs, built from one config. A reload builds a new `State` and swaps
 //! it in; requests in flight keep the one they started with.
 
-use crate::admission::{Limiter, RateLimit};
 use crate::balancer::Balancer;
-use crate::config::{Cluster, Config, User};
+use crate::config::{Cluster, Config};
 use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
-use crate::plan::Target;
+use crate::query::admission::Limiter;
+pub use crate::query::admission::UserRt;
+use crate::query::plan::Target;
 use crate::upstream::{Backend, Upstream};
 use base64::Engine as _;
 use std::collections::BTreeMap;
@@ -64,16 +65,8 @@ fn route_times(times: &[HeadTimes], target: Target) -> &HeadTimes {
     }
 }
 
-pub struct UserRt {
-    pub cfg: Arc<User>,
-    pub limiter: Limiter,
-    pub rate: Option<RateLimit>,
-}
-
 pub struct State {
     pub config: Config,
-    /// The tower stack, built once per config.
-    pub stack: crate::layers::Stack,
     pub clusters: BTreeMap<String, ClusterRt>,
     /// Resolved once per request by authentication, then carried in the request's extensions.
     pub users: BTreeMap<String, Arc<UserRt>>,
@@ -112,55 +105,31 @@ impl State {
             config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
         let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas, config.workers)?);
+        let mut state = State::new(config, metrics, upstream.clone(), upstream);
+        state.start().await;
+        Ok(state)
+    }
+
+    /// The state of `config`, sending to the replicas through `backend`, with no task started
+    /// and no thread budget: [`State::start`] adds them. Every replica starts up.
+    pub fn new(config: Config, metrics: Arc<Metrics>, upstream: Arc<Upstream>, backend: Arc<dyn Backend>) -> State {
         let mut clusters = BTreeMap::new();
-        let mut health_tasks = Vec::new();
-        let mut first_round = Vec::new();
         for (name, c) in &config.clusters {
-            let balancer = Arc::new(Balancer::new(c));
-            let (round_done, round_wait) = tokio::sync::oneshot::channel();
-            first_round.push(round_wait);
-            let task = tokio::spawn(crate::health::run(
-                balancer.clone(),
-                upstream.clone(),
-                config.health.clone(),
-                metrics.clone(),
-                round_done,
-            ));
-            health_tasks.push(task.abort_handle());
             let auth = format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password))
             );
-            let budget = match config.threads.get(name) {
-                Some(t) => {
-                    let b = Arc::new(crate::budget::ClusterBudget::new(c, t, Some(&metrics)));
-                    let facts = crate::budget::probe::resolve(&b, &upstream, &auth).await;
-                    health_tasks.extend(crate::budget::probe::spawn(&b, &upstream, &auth, facts));
-                    Some(b)
-                }
-                None => None,
-            };
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
             let quarantine = crate::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
-            let rt = ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times, native_head_times, quarantine };
+            let balancer = Arc::new(Balancer::new(c));
+            let rt =
+                ClusterRt { cfg: c.clone(), balancer, auth, budget: None, head_times, native_head_times, quarantine };
             clusters.insert(name.clone(), rt);
         }
-        let users = config
-            .users
-            .iter()
-            .map(|(n, u)| {
-                let rt = UserRt {
-                    cfg: Arc::new(u.clone()),
-                    limiter: Limiter::new(u.max_concurrency, u.queue_size, u.queue_max_wait),
-                    rate: (u.requests_per_second > 0).then(|| RateLimit::new(u.requests_per_second)),
-                };
-                (n.clone(), Arc::new(rt))
-            })
-            .collect();
+        let users = config.users.iter().map(|(n, u)| (n.clone(), Arc::new(UserRt::new(u)))).collect();
         let l = &config.limits;
-        Ok(State {
-            stack: crate::layers::stack(),
+        State {
             global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
             mem: chstorm_proto::mem::Budget::new(l.max_buffered_mib << 20),
             retry_budget: TpsBudget::new(
@@ -171,12 +140,36 @@ impl State {
             config,
             clusters,
             users,
-            backend: upstream.clone(),
+            backend,
             upstream,
             metrics,
-            health_tasks,
-            first_health_round: std::sync::Mutex::new(first_round),
-        })
+            health_tasks: Vec::new(),
+            first_health_round: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Starts each cluster's health checks, and its thread budget (`threads:`) with its probes.
+    async fn start(&mut self) {
+        let mut first_round = Vec::new();
+        for (name, rt) in self.clusters.iter_mut() {
+            let (round_done, round_wait) = tokio::sync::oneshot::channel();
+            first_round.push(round_wait);
+            let task = tokio::spawn(crate::health::run(
+                rt.balancer.clone(),
+                self.upstream.clone(),
+                self.config.health.clone(),
+                self.metrics.clone(),
+                round_done,
+            ));
+            self.health_tasks.push(task.abort_handle());
+            if let Some(t) = self.config.threads.get(name) {
+                let b = Arc::new(crate::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
+                let facts = crate::budget::probe::resolve(&b, &self.upstream, &rt.auth).await;
+                self.health_tasks.extend(crate::budget::probe::spawn(&b, &self.upstream, &rt.auth, facts));
+                rt.budget = Some(b);
+            }
+        }
+        *self.first_health_round.get_mut().unwrap_or_else(|e| e.into_inner()) = first_round;
     }
 
     /// Waits until every cluster's first health round has finished (at once after the first

@@ -148,7 +148,7 @@ impl Upstream {
                 .pool_max_idle_per_host(max_idle)
                 .pool_timer(hyper_util::rt::TokioTimer::new())
                 // The answer's header names reach the client spelled as the replica spelled
-                // them (`X-ClickHouse-...`), see `crate::conn`.
+                // them (`X-ClickHouse-...`), see `crate::http::conn`.
                 .http1_preserve_header_case(true)
                 .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
         };

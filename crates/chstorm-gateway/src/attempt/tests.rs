@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::config::{Config, HedgeDelay, User};
-use crate::plan::{plan, BodyShape, PlanInput};
-use http::{HeaderMap, Method};
+use crate::query::plan::plan;
+use crate::query::request::{BodyShape, QueryRequest};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -136,17 +136,7 @@ impl World {
     }
 
     fn plan(&self, sql: &str, shape: BodyShape) -> Plan {
-        let h = HeaderMap::new();
-        let input = PlanInput {
-            method: &Method::POST,
-            path: "/",
-            headers: &h,
-            params: vec![],
-            sql: Some(sql),
-            body: shape,
-            form_read: false,
-            max_depth: 300,
-        };
+        let input = QueryRequest { body: shape, ..QueryRequest::held(vec![], sql, 300) };
         plan(input, &self.user(), &self.cfg.clusters["storm"], None, || "qid-1".into()).unwrap()
     }
 
@@ -396,17 +386,7 @@ async fn a_session_stays_on_its_replica() {
     let fake =
         Fake::with(&[(R11, Behave::Refuse), (R12, Behave::Refuse), (R21, Behave::Refuse), (R22, Behave::Refuse)]);
     let w = World::new(&fake);
-    let h = HeaderMap::new();
-    let input = PlanInput {
-        method: &Method::POST,
-        path: "/",
-        headers: &h,
-        params: vec![("session_id".into(), "s1".into())],
-        sql: Some(ROUTED_READ),
-        body: BodyShape::Held,
-        form_read: false,
-        max_depth: 300,
-    };
+    let input = QueryRequest::held(vec![("session_id".into(), "s1".into())], ROUTED_READ, 300);
     let p = plan(input, &w.user(), &w.cfg.clusters["storm"], None, || "q".into()).unwrap();
     assert!(matches!(w.run(&p, held()).await, Outcome::Failed { retries: 0, .. }));
     assert_eq!(fake.sent_to().len(), 1, "a session's state lives on one replica: no retry elsewhere");

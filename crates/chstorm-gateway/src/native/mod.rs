@@ -30,7 +30,7 @@
 //!
 //! A client connection is a session on one server ([`query`]): `SET` and `USE` are kept by the
 //! gateway and applied to the connection's later queries; the first statement that is not a
-//! plain read pins the connection to the backend connection it ran on ([`session::Pinned`]),
+//! plain read pins the connection to the backend connection it ran on ([`client::Pinned`]),
 //! never pooled, closed when the client leaves.
 //!
 //! # TLS
@@ -40,13 +40,15 @@
 //! the halves of [`client_io`]. Backend connections (gateway to replica) are plain TCP.
 //!
 //! Modules: [`backend`] (connections and pool), [`client_io`] (a client connection, plain,
-//! TLS or, in tests, in memory), [`session`] (one client connection, and the graceful stop), [`query`]
+//! TLS or, in tests, in memory), [`client`] (the connection's state and the client's packets, as
+//! the session and the query share them), [`session`] (one client connection, and the graceful stop), [`query`]
 //! (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a replica, for
 //! the attempt loop the HTTP port uses too). The wire format, server side (the client's Hello
 //! and Query, the gateway's Hello and Exception, 18.16's setting types, block boundaries), is
 //! [`chstorm_proto::native::server`]'s.
 
 pub mod backend;
+pub mod client;
 pub mod client_io;
 pub mod query;
 pub mod session;
@@ -65,9 +67,9 @@ use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 
 /// What both native listeners (plain and TLS) share: one backend pool, one server Hello.
-pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Shared> {
+pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<client::Shared> {
     let max_idle = state.load().config.pool.max_idle_per_replica;
-    Arc::new(session::Shared {
+    Arc::new(client::Shared {
         state,
         pool: backend::Pool::new(max_idle),
         server_info: std::sync::Mutex::new(None),
@@ -79,12 +81,9 @@ pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<session::Sha
 /// is served (after a TLS handshake when `tls` is given) on the worker that took it.
 pub fn spawn(
     listener: tokio::net::TcpListener,
-    shared: Arc<session::Shared>,
+    shared: Arc<client::Shared>,
     tls: Option<TlsAcceptor>,
     workers: &crate::runtime::workers::Workers,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::runtime::error::GatewayError> {
-    let addr = listener.local_addr().map_err(|e| crate::runtime::error::GatewayError::Setup(e.to_string()))?;
-    workers
-        .accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
-        .map_err(|e| crate::runtime::error::GatewayError::Listen { addr, source: e })
+) -> std::io::Result<Vec<tokio::task::JoinHandle<()>>> {
+    workers.accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
 }

@@ -1,5 +1,6 @@
 //! One Query packet: the client's external tables are read whole (held, so a read can be sent
-//! again), the query passes the same admission and the same [`crate::plan`] as an HTTP request,
+//! again), the query passes the same admission ([`crate::query::admission`]) and the same [`crate::query::plan`] as an HTTP
+//! request,
 //! then the attempts run in the HTTP port's loop ([`crate::attempt::attempts`], through the
 //! native [`super::transport`]): the same policy, hedging, re-issue on down and retry budget. A
 //! read that has sent nothing to the client yet (its answer is held up to 256 KiB or the per-try
@@ -10,7 +11,7 @@
 //! client is watched: a Cancel drops them (each query is killed on its replica) and ends the
 //! answer. The answer's packets are relayed as read ([`super::block`]), what was held at once,
 //! then Progress at most every 100 ms; the client's packets during the query (INSERT data,
-//! Cancel) go to the backend as read. Every query is counted in `chstorm_gateway_requests_total` like an HTTP one.
+//! Cancel) go to the backend as read. Every query's end is recorded by [`crate::query::exit`], as an HTTP one's.
 //!
 //! # Session state
 //!
@@ -26,20 +27,23 @@
 //! [`chstorm_proto::rules::blames_server`]) is the query's answer and marks nothing down.
 
 use super::backend::BackendConn;
+use super::client::{ClientConn, ClientPacket, Pinned, Shared};
 use super::client_io::ClientWrite;
-use super::session::{ClientConn, ClientPacket, Pinned, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
 use crate::attempt::Outcome;
-use crate::metrics::{RequestLabels, RouteLabel};
-use crate::plan::{BodyShape, Plan, PlanInput};
+use crate::metrics::UNKNOWN_USER;
+use crate::query::admission::{admit_global, admit_user};
+use crate::query::exit::{Exit, REJECTED};
+use crate::query::plan::Plan;
+use crate::query::refusal::{Kind, Refusal};
+use crate::query::request::{new_query_id, QueryRequest};
 use crate::state::{ClusterRt, State, UserRt};
+use chstorm_proto::mem::Charge;
 use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
 use chstorm_proto::native::server::block::Scratch;
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
-use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
-use std::time::Instant;
 use tokio::io::AsyncWriteExt;
 
 /// Answer packets are gathered up to this size before a write to the client (256 KiB), and
@@ -49,11 +53,6 @@ const FLUSH_AT: usize = 256 << 10;
 /// `interactive_delay`); held ones go with the next packet. A small answer's trailing Progress,
 /// ProfileInfo, Progress and EndOfStream then cost the client one write, not four.
 const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// Counts a finished query as the HTTP path does.
-pub fn count(state: &State, user: &str, status: u16, route: &'static str) {
-    state.metrics.requests.get_or_create(&RequestLabels { user: user.to_string(), status, route }).inc();
-}
 
 /// Tells the client why its packet ends the session (when it is owed a word); false.
 async fn refuse_packet(conn: &mut ClientConn, p: ClientPacket) -> bool {
@@ -72,139 +71,74 @@ fn exception_bytes(code: i32, message: &str) -> Vec<u8> {
     out
 }
 
-/// The ClickHouse code for a refusal of the plan or of admission.
-fn refusal_code(status: StatusCode, message: &str) -> i32 {
-    // A refusal in ClickHouse's own words (`Code: 167, e.displayText() = ...`) keeps its code.
-    if let Some(code) =
-        message.strip_prefix("Code: ").and_then(|_| chstorm_proto::rules::parse_exception_code(message.as_bytes()))
-    {
-        return code;
-    }
-    match status {
-        StatusCode::FORBIDDEN if message.contains("read-only") => 164, // READONLY
-        StatusCode::FORBIDDEN => 497,                                  // ACCESS_DENIED
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => 202, // TOO_MANY_SIMULTANEOUS_QUERIES
-        _ => 1002,
-    }
+/// Records `refusal` under `exit` and tells the client (its kind's code, its text); false when
+/// the client is gone.
+async fn refused(exit: &Exit<'_>, w: &mut ClientWrite, refusal: &Refusal) -> bool {
+    exit.refused(refusal);
+    say(w, exception_bytes(refusal.kind.code(), refusal.native_text())).await
 }
 
-/// Runs one query for `user`; false when the client connection must be closed.
-pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut ClientConn, q: Query) -> bool {
-    let started = Instant::now();
-    let name = user.cfg.name.as_str();
-    // The client's external tables, to the empty block that ends them.
-    // Held on the connection's account (`limits.max_client_buffer_mib`).
+/// Records `status` on `route` under `exit` and tells the client `answer`; false when the
+/// client is gone.
+async fn answered(exit: &Exit<'_>, w: &mut ClientWrite, status: u16, route: &'static str, answer: Vec<u8>) -> bool {
+    exit.record(status, route);
+    say(w, answer).await
+}
+
+/// The client's external tables, to the empty block that ends them, held on the connection's
+/// account (`limits.max_client_buffer_mib`); Err: the session ends (the packet was refused).
+async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge), bool> {
     let mut held = Vec::new();
-    let mut _held_charge = conn.mem.charge();
+    let mut charge = conn.mem.charge();
     loop {
         match conn.read_packet().await {
-            ClientPacket::Data { raw, empty, charge } => {
+            ClientPacket::Data { raw, empty, charge: c } => {
                 if held.is_empty() {
                     held = raw;
                 } else {
                     held.extend_from_slice(&raw);
                 }
-                _held_charge.absorb(charge.unwrap_or_else(|| conn.mem.charge()));
+                charge.absorb(c.unwrap_or_else(|| conn.mem.charge()));
                 if empty {
-                    break;
+                    return Ok((held, charge));
                 }
             }
-            p => return refuse_packet(conn, p).await,
+            p => return Err(refuse_packet(conn, p).await),
         }
     }
-    let refuse = |code: i32, msg: &str| exception_bytes(code, msg.trim_start_matches("chstorm gateway: "));
-    // Admission, as the HTTP layers do it: global, then the user's rate and concurrency.
-    state.metrics.queued.set(state.global.queued() as i64);
-    let _global = match state.global.acquire().await {
-        Ok(p) => p,
-        Err(why) => {
-            count(state, crate::metrics::UNKNOWN_USER, 503, "rejected");
-            return say(&mut conn.w, refuse(202, &format!("overloaded: {why}"))).await;
-        }
+}
+
+/// Runs one query for `user`; false when the client connection must be closed.
+pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut ClientConn, q: Query) -> bool {
+    let exit = Exit::new(&state.metrics, &user.cfg.name);
+    let (held, _held_charge) = match external_tables(conn).await {
+        Ok(h) => h,
+        Err(keep) => return keep,
     };
-    state.metrics.in_flight.set(state.global.in_flight() as i64);
-    if let Some(rate) = &user.rate {
-        if let Err(why) = rate.check() {
-            count(state, name, 429, "rejected");
-            return say(&mut conn.w, refuse(202, &format!("user '{name}': {why}"))).await;
-        }
-    }
-    let _permit = match user.limiter.acquire().await {
+    // Admission, as the HTTP front does it: global, then the user's rate and concurrency.
+    let _global = match admit_global(&state.global, &state.metrics).await {
         Ok(p) => p,
-        Err(why) => {
-            count(state, name, 429, "rejected");
-            return say(&mut conn.w, refuse(202, &format!("user '{name}': {why}"))).await;
-        }
+        Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
+    };
+    let _permit = match admit_user(user).await {
+        Ok(p) => p,
+        Err(r) => return refused(&exit, &mut conn.w, &r).await,
     };
     let Some(cluster) = state.clusters.get(&user.cfg.cluster) else {
-        count(state, name, 500, "rejected");
-        return say(&mut conn.w, refuse(1002, &format!("user '{name}' names a cluster that is gone"))).await;
+        let why = format!("user '{}' names a cluster that is gone", user.cfg.name);
+        return refused(&exit, &mut conn.w, &Refusal::new(Kind::Internal, why)).await;
     };
     if q.query_kind != QUERY_KIND_INITIAL {
-        count(state, name, 400, "rejected");
         let msg = "only initial queries are served on the gateway's native port (not a server's secondary queries)";
-        return say(&mut conn.w, refuse(48, msg)).await;
+        return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, msg)).await;
     }
-    let word = chstorm_proto::rules::first_keyword(&q.sql);
-    if word.eq_ignore_ascii_case("SET") {
-        let (status, answer) = match set(user, cluster, conn, &q.sql) {
-            Ok(()) => (200, end_of_stream()),
-            Err((code, msg)) => (400, exception_bytes(code, &msg)),
-        };
-        count(state, name, status, "session");
-        return say(&mut conn.w, answer).await;
-    }
-    let use_db = if word.eq_ignore_ascii_case("USE") {
-        let Some(db) = use_target(&q.sql) else {
-            count(state, name, 400, "rejected");
-            let msg =
-                format!("Syntax error: USE needs one database name: {:?}", q.sql.chars().take(100).collect::<String>());
-            return say(&mut conn.w, exception_bytes(62, &msg)).await;
-        };
-        if conn.pinned.is_none() {
-            let (status, answer) = match check_database(shared, state, cluster, &db, conn.revision).await {
-                Ok(()) => {
-                    conn.database = db;
-                    (200, end_of_stream())
-                }
-                Err((code, msg)) => (400, exception_bytes(code, &msg)),
-            };
-            count(state, name, status, "session");
-            return say(&mut conn.w, answer).await;
-        }
-        // A pinned connection runs the USE itself (below), so its backend follows.
-        Some(db)
-    } else {
-        None
+    let use_db = match session_statement(shared, state, user, cluster, conn, &q, &exit).await {
+        Statement::Done(keep) => return keep,
+        Statement::Query { use_db } => use_db,
     };
-
-    // The plan: the same as for HTTP, fed a POST to `/` whose parameters are the settings.
-    let (mut params, client_readonly) = session_params(&conn.settings, &q.settings);
-    if !conn.database.is_empty() {
-        params.push(("database".into(), conn.database.clone()));
-    }
-    params.push(("query_id".into(), q.query_id.clone()));
-    let headers = HeaderMap::new();
-    let input = PlanInput {
-        method: &Method::POST,
-        path: "/",
-        headers: &headers,
-        params,
-        sql: Some(&q.sql),
-        body: BodyShape::Held,
-        form_read: false,
-        max_depth: state.config.limits.max_query_depth,
-    };
-    let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
-    let plan = match crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, crate::proxy::new_query_id) {
+    let (plan, client_readonly) = match plan(state, user, cluster, conn, &q) {
         Ok(p) => p,
-        Err(r) => {
-            count(state, name, r.status.as_u16(), "rejected");
-            // An exception packet carries the code itself: only the display text goes in it.
-            let text = r.message.split_once("e.displayText() = DB::Exception: ").map_or(r.message.as_str(), |(_, t)| t);
-            let text = text.trim_end_matches(", e.what() = DB::Exception");
-            return say(&mut conn.w, refuse(refusal_code(r.status, &r.message), text)).await;
-        }
+        Err(r) => return refused(&exit, &mut conn.w, &r).await,
     };
     let sql = plan.replace_body.clone().unwrap_or_else(|| q.sql.clone());
     let route = plan.target.label();
@@ -232,8 +166,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     }
     // A setting whose value cannot be encoded fails here, before any replica is tried.
     if let Err(e) = transport.check() {
-        count(state, name, 400, "rejected");
-        return say(&mut conn.w, exception_bytes(115, &e.to_string())).await;
+        return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(115, &e.to_string())).await;
     }
     let (status, keep) = if conn.pinned.is_some() {
         pinned(&plan, &mut transport, conn).await
@@ -245,9 +178,79 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     if let (Some(db), 200) = (use_db, status) {
         conn.database = db;
     }
-    count(state, name, status, route);
-    state.metrics.duration.get_or_create(&RouteLabel { route }).observe(started.elapsed().as_secs_f64());
+    exit.record(status, route);
     keep
+}
+
+/// What [`session_statement`] made of a query.
+enum Statement {
+    /// A `SET` or `USE` answered by the gateway (or refused); keep the client?
+    Done(bool),
+    /// A query to run; `use_db` when it is a `USE` a pinned connection runs itself (so that
+    /// its backend follows), to be the session's database once it succeeded.
+    Query { use_db: Option<String> },
+}
+
+/// `SET` and `USE`, which the gateway keeps for the session: answered here, recorded on the
+/// route `session` (or `rejected` for a `USE` it cannot read).
+async fn session_statement(
+    shared: &Shared,
+    state: &State,
+    user: &UserRt,
+    cluster: &ClusterRt,
+    conn: &mut ClientConn,
+    q: &Query,
+    exit: &Exit<'_>,
+) -> Statement {
+    let word = chstorm_proto::rules::first_keyword(&q.sql);
+    if word.eq_ignore_ascii_case("SET") {
+        let (status, answer) = match set(user, cluster, conn, &q.sql) {
+            Ok(()) => (200, end_of_stream()),
+            Err((code, msg)) => (400, exception_bytes(code, &msg)),
+        };
+        return Statement::Done(answered(exit, &mut conn.w, status, "session", answer).await);
+    }
+    if !word.eq_ignore_ascii_case("USE") {
+        return Statement::Query { use_db: None };
+    }
+    let Some(db) = use_target(&q.sql) else {
+        let msg =
+            format!("Syntax error: USE needs one database name: {:?}", q.sql.chars().take(100).collect::<String>());
+        return Statement::Done(answered(exit, &mut conn.w, 400, REJECTED, exception_bytes(62, &msg)).await);
+    };
+    if conn.pinned.is_some() {
+        // A pinned connection runs the USE itself, so its backend follows.
+        return Statement::Query { use_db: Some(db) };
+    }
+    let (status, answer) = match check_database(shared, state, cluster, &db, conn.revision).await {
+        Ok(()) => {
+            conn.database = db;
+            (200, end_of_stream())
+        }
+        Err((code, msg)) => (400, exception_bytes(code, &msg)),
+    };
+    Statement::Done(answered(exit, &mut conn.w, status, "session", answer).await)
+}
+
+/// The plan, as for HTTP, of a [`QueryRequest`] whose parameters are the session's and the
+/// Query packet's settings, the session's database and the query_id; with the client's own
+/// `readonly`, which goes apart.
+fn plan(
+    state: &State,
+    user: &UserRt,
+    cluster: &ClusterRt,
+    conn: &ClientConn,
+    q: &Query,
+) -> Result<(Plan, Option<String>), Refusal> {
+    let (mut params, client_readonly) = session_params(&conn.settings, &q.settings);
+    if !conn.database.is_empty() {
+        params.push(("database".into(), conn.database.clone()));
+    }
+    params.push(("query_id".into(), q.query_id.clone()));
+    let req = QueryRequest::held(params, &q.sql, state.config.limits.max_query_depth);
+    let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
+    let plan = crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, new_query_id)?;
+    Ok((plan, client_readonly))
 }
 
 /// Runs the attempts (the HTTP port's loop, [`crate::attempt::attempts`]) while watching the
@@ -459,7 +462,7 @@ fn session_params(session: &[(String, String)], query: &[(String, String)]) -> (
 }
 
 /// `SET a = 1, b = 'x'`: checked by the same rules as the Query packet's settings (the user's
-/// allow-list and read-only rules, through [`crate::plan`]), and 18.16's own (a known setting,
+/// allow-list and read-only rules, through [`crate::query::plan`]), and 18.16's own (a known setting,
 /// a value of its type, nothing changed under `readonly = 1`, `readonly` kept under
 /// `readonly = 2`); then kept in the session. A refusal changes nothing.
 fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> Result<(), (i32, String)> {
@@ -485,21 +488,10 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
             .map_err(|e| (115, e.to_string()))?;
     }
     let params: Vec<(String, String)> = pairs.iter().filter(|(k, _)| k != "readonly").cloned().collect();
-    let headers = HeaderMap::new();
-    let input = PlanInput {
-        method: &Method::POST,
-        path: "/",
-        headers: &headers,
-        params,
-        sql: Some("SELECT 1"),
-        body: BodyShape::Held,
-        form_read: false,
-        max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
-    };
+    let req = QueryRequest::held(params, "SELECT 1", crate::config::DEFAULT_MAX_QUERY_DEPTH);
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
-    crate::plan::plan(input, &user.cfg, &cluster.cfg, max_per_query, String::new).map_err(|r| {
-        (refusal_code(r.status, &r.message), r.message.trim_start_matches("chstorm gateway: ").to_string())
-    })?;
+    crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, String::new)
+        .map_err(|r| (r.kind.code(), r.native_text().to_string()))?;
     for (k, mut v) in pairs {
         if k == "max_threads" && v.eq_ignore_ascii_case("auto") {
             v = "0".into(); // 18.16's MaxThreads: 0 is auto
@@ -626,15 +618,5 @@ mod tests {
         assert_eq!(use_target("USE /* c */ d; /* e */").as_deref(), Some("d"));
         assert_eq!(use_target("USE"), None);
         assert_eq!(use_target("USE a b"), None);
-    }
-
-    #[test]
-    fn refusal_codes() {
-        assert_eq!(refusal_code(StatusCode::FORBIDDEN, "user 'ro' is read-only: only SELECT"), 164);
-        assert_eq!(refusal_code(StatusCode::FORBIDDEN, "setting 'x' is not allowed"), 497);
-        // A refusal in ClickHouse's words keeps its code (a query too deep: 167).
-        let deep = "Code: 167, e.displayText() = DB::Exception: Query is too deep: 400 levels";
-        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, deep), 167);
-        assert_eq!(refusal_code(StatusCode::BAD_REQUEST, "a message naming Code: 167 later"), 1002);
     }
 }

@@ -5,7 +5,8 @@
 //! Ping, `SET` kept in the session, and queries the plan refuses, each with ClickHouse's code.
 //! The client side is `chstorm_proto`'s client codec.
 
-use super::session::{serve_client, Shared};
+use super::client::Shared;
+use super::session::serve_client;
 use crate::config::Config;
 use crate::metrics::{Metrics, RequestLabels, UNKNOWN_USER};
 use crate::runtime::drain::Drain;

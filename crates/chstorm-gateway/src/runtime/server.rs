@@ -1,11 +1,11 @@
-//! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::conn`] serves each
+//! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::http::conn`] serves each
 //! connection), `/metrics` on `listen` or on its own `metrics_listen`, and the native protocol
 //! on `listen_native` and over TLS on `listen_native_secure` ([`crate::native`]); SIGHUP
 //! reloads the config; SIGTERM stops gracefully ([`super::drain`], HTTP and native connections
 //! alike), and with `reuse_port` a new gateway can take over the ports first ([`super::listen`]).
 
 use crate::config::Config;
-use crate::conn::{Listener, Role};
+use crate::http::conn::{Listener, Role};
 use crate::log::log;
 use crate::metrics::Metrics;
 use crate::state::State;
@@ -127,13 +127,14 @@ impl Gateway {
         }
         if native_listener.is_some() || native_secure_listener.is_some() {
             let shared = crate::native::shared(state.clone(), drain.clone());
-            if let Some((l, _)) = native_listener {
-                tasks.extend(crate::native::spawn(l, shared.clone(), None, &workers)?);
+            let failed = |addr| move |source| GatewayError::Listen { addr, source };
+            if let Some((l, addr)) = native_listener {
+                tasks.extend(crate::native::spawn(l, shared.clone(), None, &workers).map_err(failed(addr))?);
             }
-            if let Some((l, _)) = native_secure_listener {
+            if let Some((l, addr)) = native_secure_listener {
                 // Config validation makes sure `tls` is set with `listen_native_secure`.
                 let tls = acceptor.ok_or_else(|| GatewayError::Tls("listen_native_secure needs `tls:`".into()))?;
-                tasks.extend(crate::native::spawn(l, shared, Some(tls), &workers)?);
+                tasks.extend(crate::native::spawn(l, shared, Some(tls), &workers).map_err(failed(addr))?);
             }
         }
         let idle = state.load().upstream.idle_timeout;

@@ -4,7 +4,15 @@
 //!
 //! Permits are RAII values: dropping the [`Permit`] (when the response body ends, fails or is
 //! dropped by a disconnecting client) releases the slot. Nothing is decremented by hand.
+//!
+//! Both fronts admit a query through the same two calls: [`admit_global`] (the gateway-wide
+//! limit, first, before anything else is spent; HTTP before authentication) and [`admit_user`]
+//! (the authenticated user's rate, then concurrency). Each refusal is a [`Refusal`] with its
+//! kind: 503 / Code 202 for the gateway, 429 / Code 202 for a user.
 
+use super::refusal::{Kind, Refusal};
+use crate::config::User;
+use crate::metrics::Metrics;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,6 +138,43 @@ impl RateLimit {
             Err(Rejected::RateLimited { per_second: self.per_second })
         }
     }
+}
+
+/// A configured user with its admission state, resolved once per request (HTTP) or per
+/// connection (native) by `super::auth::authenticate`.
+pub struct UserRt {
+    pub cfg: Arc<User>,
+    pub limiter: Limiter,
+    pub rate: Option<RateLimit>,
+}
+
+impl UserRt {
+    /// The user `cfg` with its own limits (`max_concurrency`, `queue_size`, `queue_max_wait`,
+    /// `requests_per_second`).
+    pub fn new(cfg: &User) -> UserRt {
+        UserRt {
+            cfg: Arc::new(cfg.clone()),
+            limiter: Limiter::new(cfg.max_concurrency, cfg.queue_size, cfg.queue_max_wait),
+            rate: (cfg.requests_per_second > 0).then(|| RateLimit::new(cfg.requests_per_second)),
+        }
+    }
+}
+
+/// Takes a slot of the gateway-wide limit `global`, updating the queued and in-flight gauges.
+pub async fn admit_global(global: &Limiter, metrics: &Metrics) -> Result<Permit, Refusal> {
+    metrics.queued.set(global.queued() as i64);
+    let permit = global.acquire().await.map_err(|why| Refusal::new(Kind::Overloaded, format!("overloaded: {why}")))?;
+    metrics.in_flight.set(global.in_flight() as i64);
+    Ok(permit)
+}
+
+/// Takes a token of `user`'s rate, then a slot of its concurrency limit.
+pub async fn admit_user(user: &UserRt) -> Result<Permit, Refusal> {
+    let refuse = |why: Rejected| Refusal::new(Kind::TooMany, format!("user '{}': {why}", user.cfg.name));
+    if let Some(rate) = &user.rate {
+        rate.check().map_err(refuse)?;
+    }
+    user.limiter.acquire().await.map_err(refuse)
 }
 
 #[cfg(test)]

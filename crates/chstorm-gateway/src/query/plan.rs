@@ -6,73 +6,25 @@
 //! builds the backend parameters in the order ClickHouse must see them, and says what the
 //! attempt loop may do with the request (retry, hedge, re-issue on a replica going down).
 //!
-//! Must not import the attempt loop, the backends or the server: it is called by both the HTTP
-//! path and the native one (`crate::native::query`), which feeds it a POST to `/` without
-//! headers whose parameters are the Query packet's settings (and `database` from its Hello), and
-//! sends the settings of [`Plan::params`] in its Query packet.
+//! Must not import the attempt loop, the backends or the fronts: both fronts call it with a
+//! [`QueryRequest`] (the native one with the Query packet's settings as parameters and `database`
+//! from its Hello or `USE`), and the native front sends the settings of [`Plan::params`] in its
+//! Query packet. The plan is made in named phases: [`check_rules`], [`ids`], [`backend_params`],
+//! [`set_readonly_first`], [`route`], then [`assemble`].
 
+use super::refusal::{Kind, Refusal};
+use super::request::{BodyShape, QueryRequest, MAX_HELD_BODY};
 use crate::config::{AllowedSettings, Cluster, User};
-use crate::request::{encode_params, is_setting, HOP_BY_HOP, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
+use crate::request::{encode_params, is_setting, SHARD_KEY_PARAM};
 use chstorm_proto::rules::{statement_kind, StatementKind};
 use chstorm_sql::route::changes_distributed_result;
 use chstorm_sql::rules::{settings_in_sql, table_functions};
-use http::{HeaderMap, Method, StatusCode};
+use http::{HeaderMap, Method};
 use std::time::Duration;
 
 /// How long the gateway waits for a backend's answer head when the user has no
 /// max_execution_time: 10 minutes.
 pub const DEFAULT_HEAD_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Headers not passed from the client to a backend besides the hop-by-hop ones: `expect` (the
-/// gateway answered it), `host`, the client's credentials (the gateway authenticates to the
-/// backends itself), the gateway's own, and the length (the forwarded body sets its own).
-const NOT_FORWARDED: &[&str] =
-    &["expect", "host", "authorization", "x-clickhouse-user", "x-clickhouse-key", SHARD_KEY_HEADER, "content-length"];
-
-/// A request the gateway refuses, with the one-line reason sent to the client.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct Refusal {
-    pub status: StatusCode,
-    pub message: String,
-}
-
-impl Refusal {
-    pub fn new(status: StatusCode, message: impl Into<String>) -> Refusal {
-        Refusal { status, message: format!("chstorm gateway: {}", message.into()) }
-    }
-}
-
-/// The request body as the reader found it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyShape {
-    /// Read whole (at most [`crate::read::MAX_HELD_BODY`]), decompressed when it was compressed.
-    Held,
-    /// Too big to hold: its head was read to classify the statement, the rest streams through.
-    Streamed,
-    /// Compressed in a way the gateway cannot read (`decompress=1`, ClickHouse's own block
-    /// format; or an unknown `Content-Encoding`): passed through unread.
-    Opaque,
-}
-
-/// What the plan was made from.
-#[derive(Debug, Clone)]
-pub struct PlanInput<'a> {
-    pub method: &'a Method,
-    pub path: &'a str,
-    pub headers: &'a HeaderMap,
-    /// The URL parameters, decoded, in order.
-    pub params: Vec<(String, String)>,
-    /// The statement as ClickHouse will read it: the `query` parameter joined with the body
-    /// (its head when streamed). None when the body is opaque and there is no `query` parameter.
-    pub sql: Option<&'a str>,
-    pub body: BodyShape,
-    /// A multipart/form-data body read by `crate::read` (its fields are in `params`, its
-    /// statement in `sql`); a multipart body not read so is refused for users with rules.
-    pub form_read: bool,
-    /// `limits.max_query_depth`: a statement nesting deeper is refused (Code 167).
-    pub max_depth: usize,
-}
 
 /// Where the query goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,8 +73,9 @@ pub struct Latitude {
 /// The decision for one request.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The backend request's method: the client's, except that a read-only user's GET goes as a
-    /// POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`).
+    /// The backend request's method: POST from the plan; the HTTP front sets the client's,
+    /// except that a read-only user's GET goes as a POST (18.16 refuses `readonly=1` on a GET,
+    /// which runs with `readonly=2`).
     pub method: Method,
     pub target: Target,
     /// The query_id the backend runs the query under: the client's, in its user's namespace
@@ -140,7 +93,7 @@ pub struct Plan {
     /// The backend parameters in order, before the thread grant, `query_id` and `readonly`
     /// (which [`Plan::path_and_query`] adds): what the native path sends as settings.
     pub params: Vec<(String, String)>,
-    /// Headers to forward.
+    /// Headers to forward: none from the plan; the HTTP front sets the client's that go on.
     pub headers: HeaderMap,
     /// The text to send as the body instead of the client's (a routed query's rewritten text).
     pub replace_body: Option<String>,
@@ -152,7 +105,7 @@ pub struct Plan {
     /// Longest time for the whole answer (max_execution_time + 1 s), when the user has one.
     pub body_deadline: Option<Duration>,
     pub latitude: Latitude,
-    /// A read, or anything else (what a client's FIN does to it: `crate::client_fin`).
+    /// A read, or anything else (what a client's FIN does to it: `crate::http::client_fin`).
     pub kind: StatementKind,
 }
 
@@ -181,13 +134,14 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
     if !restricted(user) {
         return Ok(());
     }
-    let forbid = |why: String| Refusal::new(StatusCode::FORBIDDEN, why);
+    let forbid = |why: String| Refusal::new(Kind::Forbidden, why);
+    let read_only = |why: String| Refusal::new(Kind::ReadOnly, why);
     let unreadable = |e: chstorm_sql::rules::SqlRuleError| {
         forbid(format!("user '{}' has restricted settings, and the gateway {e}; fix the query's syntax", user.name))
     };
     for (name, value) in settings_in_sql(sql).map_err(unreadable)? {
         if user.readonly {
-            return Err(forbid(format!(
+            return Err(read_only(format!(
                 "user '{}' is read-only: a SETTINGS clause or SET ('{name}') is refused; pass allowed settings as \
                  URL parameters",
                 user.name
@@ -202,7 +156,7 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
     }
     if user.readonly {
         if let Some(f) = table_functions(sql).map_err(unreadable)?.first() {
-            return Err(forbid(format!(
+            return Err(read_only(format!(
                 "user '{}' is read-only: table function '{f}' is refused (it reads other servers, URLs or files)",
                 user.name
             )));
@@ -217,15 +171,6 @@ fn stricter(name: &str, value: &str) -> bool {
     name == "readonly" && matches!(value.trim(), "1" | "2")
 }
 
-/// True for a `multipart/form-data` body: 18.16 reads its plain fields as URL parameters
-/// (applied after the URL's) and the `query` fields as the statement.
-pub fn is_multipart(headers: &HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
-}
-
 /// The id a client's `query_id` or `session_id` is given on the backend: in its user's
 /// namespace, `<user>:<id>` (`%` and `:` in the user name percent-encoded, so no two users
 /// share a namespace). Users share one backend login, so a bare id would reach another user's
@@ -237,9 +182,9 @@ pub fn backend_id(user: &str, id: &str) -> String {
 
 /// The statement `text` in place of the client's: in the `query` parameter for a GET (a GET
 /// stays read-only on the server, and its body is not read), else as the body. Returns the body.
-fn replace_statement(method: &Method, params: &mut Vec<(String, String)>, text: String) -> String {
+fn replace_statement(in_url: bool, params: &mut Vec<(String, String)>, text: String) -> String {
     params.retain(|(k, _)| k != "query");
-    if method == Method::GET {
+    if in_url {
         params.push(("query".into(), text));
         String::new()
     } else {
@@ -285,13 +230,13 @@ fn check_depth(sql: &str, max_depth: usize) -> Result<(), Refusal> {
     if depth <= max_depth {
         return Ok(());
     }
-    Err(Refusal {
-        status: StatusCode::BAD_REQUEST,
-        message: format!(
+    Err(Refusal::clickhouse(
+        167,
+        format!(
             "Code: 167, e.displayText() = DB::Exception: Query is too deep: {depth} levels of brackets and CASE. \
              Maximum: {max_depth} (chstorm gateway, limits.max_query_depth), e.what() = DB::Exception"
         ),
-    })
+    ))
 }
 
 /// The hash of a session id that picks its replica.
@@ -300,26 +245,35 @@ fn session_hash(id: &str) -> u64 {
     id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-/// Makes the plan for a request of `user`, whose cluster is `cluster`. `query_id` is used when
-/// the client did not set one. `max_per_query` is the thread budget's per-query maximum when the
+/// Makes the plan for `req` of `user`, whose cluster is `cluster`. `query_id` is used when the
+/// client did not set one. `max_per_query` is the thread budget's per-query maximum when the
 /// cluster has a budget.
 pub fn plan(
-    input: PlanInput<'_>,
+    req: QueryRequest<'_>,
     user: &User,
     cluster: &Cluster,
     max_per_query: Option<usize>,
     query_id: impl FnOnce() -> String,
 ) -> Result<Plan, Refusal> {
-    let PlanInput { method, path, headers, mut params, sql, body, form_read, max_depth } = input;
-    if let Some(text) = sql {
-        check_depth(text, max_depth)?;
-    }
-    let multipart = is_multipart(headers);
-    let kind = sql.map_or(StatementKind::Write, statement_kind);
+    let kind = req.sql.map_or(StatementKind::Write, statement_kind);
+    check_rules(&req, user, kind)?;
+    let mut req = req;
+    let ids = ids(&mut req.params, user, query_id);
+    backend_params(&mut req.params, user);
+    let mut replace_body = set_readonly_first(&mut req, user, ids.session);
+    let target = route(&mut req, cluster, kind, ids.session, ids.shard_key.as_deref(), &mut replace_body);
+    Ok(assemble(req, user, kind, ids, target, replace_body, max_per_query))
+}
 
-    // The user's rules.
-    let forbid = |why: String| Refusal::new(StatusCode::FORBIDDEN, why);
-    if restricted(user) && body == BodyShape::Opaque {
+/// The user's rules, and the gateway's, on the request as it came: depth, bodies the rules
+/// cannot read, KILL, read-only, the settings allow-list, the statement's own settings, and a
+/// streamed read.
+fn check_rules(req: &QueryRequest<'_>, user: &User, kind: StatementKind) -> Result<(), Refusal> {
+    if let Some(text) = req.sql {
+        check_depth(text, req.max_depth)?;
+    }
+    let forbid = |why: String| Refusal::new(Kind::Forbidden, why);
+    if restricted(user) && req.body == BodyShape::Opaque {
         return Err(forbid(format!(
             "user '{}' has rules on settings, and this body is compressed in a format the gateway cannot read \
              (decompress=1 with other than LZ4 frames, or an unknown Content-Encoding); send it uncompressed, with \
@@ -327,14 +281,14 @@ pub fn plan(
             user.name
         )));
     }
-    if restricted(user) && multipart && !form_read {
+    if restricted(user) && req.multipart && !req.form_read {
         return Err(forbid(format!(
             "user '{}' has rules on settings, and the gateway does not read multipart/form-data bodies (their \
              fields are settings and statement text); send the query in the URL or as the body",
             user.name
         )));
     }
-    if sql.is_some_and(|q| chstorm_proto::rules::first_keyword(q).eq_ignore_ascii_case("KILL")) {
+    if req.sql.is_some_and(|q| chstorm_proto::rules::first_keyword(q).eq_ignore_ascii_case("KILL")) {
         return Err(forbid(
             "KILL is refused: the gateway's users share one backend login, so it would reach other users' queries; \
              a query is cancelled when its client disconnects, or replaced by sending its query_id again with \
@@ -344,7 +298,7 @@ pub fn plan(
     }
     if user.readonly && kind != StatementKind::Read {
         return Err(Refusal::new(
-            StatusCode::FORBIDDEN,
+            Kind::ReadOnly,
             format!(
                 "user '{}' is read-only: only SELECT, WITH, SHOW, DESCRIBE, EXISTS and EXPLAIN are allowed",
                 user.name
@@ -352,29 +306,40 @@ pub fn plan(
         ));
     }
     if let Some((k, _)) =
-        params.iter().find(|(k, v)| is_setting(k) && !user.allowed_settings.allows(k) && !stricter(k, v))
+        req.params.iter().find(|(k, v)| is_setting(k) && !user.allowed_settings.allows(k) && !stricter(k, v))
     {
-        return Err(Refusal::new(
-            StatusCode::FORBIDDEN,
-            format!("setting '{k}' is not allowed for user '{}'", user.name),
-        ));
+        return Err(forbid(format!("setting '{k}' is not allowed for user '{}'", user.name)));
     }
-    if let Some(text) = sql {
+    if let Some(text) = req.sql {
         check_sql(text, user)?;
     }
-    if body == BodyShape::Streamed && kind == StatementKind::Read {
+    if req.body == BodyShape::Streamed && kind == StatementKind::Read {
         return Err(Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::TooLarge,
             format!(
                 "a query over {} MiB; ClickHouse's max_query_size is far smaller: send less text (data goes after \
                  INSERT ... FORMAT)",
-                crate::read::MAX_HELD_BODY >> 20
+                MAX_HELD_BODY >> 20
             ),
         ));
     }
+    Ok(())
+}
 
-    // Parameters for the backend: the client's, minus credentials and the gateway's own, plus
-    // the user's fixed settings and a capped max_execution_time.
+/// The ids of a query, taken from the client's parameters.
+struct Ids {
+    /// The backend's query_id and the client's (see [`Plan::query_id`]).
+    query_id: String,
+    client_query_id: String,
+    /// The `shard_key` parameter.
+    shard_key: Option<String>,
+    /// The hash of the (namespaced) `session_id`, when the client is in a session.
+    session: Option<u64>,
+}
+
+/// Takes the ids out of `params`: the query_id (the client's in its user's namespace, or
+/// `query_id()`), the shard key; and puts the `session_id` in the user's namespace.
+fn ids(params: &mut [(String, String)], user: &User, query_id: impl FnOnce() -> String) -> Ids {
     let client_query_id =
         params.iter().find(|(k, _)| k == "query_id").map(|(_, v)| v.clone()).filter(|v| !v.is_empty());
     let (query_id, client_query_id) = match client_query_id {
@@ -384,13 +349,19 @@ pub fn plan(
             (id.clone(), id)
         }
     };
-    let shard_key_param = params.iter().find(|(k, _)| k == SHARD_KEY_PARAM).map(|(_, v)| v.clone());
+    let shard_key = params.iter().find(|(k, _)| k == SHARD_KEY_PARAM).map(|(_, v)| v.clone());
     for (k, v) in params.iter_mut() {
         if k == "session_id" && !v.is_empty() {
             *v = backend_id(&user.name, v);
         }
     }
     let session = params.iter().find(|(k, v)| k == "session_id" && !v.is_empty()).map(|(_, v)| session_hash(v));
+    Ids { query_id, client_query_id, shard_key, session }
+}
+
+/// Parameters for the backend: the client's, minus credentials and the gateway's own, plus the
+/// user's fixed settings and a capped max_execution_time.
+fn backend_params(params: &mut Vec<(String, String)>, user: &User) {
     // A client's own readonly is relayed (it can always make itself stricter); a read-only
     // user's is dropped, for the gateway's readonly=1 sent last.
     params.retain(|(k, _)| {
@@ -408,41 +379,63 @@ pub fn plan(
         params.retain(|(k, _)| k != "max_execution_time");
         params.push(("max_execution_time".into(), format!("{}", secs.ceil() as u64)));
     }
+}
 
-    // A SET that makes the session read-only first takes the settings the gateway sends with
-    // every query, so that they do not break the session's later queries.
+/// A SET that makes the session read-only first takes the settings the gateway sends with
+/// every query, so that they do not break the session's later queries: the new body, if so.
+fn set_readonly_first(req: &mut QueryRequest<'_>, user: &User, session: Option<u64>) -> Option<String> {
     let mut forced: Vec<(String, String)> = user.settings.clone();
-    forced
-        .extend(params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned());
-    let mut replace_body = match (session, sql.and_then(|q| set_readonly_with(q, &forced))) {
-        (Some(_), Some(text)) if !multipart => Some(replace_statement(method, &mut params, text)),
+    forced.extend(
+        req.params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned(),
+    );
+    match (session, req.sql.and_then(|q| set_readonly_with(q, &forced))) {
+        (Some(_), Some(text)) if !req.multipart => Some(replace_statement(req.statement_in_url, &mut req.params, text)),
         _ => None,
-    };
+    }
+}
 
-    // The route: one shard for a read that carries a key and names a routed table; the
-    // session's replica for a session (routing would lose its temporary tables and settings).
-    let header_key = headers.get(SHARD_KEY_HEADER).and_then(|v| v.to_str().ok());
-    let target = match (session, &cluster.routing, sql, kind) {
+/// The route: one shard for a read that carries a key and names a routed table (its rewritten
+/// text goes in `replace_body`); the session's replica for a session (routing would lose its
+/// temporary tables and settings); else any replica.
+fn route(
+    req: &mut QueryRequest<'_>,
+    cluster: &Cluster,
+    kind: StatementKind,
+    session: Option<u64>,
+    shard_key: Option<&str>,
+    replace_body: &mut Option<String>,
+) -> Target {
+    match (session, &cluster.routing, req.sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
         // A setting that changes a Distributed query's answer (URL, or the native Query packet).
-        (None, Some(_), _, _) if params.iter().any(|(k, _)| changes_distributed_result(k)) => Target::Any,
-        (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held && !multipart => {
-            let database = crate::request::current_database(
-                &params,
-                headers.get("x-clickhouse-database").and_then(|v| v.to_str().ok()),
-            );
-            match router.route(text, shard_key_param.as_deref(), header_key, database) {
+        (None, Some(_), _, _) if req.params.iter().any(|(k, _)| changes_distributed_result(k)) => Target::Any,
+        (None, Some(router), Some(text), StatementKind::Read) if req.body == BodyShape::Held && !req.multipart => {
+            let database = crate::request::current_database(&req.params, req.database);
+            match router.route(text, shard_key, req.shard_key, database) {
                 Ok(r) => {
                     // The rewritten text replaces the whole statement.
-                    replace_body = Some(replace_statement(method, &mut params, r.sql));
+                    *replace_body = Some(replace_statement(req.statement_in_url, &mut req.params, r.sql));
                     Target::Shard(r.shard)
                 }
                 Err(_) => Target::Any,
             }
         }
         _ => Target::Any,
-    };
+    }
+}
 
+/// The plan from its parts: the thread budget's hold on `max_threads`, the backend URL, the
+/// timeouts and what the attempt loop may do.
+fn assemble(
+    req: QueryRequest<'_>,
+    user: &User,
+    kind: StatementKind,
+    ids: Ids,
+    target: Target,
+    replace_body: Option<String>,
+    max_per_query: Option<usize>,
+) -> Plan {
+    let QueryRequest { path, mut params, body, .. } = req;
     // The thread budget: the query wants max_per_query threads, or fewer when the client's (or
     // the user's fixed) max_threads says so; each attempt sends its replica's grant instead.
     let want_threads = max_per_query.map(|m| crate::budget::wanted(&params, m));
@@ -454,34 +447,21 @@ pub fn plan(
         params.retain(|(k, _)| k != "decompress");
     }
     let path_and_params = format!("{path}?{}", encode_params(&params));
-    let mut tail = encode_params(&[("query_id".to_string(), query_id.clone())]);
+    let mut tail = encode_params(&[("query_id".to_string(), ids.query_id.clone())]);
     if user.readonly {
         tail.push_str("&readonly=1");
     }
-
-    let mut forwarded = HeaderMap::with_capacity(headers.len());
-    for (k, v) in headers {
-        if !NOT_FORWARDED.contains(&k.as_str()) && !HOP_BY_HOP.contains(&k.as_str()) {
-            forwarded.append(k.clone(), v.clone());
-        }
-    }
-    if replace_body.is_some() || body == BodyShape::Held {
-        // A held body is forwarded decompressed.
-        forwarded.remove("content-encoding");
-    }
-
     let in_session = matches!(target, Target::Session(_));
     let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
-    let method = if user.readonly && method == Method::GET { Method::POST } else { method.clone() };
-    Ok(Plan {
-        method,
+    Plan {
+        method: Method::POST,
         target,
-        query_id,
-        client_query_id,
+        query_id: ids.query_id,
+        client_query_id: ids.client_query_id,
         path_and_params,
         tail,
         params,
-        headers: forwarded,
+        headers: HeaderMap::new(),
         replace_body,
         want_threads,
         head_timeout: user.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1)),
@@ -492,7 +472,7 @@ pub fn plan(
             hedge: held_read,
         },
         kind,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -501,21 +481,25 @@ mod tests {
     use crate::config::Config;
     use std::path::Path;
 
-    const EXAMPLE: &str = include_str!("../../../docs/gateway.example.yaml");
+    const EXAMPLE: &str = include_str!("../../../../docs/gateway.example.yaml");
 
     fn cfg() -> Config {
         Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap()
     }
 
-    fn input<'a>(method: &'a Method, headers: &'a HeaderMap, query: &str, sql: Option<&'a str>) -> PlanInput<'a> {
-        PlanInput {
-            method,
+    /// The request as the HTTP front makes it of `method`, `headers` and URL parameters `query`.
+    fn input<'a>(method: &'a Method, headers: &'a HeaderMap, query: &str, sql: Option<&'a str>) -> QueryRequest<'a> {
+        let header = |n: &str| headers.get(n).and_then(|v| v.to_str().ok());
+        QueryRequest {
             path: "/",
-            headers,
             params: crate::request::parse_params(Some(query)),
             sql,
             body: BodyShape::Held,
+            multipart: crate::http::read::is_multipart(headers),
             form_read: false,
+            statement_in_url: method == Method::GET,
+            shard_key: header(crate::request::SHARD_KEY_HEADER),
+            database: header("x-clickhouse-database"),
             max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
         }
     }
@@ -546,7 +530,7 @@ mod tests {
         let nested = |n: usize| format!("SELECT {}1{}", "(".repeat(n), ")".repeat(n));
         assert!(at(5, &nested(5)).is_ok());
         let r = at(5, &nested(6)).unwrap_err();
-        assert_eq!(r.status, StatusCode::BAD_REQUEST);
+        assert_eq!(r.status(), http::StatusCode::BAD_REQUEST);
         assert!(
             r.message.starts_with("Code: 167, e.displayText() = DB::Exception: Query is too deep: 6 levels"),
             "{}",
@@ -624,7 +608,7 @@ mod tests {
     fn read_only_users() {
         let ro = user(|u| u.readonly = true);
         let e = run(&ro, "", "INSERT INTO t VALUES (1)").unwrap_err();
-        assert_eq!(e.status, StatusCode::FORBIDDEN);
+        assert_eq!(e.status(), http::StatusCode::FORBIDDEN);
         assert!(e.message.contains("read-only"), "{e}");
         // readonly=1 comes last, after the gateway's own settings; the client's readonly is dropped.
         let p = run(&ro, "readonly=0&max_threads=2", "SELECT 1").unwrap();
@@ -666,28 +650,11 @@ mod tests {
         let mut i = input(&Method::POST, &h, "", Some("SELECT 1 -- and a megabyte"));
         i.body = BodyShape::Streamed;
         let e = plan(i, &user(|_| {}), &c.clusters["storm"], None, || "q".into()).unwrap_err();
-        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(e.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
         let mut i = input(&Method::POST, &h, "", Some("INSERT INTO t FORMAT TSV\n1\n2\n"));
         i.body = BodyShape::Streamed;
         let p = plan(i, &user(|_| {}), &c.clusters["storm"], None, || "q".into()).unwrap();
         assert_eq!(p.latitude, Latitude { retry: false, resend_unsent: false, hedge: false });
-    }
-
-    #[test]
-    fn hop_headers_and_credentials_are_not_forwarded() {
-        let c = cfg();
-        let mut h = HeaderMap::new();
-        h.insert("authorization", "Basic eDp5".parse().unwrap());
-        h.insert("x-clickhouse-key", "secret".parse().unwrap());
-        h.insert("connection", "keep-alive".parse().unwrap());
-        h.insert("x-clickhouse-format", "JSON".parse().unwrap());
-        h.insert("content-encoding", "gzip".parse().unwrap());
-        let p = plan(input(&Method::POST, &h, "", Some("SELECT 1")), &user(|_| {}), &c.clusters["storm"], None, || {
-            "q".into()
-        })
-        .unwrap();
-        let names: Vec<&str> = p.headers.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, vec!["x-clickhouse-format"], "a held body goes decompressed");
     }
 
     #[test]
@@ -725,32 +692,6 @@ mod tests {
             assert!(e.message.contains("table function"), "{q}: {e}");
         }
         assert!(run(&ro, "", "SELECT count() FROM system.numbers LIMIT 1").is_ok());
-    }
-
-    #[test]
-    fn a_read_only_users_get_goes_as_a_post() {
-        let c = cfg();
-        let h = HeaderMap::new();
-        let ro = user(|u| u.readonly = true);
-        let p = plan(
-            input(&Method::GET, &h, "query=SELECT%201", Some("SELECT 1")),
-            &ro,
-            &c.clusters["storm"],
-            None,
-            || "q".into(),
-        )
-        .unwrap();
-        assert_eq!(p.method, Method::POST);
-        assert!(p.path_and_query(None).ends_with("&readonly=1"));
-        let p = plan(
-            input(&Method::GET, &h, "query=SELECT%201", Some("SELECT 1")),
-            &user(|_| {}),
-            &c.clusters["storm"],
-            None,
-            || "q".into(),
-        )
-        .unwrap();
-        assert_eq!(p.method, Method::GET);
     }
 
     #[test]
@@ -798,7 +739,7 @@ mod tests {
     fn kill_is_refused_for_every_user() {
         for q in ["KILL QUERY WHERE user = 'default'", " /* c */ kill query where query_id = 'x' SYNC"] {
             let e = run(&user(|_| {}), "", q).unwrap_err();
-            assert_eq!(e.status, StatusCode::FORBIDDEN);
+            assert_eq!(e.status(), http::StatusCode::FORBIDDEN);
             assert!(e.message.contains("KILL is refused"), "{e}");
         }
     }

@@ -1,5 +1,5 @@
 //! One client connection: HTTP/1 with the client timeouts, and the requests on it sent where
-//! ClickHouse would send them ([`crate::endpoints`]).
+//! ClickHouse would send them ([`super::endpoints`]); a query goes to [`super::service`].
 //!
 //! * `limits.client_header_timeout`: hyper's header read timeout (its timer is tokio's). It runs
 //!   from the moment the connection waits for a request head, so it also closes kept-alive
@@ -19,7 +19,7 @@
 //! for a POST without a length ([`as_clickhouse_sends_it`], [`length_required`]). Requests that
 //! HTTP/1.1 forbids and 18.16 takes (a NUL in a header value, a folded line, two lengths) get
 //! hyper's bare 400. A client's FIN after a whole request (hyper's `half_close(true)`) ends a read
-//! and lets any other statement run to its end and be answered ([`crate::client_fin`]). See
+//! and lets any other statement run to its end and be answered ([`super::client_fin`]). See
 //! `docs/GATEWAY.md`, "HTTP details".
 //!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
@@ -27,13 +27,14 @@
 //! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header` from `idle` the connection counts
 //! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
 
-use crate::client_body::{ClientBody, IdleBody};
-use crate::client_fin::ClientFin;
-use crate::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
-use crate::layers::{with_www_authenticate, AuthenticatedAs, ClientAddr};
+use super::client_body::{ClientBody, IdleBody};
+use super::client_fin::ClientFin;
+use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
+use super::respond::{reply, BackendSpelling};
+use super::service::{with_www_authenticate, AuthenticatedAs};
 use crate::log::log;
-use crate::metrics::{Metrics, PhaseLabel, RequestLabels};
-use crate::proxy::reply;
+use crate::metrics::{Metrics, PhaseLabel};
+use crate::query::exit::{Exit, REJECTED};
 use crate::state::State;
 use crate::upstream::{full, GBody};
 use arc_swap::ArcSwap;
@@ -47,7 +48,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tower::Service;
 
 /// What a listener serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,7 @@ impl Listener {
                     r = first_bytes => match r {
                         Ok(Ok(n)) if n > 0 => {
                             // Watched once it has sent something: an idle socket costs one descriptor.
-                            let fin = crate::client_fin::watch(&tcp);
+                            let fin = super::client_fin::watch(&tcp);
                             Box::pin(self.serve(tcp, peer, header_timeout, fin)).await
                         }
                         Ok(_) => {} // closed before sending anything, or an error
@@ -102,7 +102,7 @@ impl Listener {
             }
             Some(a) => match Box::pin(tokio::time::timeout(header_timeout, a.accept(tcp))).await {
                 Ok(Ok(stream)) => {
-                    let fin = crate::client_fin::watch(stream.get_ref().0);
+                    let fin = super::client_fin::watch(stream.get_ref().0);
                     Box::pin(self.serve(stream, peer, header_timeout, fin)).await
                 }
                 Ok(Err(_)) => {}
@@ -143,7 +143,7 @@ impl Listener {
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
                     parts,
-                    crate::body::Guarded::wrap(body, AnswerSent(marks)),
+                    super::body::Guarded::wrap(body, AnswerSent(marks)),
                 ))
             }
         });
@@ -153,7 +153,7 @@ impl Listener {
             .header_read_timeout(header_timeout)
             .title_case_headers(true)
             .preserve_header_case(true)
-            // A FIN after a whole request is watched by `crate::client_fin`, not taken for a
+            // A FIN after a whole request is watched by `super::client_fin`, not taken for a
             // client that left.
             .half_close(true);
         let write_timeout = self.state.load().config.limits.client_write_timeout.0;
@@ -287,27 +287,21 @@ impl Listener {
         r
     }
 
-    /// A query through the layer stack, given up (408) when its body stalls.
+    /// A query through [`super::service`], given up (408) when its body stalls.
     async fn query(&self, req: Request<Incoming>, peer: SocketAddr, state: Arc<State>) -> Response<GBody> {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = req.into_parts();
         let (body, watch) = IdleBody::new(body, idle);
         let body = body.with_min_rate(state.config.limits.client_body_min_rate);
-        let mut req: Request<ClientBody> = Request::from_parts(parts, body);
+        let req: Request<ClientBody> = Request::from_parts(parts, body);
         let who = AuthenticatedAs::default();
-        req.extensions_mut().insert(state.clone());
-        req.extensions_mut().insert(ClientAddr(peer));
-        req.extensions_mut().insert(who.clone());
+        let started = std::time::Instant::now();
         let resp = tokio::select! {
             biased;
             why = watch.expired() => {
                 self.timed_out("body");
                 let user = who.label();
-                state
-                    .metrics
-                    .requests
-                    .get_or_create(&RequestLabels { user: user.clone(), status: 408, route: "rejected" })
-                    .inc();
+                Exit { metrics: &state.metrics, user: &user, started }.record(408, REJECTED);
                 log(
                     "warn",
                     "client stopped sending the request body, or sent it too slowly; request abandoned",
@@ -318,10 +312,7 @@ impl Listener {
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
-            r = state.stack.clone().call(req) => match r {
-                Ok(r) => r,
-                Err(never) => match never {},
-            },
+            r = super::service::serve(state.clone(), req, peer, &who) => r,
         };
         drop(watch);
         resp
@@ -389,21 +380,6 @@ async fn as_clickhouse_sends_it(
 /// Marks an answer that 18.16 sends without a `Keep-Alive` header (its 411).
 #[derive(Clone, Copy)]
 struct NoKeepAliveHeader;
-
-/// Marks an answer whose header names are best left as its replica spelled them: it sent an
-/// `X-ClickHouse-Query-Id` (the gateway's own replaces its value, not its name) or repeats an
-/// `X-ClickHouse-...` header (`X-ClickHouse-Progress`), which [`spelling`] names only once.
-#[derive(Clone, Copy)]
-struct BackendSpelling;
-
-/// Notes, on a replica's answer, whether its own header spelling is kept ([`BackendSpelling`]).
-pub(crate) fn note_backend_spelling(parts: &mut http::response::Parts) {
-    let h = &parts.headers;
-    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
-    if h.contains_key("x-clickhouse-query-id") || repeated {
-        parts.extensions.insert(BackendSpelling);
-    }
-}
 
 /// ClickHouse's spelling of its own headers, as hyper's (private) header case map in a
 /// response's extensions: made once, by hyper's client parsing a canned answer that names them.

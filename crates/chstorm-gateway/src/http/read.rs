@@ -19,18 +19,17 @@
 //! fields the statement, and it is forwarded rebuilt, so that the plan's rules see and decide
 //! every setting.
 
-use crate::plan::{BodyShape, Refusal};
+use crate::query::refusal::{Kind, Refusal};
+use crate::query::request::BodyShape;
 use crate::request::{join_query, parse_params};
 use crate::upstream::GBody;
 use bytes::{Bytes, BytesMut};
 use chstorm_proto::mem::{Charge, Mem, MemError};
 use http::request::Parts;
-use http::StatusCode;
 use http_body_util::BodyExt;
 use std::io::Read;
 
-/// Largest body held whole (1 MiB), after decompression. Bigger bodies stream.
-pub const MAX_HELD_BODY: usize = 1 << 20;
+pub use crate::query::request::MAX_HELD_BODY;
 
 /// The client's body, as read.
 pub enum ClientBody {
@@ -42,10 +41,19 @@ pub enum ClientBody {
     Opaque(GBody),
 }
 
+/// True for a `multipart/form-data` body: 18.16 reads its plain fields as URL parameters
+/// (applied after the URL's) and the `query` fields as the statement.
+pub fn is_multipart(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
+}
+
 /// A request read far enough to be planned.
 pub struct ClientRequest {
     pub params: Vec<(String, String)>,
-    /// The statement (see [`crate::plan::PlanInput::sql`]).
+    /// The statement (see [`crate::query::request::QueryRequest::sql`]).
     pub sql: Option<String>,
     pub shape: BodyShape,
     pub body: ClientBody,
@@ -168,11 +176,11 @@ async fn read_head(body: &mut GBody, limit: usize, charge: &mut Charge) -> Resul
 }
 
 fn too_big(e: MemError) -> Refusal {
-    Refusal::new(StatusCode::PAYLOAD_TOO_LARGE, format!("cannot hold the request body: {e}"))
+    Refusal::new(Kind::TooLarge, format!("cannot hold the request body: {e}"))
 }
 
 fn unreadable(e: impl std::fmt::Display) -> Refusal {
-    Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the request body: {e}"))
+    Refusal::new(Kind::BadRequest, format!("cannot read the request body: {e}"))
 }
 
 /// [`read_within`] with no memory limit.
@@ -187,7 +195,7 @@ pub async fn read(parts: &Parts, body: GBody, forms: bool) -> Result<ClientReque
 pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem) -> Result<ClientRequest, Refusal> {
     let mut charge = mem.charge();
     let params = parse_params(parts.uri.query());
-    if forms && crate::plan::is_multipart(&parts.headers) {
+    if forms && is_multipart(&parts.headers) {
         return read_form(parts, body, params, charge).await;
     }
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
@@ -229,7 +237,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
                 sql: url_query,
                 params,
                 shape: BodyShape::Opaque,
-                body: ClientBody::Opaque(crate::body::Prefixed::wrap(head, body)),
+                body: ClientBody::Opaque(super::body::Prefixed::wrap(head, body)),
                 form_read: false,
                 charge,
             });
@@ -260,7 +268,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
 }
 
 fn form_refusal(why: impl std::fmt::Display) -> Refusal {
-    Refusal::new(StatusCode::BAD_REQUEST, format!("cannot read the multipart/form-data body: {why}"))
+    Refusal::new(Kind::BadRequest, format!("cannot read the multipart/form-data body: {why}"))
 }
 
 /// One part of a multipart body as it is forwarded.
@@ -299,7 +307,7 @@ async fn read_form(
     let (raw, ended) = read_head(&mut body, MAX_HELD_BODY, &mut charge).await?;
     if !ended {
         return Err(Refusal::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::TooLarge,
             format!("a multipart/form-data body over {} MiB cannot be checked", MAX_HELD_BODY >> 20),
         ));
     }
@@ -430,7 +438,7 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert_eq!(e.status, StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(e.status(), http::StatusCode::PAYLOAD_TOO_LARGE);
         assert!(e.message.contains("limits.max_buffered_mib"), "{}", e.message);
         // A small one always does.
         let small = g(Full::new(Bytes::from_static(b" + 1")));

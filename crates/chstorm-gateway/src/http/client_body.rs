@@ -16,7 +16,7 @@
 //! When the clock reaches either limit, the body
 //!
 //! 1. marks itself expired and wakes the [`IdleWatch`] the server holds for this request; the
-//!    server then drops the whole request future (the layers' admission permits, the proxy's
+//!    server then drops the whole request future (the service's admission permits, its
 //!    backend request, whose KILL guard cancels the query on the replica) and answers 408;
 //! 2. stays pending while that watch lives (so no layer below sees a body error first and takes
 //!    it for a backend failure), and fails with [`ClientBodyError::Idle`] once the watch is gone
@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-/// The request body type the layers and the proxy see.
+/// The request body type the query service (`super::service`) sees from a connection.
 pub type ClientBody = IdleBody<hyper::body::Incoming>;
 
 /// Why a client's request body failed.

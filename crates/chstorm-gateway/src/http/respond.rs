@@ -1,16 +1,16 @@
-//! `respond`: the one exit of the request path. Every outcome — a refusal by the layers or the
-//! plan, a failure of the attempts, an answer passed on — becomes a response here, and is counted
-//! (`chstorm_gateway_requests_total`, `chstorm_gateway_request_duration_seconds`) and logged
-//! (failures, retries and hedges) here, so no exit skips the metrics.
+//! `respond`: writing the HTTP answer. A one-line answer of the gateway ([`reply`]), and the
+//! attempts' outcome for a planned request ([`Answer::outcome`]): a failure as one line, or the
+//! winner's head with the gateway's headers and its body streaming with the guards riding on it.
+//! Every outcome is recorded through the query's [`Exit`] (`crate::query::exit`), and failures,
+//! retries and hedges are logged here.
 
+use super::body::{Guarded, Streamed};
 use crate::attempt::Outcome;
-use crate::body::{Guarded, Streamed};
 use crate::log::log;
-use crate::metrics::{Metrics, RequestLabels, RouteLabel};
-use crate::plan::Refusal;
+use crate::query::exit::Exit;
 use crate::upstream::{full, GBody};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A one-line answer from the gateway itself.
 pub fn reply(status: StatusCode, msg: impl Into<String>) -> Response<GBody> {
@@ -20,27 +20,14 @@ pub fn reply(status: StatusCode, msg: impl Into<String>) -> Response<GBody> {
     r
 }
 
-/// Who and what a response is recorded under.
-pub struct Exit<'a> {
-    pub metrics: &'a Metrics,
-    /// The user label (a configured name, or `unknown`).
-    pub user: &'a str,
-    pub started: Instant,
+/// The answer to a planned query, recorded under its [`Exit`].
+pub struct Answer<'a, 'e> {
+    pub exit: &'a Exit<'e>,
 }
 
-impl Exit<'_> {
+impl Answer<'_, '_> {
     fn record(&self, status: StatusCode, route: &'static str) {
-        self.metrics
-            .requests
-            .get_or_create(&RequestLabels { user: self.user.to_string(), status: status.as_u16(), route })
-            .inc();
-        self.metrics.duration.get_or_create(&RouteLabel { route }).observe(self.started.elapsed().as_secs_f64());
-    }
-
-    /// A request refused before any backend saw it (route `rejected`).
-    pub fn refused(&self, refusal: Refusal) -> Response<GBody> {
-        self.record(refusal.status, "rejected");
-        reply(refusal.status, refusal.message)
+        self.exit.record(status.as_u16(), route);
     }
 
     /// The attempts' outcome for a planned request.
@@ -57,9 +44,9 @@ impl Exit<'_> {
                 log(
                     "warn",
                     "query",
-                    serde_json::json!({"query_id": query_id, "user": self.user, "status": status.as_u16(), "route": route,
+                    serde_json::json!({"query_id": query_id, "user": self.exit.user, "status": status.as_u16(), "route": route,
                         "replica": replica.as_ref().map(|r| r.label()), "retries": retries,
-                        "ms": self.started.elapsed().as_millis() as u64, "error": message}),
+                        "ms": self.exit.started.elapsed().as_millis() as u64, "error": message}),
                 );
                 let mut r = reply(status, message);
                 set_ids(r.headers_mut(), query_id, route, None, None);
@@ -67,7 +54,7 @@ impl Exit<'_> {
             }
             Outcome::Answer { head: resp, won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
-                crate::conn::note_backend_spelling(&mut parts);
+                note_backend_spelling(&mut parts);
                 strip_hop(&mut parts.headers);
                 let threads = won.grant.as_ref().map(|g| g.threads());
                 set_ids(&mut parts.headers, query_id, route, Some(won.replica.label()), threads);
@@ -76,9 +63,9 @@ impl Exit<'_> {
                     log(
                         if parts.status.is_success() { "info" } else { "warn" },
                         "query",
-                        serde_json::json!({"query_id": query_id, "user": self.user, "status": parts.status.as_u16(),
+                        serde_json::json!({"query_id": query_id, "user": self.exit.user, "status": parts.status.as_u16(),
                             "route": route, "replica": won.replica.label(), "retries": retries, "hedged": hedged,
-                            "ms": self.started.elapsed().as_millis() as u64}),
+                            "ms": self.exit.started.elapsed().as_millis() as u64}),
                     );
                 }
                 // The answer streams; the replica's in-flight count, its thread grant and the
@@ -106,5 +93,21 @@ fn set_ids(h: &mut HeaderMap, query_id: &str, route: &'static str, replica: Opti
 fn strip_hop(h: &mut HeaderMap) {
     for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
         h.remove(*name);
+    }
+}
+
+/// Marks an answer whose header names are best left as its replica spelled them: it sent an
+/// `X-ClickHouse-Query-Id` (the gateway's own replaces its value, not its name) or repeats an
+/// `X-ClickHouse-...` header (`X-ClickHouse-Progress`), which the connection's canned spelling
+/// (`super::conn`) names only once.
+#[derive(Clone, Copy)]
+pub(crate) struct BackendSpelling;
+
+/// Notes, on a replica's answer, whether its own header spelling is kept ([`BackendSpelling`]).
+pub(crate) fn note_backend_spelling(parts: &mut http::response::Parts) {
+    let h = &parts.headers;
+    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
+    if h.contains_key("x-clickhouse-query-id") || repeated {
+        parts.extensions.insert(BackendSpelling);
     }
 }

@@ -1,0 +1,248 @@
+//! The HTTP front's query service: one request that is a query, from admission to the answer.
+//! The order:
+//!
+//! 1. Global admission ([`crate::query::admission::admit_global`]): the gateway-wide concurrency
+//!    limit with its FIFO queue and maximum wait. Over it: 503 at once. First, so an overloaded
+//!    gateway spends nothing else.
+//! 2. Authentication ([`crate::query::auth::authenticate`]) of the credentials found by
+//!    [`credentials`] (basic auth, `X-ClickHouse-User`/`-Key`, or the `user` and `password`
+//!    parameters), then the user's networks. 401 (with `WWW-Authenticate`, as ClickHouse sends
+//!    it) / 403. A user name that no configured user could have (empty, over
+//!    [`crate::config::MAX_USER_NAME`] bytes, control characters) gets a 401 that says so.
+//! 3. User admission ([`crate::query::admission::admit_user`]): the user's requests per second
+//!    (429), then the user's concurrency limit and queue (429).
+//! 4. [`query`]: the body read ([`super::read`]), the [`QueryRequest`] made of it and planned
+//!    ([`crate::query::plan`]), the attempts run ([`crate::attempt`]) and the answer written
+//!    ([`super::respond`]), with the query's end recorded once ([`crate::query::exit`]).
+//!
+//! Every permit taken on the way travels with the response body and is released when the body
+//! ends or is dropped (RAII), so a slot is held exactly as long as the client is being served.
+//! The request body is any body (the connection's is a `super::client_body::ClientBody`, a
+//! test's is in memory): the connection drops this future when the client stops
+//! sending it (`limits.client_body_idle_timeout`), which frees the permits held meanwhile.
+//!
+//! The gateway's [`State`] is passed in by the connection ([`super::conn`]); nothing is fetched
+//! from the request's extensions. Metrics label a request with its user only once the user is
+//! authenticated; before that, and for unknown users, the label is [`UNKNOWN_USER`].
+
+use super::body::Guarded;
+use super::client_fin::ClientFin;
+use super::read::ClientBody;
+use super::respond::{reply, Answer};
+use crate::attempt::SendBody;
+use crate::config::User;
+use crate::metrics::UNKNOWN_USER;
+use crate::query::admission::{admit_global, admit_user};
+use crate::query::auth::authenticate;
+use crate::query::exit::Exit;
+use crate::query::plan::Plan;
+use crate::query::refusal::{Kind, Refusal};
+use crate::query::request::{new_query_id, BodyShape, QueryRequest};
+use crate::request::{HOP_BY_HOP, SHARD_KEY_HEADER};
+use crate::state::State;
+use crate::upstream::{BoxError, GBody};
+use bytes::Bytes;
+use chstorm_proto::rules::StatementKind;
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// Filled with the authenticated user's name, for the connection, which counts a request it
+/// gives up on (a stalled body) under that user.
+#[derive(Clone, Debug, Default)]
+pub struct AuthenticatedAs(pub Arc<std::sync::OnceLock<String>>);
+
+impl AuthenticatedAs {
+    /// The metrics label: the authenticated user, or [`UNKNOWN_USER`].
+    pub fn label(&self) -> String {
+        self.0.get().cloned().unwrap_or_else(|| UNKNOWN_USER.to_string())
+    }
+}
+
+/// The realm ClickHouse names in its 401 answers (18.16 and current releases).
+pub const WWW_AUTHENTICATE: &str = "Basic realm=\"ClickHouse server HTTP API\"";
+
+/// Headers not passed from the client to a backend besides the hop-by-hop ones: `expect` (the
+/// gateway answered it), `host`, the client's credentials (the gateway authenticates to the
+/// backends itself), the gateway's own, and the length (the forwarded body sets its own).
+const NOT_FORWARDED: &[&str] =
+    &["expect", "host", "authorization", "x-clickhouse-user", "x-clickhouse-key", SHARD_KEY_HEADER, "content-length"];
+
+/// Adds `WWW-Authenticate` to a 401 that lacks it; other answers pass unchanged.
+pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
+    if resp.status() == StatusCode::UNAUTHORIZED && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static(WWW_AUTHENTICATE));
+    }
+    resp
+}
+
+/// The one-line answer to `refusal`, recorded by `exit`; a 401 carries `WWW-Authenticate`.
+pub fn refused(exit: &Exit<'_>, refusal: &Refusal) -> Response<GBody> {
+    exit.refused(refusal);
+    with_www_authenticate(reply(refusal.status(), refusal.message.clone()))
+}
+
+/// The response with `guard` riding on its body (released when the body ends or is dropped).
+fn guarded(resp: Response<GBody>, guard: impl std::any::Any + Send) -> Response<GBody> {
+    let (parts, body) = resp.into_parts();
+    Response::from_parts(parts, Guarded::wrap(body, guard))
+}
+
+/// Serves one query request of the client at `peer`, in the order documented above; `who` is
+/// told the user once authenticated.
+pub async fn serve<B>(state: Arc<State>, req: Request<B>, peer: SocketAddr, who: &AuthenticatedAs) -> Response<GBody>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let global = match admit_global(&state.global, &state.metrics).await {
+        Ok(p) => p,
+        Err(r) => return refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r),
+    };
+    let (name, password) = credentials(&req);
+    let user = match authenticate(&state.users, &name, &password, Some(peer.ip())) {
+        Ok(u) => u,
+        Err(d) => return guarded(refused(&Exit::new(&state.metrics, &d.label), &d.refusal), global),
+    };
+    let _ = who.0.set(name);
+    let permit = match admit_user(&user).await {
+        Ok(p) => p,
+        Err(r) => return guarded(refused(&Exit::new(&state.metrics, &user.cfg.name), &r), global),
+    };
+    guarded(query(state, user.cfg.clone(), req).await, (global, permit))
+}
+
+/// Who the request says it is: (user, password).
+pub fn credentials<B>(req: &Request<B>) -> (String, String) {
+    let h = req.headers();
+    if let Some(basic) = h
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
+    {
+        use base64::Engine as _;
+        if let Ok(dec) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) {
+            let s = String::from_utf8_lossy(&dec).into_owned();
+            let (u, p) = s.split_once(':').unwrap_or((&s, ""));
+            return (u.to_string(), p.to_string());
+        }
+    }
+    let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let params = crate::request::parse_params(req.uri().query());
+    let param = |n: &str| params.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let user = header("x-clickhouse-user").or_else(|| param("user")).unwrap_or_else(|| "default".into());
+    let password = header("x-clickhouse-key").or_else(|| param("password")).unwrap_or_default();
+    (user, password)
+}
+
+/// One authenticated, admitted query of user `u`: read, planned, sent and answered.
+pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Request<B>) -> Response<GBody>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: std::error::Error + Send + Sync + 'static,
+{
+    let exit = Exit::new(&state.metrics, &u.name);
+    let Some(cluster) = state.clusters.get(&u.cluster) else {
+        let why = format!("user '{}' names cluster '{}', which is gone", u.name, u.cluster);
+        return refused(&exit, &Refusal::new(Kind::Internal, why));
+    };
+    let (parts, body) = req.into_parts();
+    let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
+    let read =
+        match super::read::read_within(&parts, body, crate::query::plan::restricted(&u), &state.client_mem()).await {
+            Ok(r) => r,
+            Err(refusal) => return refused(&exit, &refusal),
+        };
+    // The held body's room on the memory budget, until the attempts are done with it.
+    let _held = read.charge;
+    let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
+    let request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
+    let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
+        Ok(p) => p,
+        Err(refusal) => return refused(&exit, &refusal),
+    };
+    for_http(&mut plan, &parts, u.readonly, read.shape);
+    let body = match read.body {
+        ClientBody::Held(b) => SendBody::Held(b),
+        ClientBody::Streamed { head, rest } => SendBody::Once(Some(super::body::Prefixed::wrap(head, rest))),
+        ClientBody::Opaque(b) => SendBody::Once(Some(b)),
+    };
+    let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
+    let hold_for = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
+    // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
+    let fin = parts.extensions.get::<ClientFin>().filter(|_| plan.kind == StatementKind::Read);
+    let outcome = match fin {
+        Some(fin) => tokio::select! {
+            o = crate::attempt::run(&plan, body, &ctx) => o,
+            _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)),
+        },
+        None => crate::attempt::run(&plan, body, &ctx).await,
+    };
+    let mut resp =
+        Answer { exit: &exit }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
+    if let Some(fin) = fin {
+        resp = resp.map(|b| fin.cut(b));
+    }
+    if parts.method == Method::HEAD {
+        return resp;
+    }
+    super::body::hold_small(resp, super::body::HOLD_AT, hold_for).await
+}
+
+/// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
+/// QUERY_WAS_CANCELLED).
+const FIN_DURING_READ: &str = "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
+side of the connection during a read (a read is abandoned at the client's FIN; other statements run to their end)";
+
+/// The [`QueryRequest`] of an HTTP request: its path, the parameters and statement read by
+/// [`super::read`], and what its method and headers say.
+fn query_request<'a>(
+    parts: &'a Parts,
+    params: Vec<(String, String)>,
+    sql: Option<&'a str>,
+    body: BodyShape,
+    form_read: bool,
+    state: &State,
+) -> QueryRequest<'a> {
+    let header = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok());
+    QueryRequest {
+        path: parts.uri.path(),
+        params,
+        sql,
+        body,
+        multipart: super::read::is_multipart(&parts.headers),
+        form_read,
+        statement_in_url: parts.method == Method::GET,
+        shard_key: header(SHARD_KEY_HEADER),
+        database: header("x-clickhouse-database"),
+        max_depth: state.config.limits.max_query_depth,
+    }
+}
+
+/// The HTTP parts of the backend request: the client's method, except that a read-only user's
+/// GET goes as a POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`), and
+/// the client's headers that go on (a held or rewritten body goes decompressed).
+fn for_http(plan: &mut Plan, parts: &Parts, readonly: bool, body: BodyShape) {
+    plan.method = if readonly && parts.method == Method::GET { Method::POST } else { parts.method.clone() };
+    plan.headers = forwarded(&parts.headers, plan.replace_body.is_some() || body == BodyShape::Held);
+}
+
+/// The client's `headers` a backend gets; without `content-encoding` when `decoded`.
+fn forwarded(headers: &HeaderMap, decoded: bool) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (k, v) in headers {
+        if !NOT_FORWARDED.contains(&k.as_str()) && !HOP_BY_HOP.contains(&k.as_str()) {
+            out.append(k.clone(), v.clone());
+        }
+    }
+    if decoded {
+        out.remove("content-encoding");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,140 @@
+//! The HTTP front's query service driven with in-memory requests (no socket) over a fake
+//! backend: every phase (admission, authentication, reading, plan, attempts, answer, the one
+//! exit's count) without a cluster.
+
+use super::*;
+use crate::config::Config;
+use crate::metrics::{Metrics, RequestLabels};
+use crate::upstream::{full, Backend, BackendError, BoxFuture, Probe, Upstream};
+use http_body_util::Full;
+use std::sync::Mutex;
+use std::time::Duration;
+
+const EXAMPLE: &str = include_str!("../../../../../docs/gateway.example.yaml");
+
+/// (replica, method, path and query, body) of a request a backend got.
+type Sent = (String, String, String, Bytes);
+
+/// A backend that answers every query `200` with `answer`, and records what it was sent.
+#[derive(Default)]
+struct Fake {
+    answer: &'static str,
+    /// Each request it got.
+    sent: Arc<Mutex<Vec<Sent>>>,
+}
+
+impl Backend for Fake {
+    fn send(
+        &self,
+        replica: &crate::config::ReplicaAddr,
+        req: Request<GBody>,
+    ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
+        let (parts, body) = req.into_parts();
+        let (replica, answer, sent) = (replica.base.clone(), self.answer, self.sent.clone());
+        Box::pin(async move {
+            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            sent.lock().unwrap().push((replica, parts.method.to_string(), parts.uri.to_string(), body));
+            Ok(Response::new(full(answer)))
+        })
+    }
+    fn kill(&self, _: &crate::config::ReplicaAddr, _: &str, _: &str) -> BoxFuture<bool> {
+        Box::pin(async { true })
+    }
+    fn reset_pool(&self, _: &crate::config::ReplicaAddr) {}
+    fn alive(&self, _: &crate::config::ReplicaAddr, _: Duration) -> BoxFuture<Probe> {
+        Box::pin(async { Probe::Alive })
+    }
+}
+
+/// The example config with a read-only user `ro`, and the state over `fake`.
+fn state(fake: Arc<Fake>) -> Arc<State> {
+    let mut cfg = Config::parse(EXAMPLE, std::path::Path::new("g.yaml")).unwrap();
+    let mut ro = cfg.users["default"].clone();
+    ro.name = "ro".into();
+    ro.readonly = true;
+    cfg.users.insert("ro".into(), ro);
+    let upstream = Arc::new(Upstream::new(&cfg.pool, Duration::from_secs(1), &[], 1).unwrap());
+    Arc::new(State::new(cfg, Arc::new(Metrics::default()), upstream, fake))
+}
+
+fn request(method: Method, uri: &str, body: &'static str) -> Request<Full<Bytes>> {
+    Request::builder().method(method).uri(uri).body(Full::new(Bytes::from_static(body.as_bytes()))).unwrap()
+}
+
+async fn send(state: &Arc<State>, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, String) {
+    let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let resp = serve(state.clone(), req, peer, &AuthenticatedAs::default()).await;
+    let (parts, body) = resp.into_parts();
+    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn count(state: &State, user: &str, status: u16, route: &'static str) -> u64 {
+    state.metrics.requests.get_or_create(&RequestLabels { user: user.into(), status, route }).get()
+}
+
+#[tokio::test]
+async fn a_read_only_users_insert_is_refused_with_403_and_counted_once() {
+    let fake = Arc::new(Fake { answer: "", ..Fake::default() });
+    let state = state(fake.clone());
+    for (method, uri, body) in [
+        (Method::POST, "/?user=ro", "INSERT INTO t VALUES (1)"),
+        (Method::POST, "/?user=ro&query=INSERT%20INTO%20t%20FORMAT%20TSV", "1\n"),
+        (Method::GET, "/?user=ro&query=CREATE%20TABLE%20t%20(a%20UInt8)%20ENGINE%20%3D%20Memory", ""),
+        (Method::POST, "/?user=ro", "  /* a comment */ DROP TABLE t"),
+    ] {
+        let before = count(&state, "ro", 403, "rejected");
+        let (status, _, text) = send(&state, request(method, uri, body)).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{uri} {body}: {text}");
+        assert!(text.starts_with("chstorm gateway: user 'ro' is read-only: only SELECT"), "{text}");
+        assert!(text.ends_with('\n') && text.lines().count() == 1, "one line: {text:?}");
+        assert_eq!(count(&state, "ro", 403, "rejected"), before + 1, "{uri}: counted once");
+    }
+    assert!(fake.sent.lock().unwrap().is_empty(), "no backend saw a refused query");
+}
+
+#[tokio::test]
+async fn an_admitted_select_reaches_the_backend_and_its_answer_is_relayed() {
+    let fake = Arc::new(Fake { answer: "1\n", ..Fake::default() });
+    let state = state(fake.clone());
+    let (status, headers, text) = send(&state, request(Method::POST, "/?query_id=mine", "SELECT 1")).await;
+    assert_eq!((status, text.as_str()), (StatusCode::OK, "1\n"));
+    assert_eq!(headers["x-clickhouse-query-id"], "mine", "the client sees its own query_id");
+    assert_eq!(headers["x-chstorm-route"], "fanout");
+    let sent = fake.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    let (_, method, uri, body) = &sent[0];
+    assert!(headers.contains_key("x-chstorm-replica"), "{headers:?}");
+    assert_eq!((method.as_str(), &body[..]), ("POST", &b"SELECT 1"[..]));
+    assert!(uri.contains("query_id=default%3Amine"), "the backend runs it in the user's namespace: {uri}");
+    assert_eq!(count(&state, "default", 200, "fanout"), 1);
+    // A read-only user's GET goes as a POST, with readonly=1 last.
+    let (status, _, _) = send(&state, request(Method::GET, "/?user=ro&query=SELECT%201", "")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, method, uri, _) = fake.sent.lock().unwrap()[1].clone();
+    assert_eq!(method, "POST");
+    assert!(uri.ends_with("&readonly=1"), "{uri}");
+}
+
+#[tokio::test]
+async fn an_unknown_user_gets_401_with_the_realm_and_is_counted_as_unknown() {
+    let state = state(Arc::new(Fake::default()));
+    let (status, headers, text) = send(&state, request(Method::POST, "/?user=nobody", "SELECT 1")).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(headers["www-authenticate"], WWW_AUTHENTICATE);
+    assert_eq!(text, "chstorm gateway: unknown user or wrong password\n");
+    assert_eq!(count(&state, UNKNOWN_USER, 401, "rejected"), 1);
+}
+
+#[test]
+fn hop_headers_and_credentials_are_not_forwarded() {
+    let mut h = HeaderMap::new();
+    h.insert("authorization", "Basic eDp5".parse().unwrap());
+    h.insert("x-clickhouse-key", "secret".parse().unwrap());
+    h.insert("connection", "keep-alive".parse().unwrap());
+    h.insert("x-clickhouse-format", "JSON".parse().unwrap());
+    h.insert("content-encoding", "gzip".parse().unwrap());
+    let names = |m: HeaderMap| m.keys().map(|k| k.as_str().to_string()).collect::<Vec<_>>();
+    assert_eq!(names(forwarded(&h, true)), vec!["x-clickhouse-format"], "a held body goes decompressed");
+    assert_eq!(names(forwarded(&h, false)), vec!["x-clickhouse-format", "content-encoding"]);
+}

@@ -1,0 +1,75 @@
+//! `request`: a query as the core sees it, whichever front it came through. The HTTP front
+//! (`crate::http::service`) fills a [`QueryRequest`] from the URL, headers and body; the native
+//! front (`crate::native::query`) from the Query packet, the session's settings and database.
+//! What only HTTP has (a GET, the gateway's headers) becomes plain fields here, so the plan never
+//! sees a method or a header map.
+
+/// A new query_id for a query whose client set none: `chgw-` and 24 random hex digits.
+pub fn new_query_id() -> String {
+    format!("chgw-{:016x}{:08x}", rand::random::<u64>(), rand::random::<u32>())
+}
+
+/// Largest body held whole (1 MiB), after decompression. Bigger bodies stream.
+pub const MAX_HELD_BODY: usize = 1 << 20;
+
+/// The request body as the reader found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyShape {
+    /// Read whole (at most [`MAX_HELD_BODY`]), decompressed when it was
+    /// compressed. A native query's external tables are always held.
+    Held,
+    /// Too big to hold: its head was read to classify the statement, the rest streams through.
+    Streamed,
+    /// Compressed in a way the gateway cannot read (`decompress=1`, ClickHouse's own block
+    /// format; or an unknown `Content-Encoding`): passed through unread.
+    Opaque,
+}
+
+/// What the plan is made from.
+#[derive(Debug, Clone)]
+pub struct QueryRequest<'a> {
+    /// The backend URL's path: the client's for HTTP, `/` for native.
+    pub path: &'a str,
+    /// The parameters, decoded, in order: the URL's (and a read form's fields) for HTTP; the
+    /// session's and the Query packet's settings, `database` and `query_id` for native.
+    pub params: Vec<(String, String)>,
+    /// The statement as ClickHouse will read it: the `query` parameter joined with the body
+    /// (its head when streamed). None when the body is opaque and there is no `query` parameter.
+    pub sql: Option<&'a str>,
+    pub body: BodyShape,
+    /// The body is multipart/form-data (18.16 reads its plain fields as URL parameters and its
+    /// `query` fields as the statement).
+    pub multipart: bool,
+    /// A multipart/form-data body read by the HTTP front (its fields are in `params`, its
+    /// statement in `sql`); a multipart body not read so is refused for users with rules.
+    pub form_read: bool,
+    /// The statement goes in the URL, not the body (an HTTP GET: it stays read-only on the
+    /// server, and its body is not read).
+    pub statement_in_url: bool,
+    /// The shard key the client gave apart from the URL (HTTP's `X-ChStorm-Shard-Key`).
+    pub shard_key: Option<&'a str>,
+    /// The database the client gave apart from the parameters (HTTP's
+    /// `X-ClickHouse-Database`).
+    pub database: Option<&'a str>,
+    /// `limits.max_query_depth`: a statement nesting deeper is refused (Code 167).
+    pub max_depth: usize,
+}
+
+impl<'a> QueryRequest<'a> {
+    /// A request of statement `sql` with `params`, held, to `/`, with nothing else: the native
+    /// front's shape.
+    pub fn held(params: Vec<(String, String)>, sql: &'a str, max_depth: usize) -> QueryRequest<'a> {
+        QueryRequest {
+            path: "/",
+            params,
+            sql: Some(sql),
+            body: BodyShape::Held,
+            multipart: false,
+            form_read: false,
+            statement_in_url: false,
+            shard_key: None,
+            database: None,
+            max_depth,
+        }
+    }
+}
