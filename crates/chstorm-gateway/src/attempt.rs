@@ -35,16 +35,16 @@
 //! answer, `crate::native::query`). HTTP I/O goes through [`Backend`], so all of this runs in
 //! unit tests against a fake backend in paused time.
 
-use crate::balancer::Balancer;
 use crate::body::KillGuard;
-use crate::budget::{ClusterBudget, Grant};
+use crate::cluster::balancer::Balancer;
+use crate::cluster::budget::{ClusterBudget, Grant};
+use crate::cluster::replica::{InFlight, Overdue, Replica};
+use crate::cluster::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use crate::config::Hedging;
 use crate::hedge::{Activity, HeadTimes};
 use crate::metrics::Metrics;
 use crate::plan::{Latitude, Plan, Target};
 use crate::quarantine::{fingerprint, Quarantine};
-use crate::replica::{InFlight, Overdue, Replica};
-use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere, retry_safe_code};
 use http::{Request, Response, StatusCode};

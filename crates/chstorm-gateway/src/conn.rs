@@ -28,13 +28,13 @@
 //! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
 
 use crate::client_body::{ClientBody, IdleBody};
+use crate::cluster::upstream::{full, GBody};
 use crate::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use crate::layers::{with_www_authenticate, AuthenticatedAs, ClientAddr};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel, RequestLabels};
 use crate::proxy::reply;
 use crate::state::State;
-use crate::upstream::{full, GBody};
 use arc_swap::ArcSwap;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;

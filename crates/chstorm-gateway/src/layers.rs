@@ -21,10 +21,10 @@
 
 use crate::body::Guarded;
 use crate::client_body::ClientBody;
+use crate::cluster::upstream::GBody;
 use crate::metrics::{RequestLabels, UNKNOWN_USER};
 use crate::proxy::reply;
 use crate::state::State;
-use crate::upstream::GBody;
 use http::{Request, Response, StatusCode};
 use sha2::Digest;
 use std::convert::Infallible;

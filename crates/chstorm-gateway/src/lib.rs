@@ -15,15 +15,17 @@
 //!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
 //!   and a small answer held whole so that it leaves in one write.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
-//! * [`replica`] (runtime state and the health state machine), [`balancer`] (selection over
-//!   snapshots) and [`health`] (active probes), joined by snapshots and down signals.
+//! * [`cluster`]: [`cluster::replica`] (runtime state and the health state machine),
+//!   [`cluster::balancer`] (selection over snapshots) and [`cluster::health`]
+//!   (active probes), joined by snapshots and down signals; [`cluster::budget`]: the
+//!   per-replica thread budget (`threads:`), RAII grants; [`cluster::upstream`]: kept-alive
+//!   pools per replica (one per worker) behind the `Backend` trait; [`cluster::backend_io`]: its
+//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for
+//!   a whole one.
 //! * [`admission`]: limits with FIFO queues and fast rejection; RAII permits.
-//! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
-//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait; [`backend_io`]: its
-//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
-//!   whole one.
 //! * [`native`]: ClickHouse's native TCP protocol on `listen_native` (and over TLS), through the
 //!   same authentication, admission, [`plan`] and [`attempt`] loop, relaying packets unchanged.
+//! * [`config`]: the YAML configuration, its types and parsing in one module per section.
 //! * [`metrics`], [`log`]: Prometheus metrics and JSON logs. [`notify`]: systemd's readiness,
 //!   reload, stop and watchdog notifications over `NOTIFY_SOCKET`.
 //!
@@ -36,16 +38,13 @@
 
 mod admission;
 mod attempt;
-mod backend_io;
-mod balancer;
 mod body;
-mod budget;
 mod client_body;
+mod cluster;
 mod config;
 mod conn;
 mod drain;
 mod endpoints;
-mod health;
 mod hedge;
 mod layers;
 mod listen;
@@ -57,14 +56,12 @@ mod plan;
 mod proxy;
 mod quarantine;
 mod read;
-mod replica;
 pub mod request;
 mod respond;
 pub mod route;
 mod server;
 mod sql_rules;
 mod state;
-mod upstream;
 mod workers;
 
 pub use config::Config;

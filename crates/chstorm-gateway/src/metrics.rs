@@ -154,7 +154,7 @@ impl Default for Metrics {
         registry.register(
             "chstorm_gateway_backend_connections",
             "HTTP connections to the replicas open now, idle in the pools and busy",
-            crate::backend_io::OPEN.clone(),
+            crate::cluster::backend_io::OPEN.clone(),
         );
         registry.register(
             "chstorm_gateway_retry_budget_exhausted",

@@ -3,12 +3,12 @@
 
 use crate::attempt::SendBody;
 use crate::client_body::ClientBody as ClientBodyIn;
+use crate::cluster::upstream::{BoxError, GBody};
 use crate::config::User;
 use crate::plan::{PlanInput, Refusal};
 use crate::read::ClientBody;
 use crate::respond::Exit;
 use crate::state::State;
-use crate::upstream::{BoxError, GBody};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use std::sync::Arc;

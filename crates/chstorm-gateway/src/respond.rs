@@ -5,10 +5,10 @@
 
 use crate::attempt::Outcome;
 use crate::body::{Guarded, Streamed};
+use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::metrics::{Metrics, RequestLabels, RouteLabel};
 use crate::plan::Refusal;
-use crate::upstream::{full, GBody};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::time::{Duration, Instant};
 

@@ -2,12 +2,12 @@
 //! it in; requests in flight keep the one they started with.
 
 use crate::admission::{Limiter, RateLimit};
-use crate::balancer::Balancer;
+use crate::cluster::balancer::Balancer;
+use crate::cluster::upstream::{Backend, Upstream};
 use crate::config::{Cluster, Config, User};
 use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
 use crate::plan::Target;
-use crate::upstream::{Backend, Upstream};
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,7 +19,7 @@ pub struct ClusterRt {
     /// `Authorization` header value for the backends.
     pub auth: String,
     /// The thread budget, when the cluster has a `threads` section.
-    pub budget: Option<Arc<crate::budget::ClusterBudget>>,
+    pub budget: Option<Arc<crate::cluster::budget::ClusterBudget>>,
     /// Recent answer-head times per route: one per shard, then fan-out and sessions.
     head_times: Vec<HeadTimes>,
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
@@ -119,7 +119,7 @@ impl State {
             let balancer = Arc::new(Balancer::new(c));
             let (round_done, round_wait) = tokio::sync::oneshot::channel();
             first_round.push(round_wait);
-            let task = tokio::spawn(crate::health::run(
+            let task = tokio::spawn(crate::cluster::health::run(
                 balancer.clone(),
                 upstream.clone(),
                 config.health.clone(),
@@ -133,9 +133,9 @@ impl State {
             );
             let budget = match config.threads.get(name) {
                 Some(t) => {
-                    let b = Arc::new(crate::budget::ClusterBudget::new(c, t, Some(&metrics)));
-                    let facts = crate::budget::probe::resolve(&b, &upstream, &auth).await;
-                    health_tasks.extend(crate::budget::probe::spawn(&b, &upstream, &auth, facts));
+                    let b = Arc::new(crate::cluster::budget::ClusterBudget::new(c, t, Some(&metrics)));
+                    let facts = crate::cluster::budget::probe::resolve(&b, &upstream, &auth).await;
+                    health_tasks.extend(crate::cluster::budget::probe::spawn(&b, &upstream, &auth, facts));
                     Some(b)
                 }
                 None => None,

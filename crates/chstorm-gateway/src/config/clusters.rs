@@ -50,7 +50,7 @@ pub(super) struct RawCluster {
     password: String,
     shards: Vec<RawShard>,
     routing: Option<RawRouting>,
-    /// The thread budget (`crate::budget`); absent: no budget.
+    /// The thread budget (`crate::cluster::budget`); absent: no budget.
     threads: Option<RawThreads>,
 }
 

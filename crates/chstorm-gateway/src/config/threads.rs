@@ -1,4 +1,4 @@
-//! `clusters.NAME.threads:`: a cluster's thread budget (`crate::budget`), one per replica.
+//! `clusters.NAME.threads:`: a cluster's thread budget (`crate::cluster::budget`), one per replica.
 
 use super::{ConfigError, Ctx, Dur};
 use serde::de::{self, Deserializer};
@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// `threads.total`: a number of threads, `auto` (from the backend's cores, as the server
-/// reports them; see `crate::budget::probe`), or `adaptive` (found at run time by
-/// `crate::budget::adaptive`, starting at the cores).
+/// reports them; see `crate::cluster::budget::probe`), or `adaptive` (found at run time by
+/// `crate::cluster::budget::adaptive`, starting at the cores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ThreadTotal {
     Auto,

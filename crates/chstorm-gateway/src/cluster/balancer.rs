@@ -2,12 +2,12 @@
 //! penalty ([`Replica::score`]), and rendezvous hashing for sessions.
 //!
 //! The balancer knows the replicas of each shard and reads *which are healthy* from a snapshot
-//! that health checking (active probes, [`crate::health`]) and passive detection (a failed request)
+//! that health checking (active probes, [`crate::cluster::health`]) and passive detection (a failed request)
 //! publish by swapping an `Arc` (`arc_swap`). A request never waits for a lock to pick a replica.
-//! Replica state itself lives in [`crate::replica`].
+//! Replica state itself lives in [`crate::cluster::replica`].
 
+pub use crate::cluster::replica::{InFlight, Replica};
 use crate::config::Cluster;
-pub use crate::replica::{InFlight, Replica};
 use arc_swap::ArcSwap;
 use rand::Rng;
 use std::sync::{Arc, Mutex};
@@ -272,7 +272,7 @@ mod tests {
         let picks0 = (0..100).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
         assert_eq!(picks0, 0, "a penalised replica loses every two-way comparison");
         // After many half-lives the penalty is gone.
-        r0.set_penalty(2.0, Instant::now() - crate::replica::PENALTY_HALF_LIFE * 20);
+        r0.set_penalty(2.0, Instant::now() - crate::cluster::replica::PENALTY_HALF_LIFE * 20);
         assert!(r0.score(Instant::now()) < 1e-4);
     }
 

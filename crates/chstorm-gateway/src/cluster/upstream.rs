@@ -41,8 +41,8 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
-type Connector = crate::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
-/// Its connections are reset, not closed, when dropped mid-exchange ([`crate::backend_io`]).
+type Connector = crate::cluster::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
+/// Its connections are reset, not closed, when dropped mid-exchange ([`crate::cluster::backend_io`]).
 type HttpsClient = Client<Connector, GBody>;
 /// A boxed future, as the [`Backend`] trait returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -150,7 +150,7 @@ impl Upstream {
                 // The answer's header names reach the client spelled as the replica spelled
                 // them (`X-ClickHouse-...`), see `crate::conn`.
                 .http1_preserve_header_case(true)
-                .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
+                .build(crate::cluster::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();
         let pools = replicas
@@ -159,7 +159,7 @@ impl Upstream {
             .collect();
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
-            .build(crate::backend_io::ResetIfAbandoned(https));
+            .build(crate::cluster::backend_io::ResetIfAbandoned(https));
         Ok(Upstream { client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
     }
 
