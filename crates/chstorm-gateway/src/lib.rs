@@ -16,7 +16,7 @@
 //!   and a small answer held whole so that it leaves in one write.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
 //! * [`cluster`]: [`cluster::replica`] (runtime state and the health state machine),
-//!   [`cluster::balancer`] (selection over snapshots) and [`cluster::health`]
+//!   [`cluster::balancer`] (selection over snapshots, with a seeded RNG) and [`cluster::health`]
 //!   (active probes), joined by snapshots and down signals; [`cluster::budget`]: the
 //!   per-replica thread budget (`threads:`), RAII grants; [`cluster::upstream`]: kept-alive
 //!   pools per replica (one per worker) behind the `Backend` trait; [`cluster::backend_io`]: its

@@ -3,7 +3,7 @@
 //!
 //! * [`replica`]: one replica's runtime state (outstanding requests, error penalty) and its
 //!   health state machine; [`balancer`]: selection over snapshots of which replicas are
-//!   healthy (power of two choices; rendezvous hashing for sessions);
+//!   healthy (power of two choices with a seeded RNG; rendezvous hashing for sessions);
 //!   [`health`]: the active probes. They are joined by snapshots and down signals.
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
 //! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait;
