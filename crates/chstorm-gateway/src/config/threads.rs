@@ -103,7 +103,7 @@ pub struct Threads {
     pub observe: bool,
     /// Time between two polls when `observe`. Default 100 ms.
     pub observe_interval: Duration,
-    /// `total` overrides by replica base URL (`http://host:port`, as [`ReplicaAddr::base`]).
+    /// `total` overrides by replica base URL (`http://host:port`, as [`ReplicaAddr::base`](super::ReplicaAddr::base)).
     pub per_replica: BTreeMap<String, ThreadTotal>,
 }
 
