@@ -8,7 +8,8 @@
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
 //! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait;
 //!   [`backend_io`]: its connections, reset when dropped mid-exchange so a server never takes a
-//!   cut-short body for a whole one.
+//!   cut-short body for a whole one. [`worker`]: the index of the worker thread running the
+//!   caller, which the per-worker pools key on.
 //!
 //! This layer names only the layers below it (`config`, `metrics`, `log`), never the query
 //! path that uses it.
@@ -19,3 +20,4 @@ pub mod budget;
 pub mod health;
 pub mod replica;
 pub mod upstream;
+pub mod worker;

@@ -89,7 +89,7 @@ pub struct Upstream {
     /// For KILL QUERY and the thread budget's polls.
     client: HttpsClient,
     /// Pools per replica base URL (`http://host:port`): one per worker thread
-    /// ([`crate::workers::current`]), so a pooled connection's task runs on the thread of the
+    /// ([`super::worker::current`]), so a pooled connection's task runs on the thread of the
     /// requests that use it. Each is swapped for a fresh one when the replica goes down.
     pools: HashMap<String, Vec<ArcSwap<HttpsClient>>>,
     /// Builds a fresh per-replica client.
@@ -216,7 +216,7 @@ impl Upstream {
     /// This worker's pool of `replica` (the shared client for a replica not in the config).
     fn pool(&self, replica: &ReplicaAddr) -> HttpsClient {
         match self.pools.get(&replica.base) {
-            Some(p) => HttpsClient::clone(&p[crate::workers::current() % p.len()].load()),
+            Some(p) => HttpsClient::clone(&p[super::worker::current() % p.len()].load()),
             None => self.client.clone(),
         }
     }

@@ -9,7 +9,7 @@
 //! port with TLS is not supported yet.
 
 use super::packets::backend_hello;
-use crate::workers::current;
+use crate::cluster::worker::current;
 use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
@@ -43,7 +43,7 @@ struct Key {
     database: String,
     revision: u64,
     /// The worker thread whose reactor the connection is registered with
-    /// ([`crate::workers::current`]): a connection is only handed out on its own worker.
+    /// ([`crate::cluster::worker::current`]): a connection is only handed out on its own worker.
     worker: usize,
 }
 
