@@ -15,11 +15,19 @@ while they are held (median and max).
 
 Then the native port: `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` straight
 to the server's native port and through the gateway's `listen_native`, alternated --reps times,
-with the gateway's CPU per native query read the same way. Target: >= 0.8 of direct QPS.
+with the gateway's CPU per native query read the same way, beside HAProxy in TCP mode relaying to
+the server's native port (its CPU per query read the same way).
 
-Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, the idle-connection figures, and
-writes OUT/gateway_cpu.json. Targets: <= 25 us per query, >= 0.85 of direct QPS,
-10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
+Then many keep-alive clients (--many, default 256; `wrk -t2 -c256 --latency`), alternated --reps
+times: direct, HAProxy in HTTP mode, the gateway above (limits raised so that nothing is
+refused), and a gateway with the default limits (routing and the thread budget on): QPS, P50, P99
+and refused requests.
+
+Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
+ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Targets: no
+more CPU per query than HAProxy in HTTP mode and at least its share of direct QPS; on the native
+port no more CPU per query than HAProxy in TCP mode; with many clients at least HAProxy's QPS and
+no worse P99; 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
 
 The floor: in the same alternation, two relays with nothing of the gateway in them
 (crates/chstorm-gateway/examples/floor_relay.rs, one current-thread runtime like `workers: 1`):
@@ -88,6 +96,25 @@ users:
 """
 
 
+# The gateway as shipped: routing, the thread budget, and the default limits (global and per user).
+DEFAULTS = """listen: 127.0.0.1:{port}
+clusters:
+  one:
+    shards:
+      - replicas: [{url}]
+    routing:
+      sharding_key: cityHash64(id)
+      tables:
+        t: t_local
+      where_column: id
+    threads: {{}}
+users:
+  - name: default
+    cluster: one
+    networks: [127.0.0.0/8]
+"""
+
+
 HAPROXY = """global
     nbthread 1
     maxconn 4096
@@ -104,6 +131,10 @@ listen tcp
     mode tcp
     bind 127.0.0.1:{tcp_port}
     server ch {backend}
+listen native
+    mode tcp
+    bind 127.0.0.1:{native_port}
+    server ch {native_backend}
 """
 
 NGINX = """daemon off;
@@ -136,17 +167,20 @@ http {{
 """
 
 
-def start_peers(tmp, backend):
-    """HAProxy (HTTP and TCP mode, one process) and nginx in front of backend (HOST:PORT):
+def start_peers(tmp, backend, native_backend):
+    """HAProxy (HTTP and TCP mode, one process) and nginx in front of backend (HOST:PORT), and
+    HAProxy's TCP mode in front of native_backend (the server's native port, HOST:PORT):
     {mode: (process, url)}; a mode whose binary is missing is left out, with a note."""
     peers = {}
     if shutil.which("haproxy"):
-        http_port, tcp_port = free_port(), free_port()
+        http_port, tcp_port, native_port = free_port(), free_port(), free_port()
         cfg = os.path.join(tmp, "haproxy.cfg")
-        open(cfg, "w").write(HAPROXY.format(http_port=http_port, tcp_port=tcp_port, backend=backend))
+        open(cfg, "w").write(HAPROXY.format(http_port=http_port, tcp_port=tcp_port, backend=backend,
+                                            native_port=native_port, native_backend=native_backend))
         proc = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         peers["haproxy_http"] = (proc, f"http://127.0.0.1:{http_port}")
         peers["haproxy_tcp"] = (proc, f"http://127.0.0.1:{tcp_port}")
+        peers["haproxy_native"] = (proc, f"clickhouse://127.0.0.1:{native_port}")
     else:
         print("bench_gateway_cpu: no haproxy (scripts/install-deps installs it); its rows are left out", file=sys.stderr)
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
@@ -181,6 +215,22 @@ def wrk(url, duration, conns):
     if m:
         errors += sum(int(x) for x in m.groups())
     return {"requests": reqs, "qps": qps, "errors": errors}
+
+
+def wrk_many(url, duration, conns):
+    """wrk -t2 with --latency: requests, qps, errors, p50_ms, p99_ms."""
+    out = sh(["wrk", "-t2", f"-c{conns}", f"-d{duration}s", "--latency", f"{url}/?query=SELECT%201"])
+    r = {"requests": int(re.search(r"(\d+) requests in", out).group(1)),
+         "qps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))}
+    r["errors"] = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", out))
+    m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    if m:
+        r["errors"] += sum(int(x) for x in m.groups())
+    unit = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 6e4}
+    for pct, key in (("50", "p50_ms"), ("99", "p99_ms")):
+        v, u = re.search(rf"^\s+{pct}%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M).groups()
+        r[key] = float(v) * unit[u]
+    return r
 
 
 def native_bench(chstorm, target, duration, conns):
@@ -237,6 +287,8 @@ def main():
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper)")
     ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
+    ap.add_argument("--many", type=int, default=256,
+                    help="keep-alive clients of the many-connections rows (wrk -t2; default 256; 0 leaves them out)")
     ap.add_argument("--floor-relay", default="target/release/examples/floor_relay",
                     help="the floor relays' binary (built by `cargo build --release -p chstorm-gateway --example floor_relay` when missing)")
     args = ap.parse_args()
@@ -245,8 +297,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="chstorm-gwcpu-")
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
-    gw = None
-    floors = {}
+    gw = gw_default = None
+    floors, native_peers = {}, {}
     try:
         url = info["http_url"]
         if not args.no_floors:
@@ -263,12 +315,13 @@ def main():
                 if proc.poll() is not None:
                     raise SystemExit(f"bench_gateway_cpu: the floor relay exited ({proc.returncode}); run {relay} by hand to see why")
         if not args.no_peers:
-            peers = start_peers(tmp, url.removeprefix("http://"))
+            peers = start_peers(tmp, url.removeprefix("http://"), info["native_url"].removeprefix("clickhouse://"))
             time.sleep(0.3)
             for mode, (proc, _) in peers.items():
                 if proc.poll() is not None:
                     raise SystemExit(f"bench_gateway_cpu: {mode} exited ({proc.returncode}); its config is in {tmp}")
-            floors.update({f"peer_{m}": v for m, v in peers.items()})
+            native_peers = {m: v for m, v in peers.items() if v[1].startswith("clickhouse://")}
+            floors.update({f"peer_{m}": v for m, v in peers.items() if m not in native_peers})
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         port, native_port = free_port(), free_port()
         native = info["native_url"].removeprefix("clickhouse://")
@@ -306,8 +359,17 @@ def main():
         native_bench(chstorm, gw_native, 1, args.connections)
         native_bench(chstorm, info["native_url"], 1, args.connections)
         runs["native_direct"], runs["native_gateway"] = [], []
+        for mode, (proc, purl) in native_peers.items():
+            native_bench(chstorm, purl, 1, args.connections)
+            runs[f"native_{mode}"] = []
         for _ in range(args.reps):
             runs["native_direct"].append(native_bench(chstorm, info["native_url"], args.duration, args.connections))
+            for mode, (proc, purl) in native_peers.items():
+                c0 = cpu_seconds(proc.pid)
+                r = native_bench(chstorm, purl, args.duration, args.connections)
+                r["relay_cpu_us_per_query"] = (cpu_seconds(proc.pid) - c0) / max(1, r["requests"]) * 1e6
+                runs[f"native_{mode}"].append(r)
+                print(f"  native {mode:<11} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
             c0 = cpu_seconds(gw.pid)
             r = native_bench(chstorm, gw_native, args.duration, args.connections)
             r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
@@ -315,6 +377,25 @@ def main():
             runs["native_gateway"].append(r)
             print(f"  native direct qps {runs['native_direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
                   f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+        many = {}
+        if args.many:
+            # Many keep-alive clients: direct, HAProxy (HTTP mode), the gateway with its limits
+            # raised (CONFIG), and a gateway with the default limits (DEFAULTS).
+            cfg2 = os.path.join(tmp, "gateway-defaults.yaml")
+            open(cfg2, "w").write(DEFAULTS.format(port=free_port(), url=url))
+            gw_default, gw_default_url = start_gateway(chstorm, cfg2, os.path.join(out, "gateway-cpu-defaults.log"))
+            who = {"direct": url, "gateway": gw_url, "gateway_default_limits": gw_default_url}
+            if "peer_haproxy_http" in floors:
+                who["haproxy_http"] = floors["peer_haproxy_http"][1]
+            for name, u in who.items():
+                wrk_many(u, 1, args.many)
+                many[name] = []
+            for _ in range(args.reps):
+                for name, u in who.items():
+                    r = wrk_many(u, args.duration, args.many)
+                    many[name].append(r)
+                    print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
+                          f"errors {r['errors']}", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle)
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
@@ -331,31 +412,52 @@ def main():
                "peers": {mode.removeprefix("peer_"): {"cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
                                                       "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
                                                       "qps": med(f"floor_{mode}", "qps")} for mode in floors if mode.startswith("peer_")},
+               "native_peers": {mode: {"cpu_us_per_query": med(f"native_{mode}", "relay_cpu_us_per_query"),
+                                       "qps_ratio": med(f"native_{mode}", "qps") / med("native_direct", "qps"),
+                                       "qps": med(f"native_{mode}", "qps")} for mode in native_peers},
+               "many": {"wrk": f"wrk -t2 -c{args.many} -d{args.duration}s --latency",
+                        "rows": {name: {k: statistics.median(x[k] for x in rs) for k in ("qps", "p50_ms", "p99_ms", "errors")}
+                                 for name, rs in many.items()}, "runs": many} if many else None,
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
     finally:
         for proc in {id(p): p for p, _ in floors.values()}.values():
             proc.terminate()
             proc.wait()
-        if gw:
-            gw.terminate()
-            gw.wait()
+        for g in (gw, gw_default):
+            if g:
+                g.terminate()
+                g.wait()
         subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
     json.dump(res, open(os.path.join(out, "gateway_cpu_bare.json" if args.bare else "gateway_cpu.json"), "w"), indent=2)
-    print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (target <= 25)")
+    peers = res["peers"]
+    hp = peers.get("haproxy_http")
+    print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f}"
+          + (f" ({res['gateway_cpu_us_per_query'] / hp['cpu_us_per_query']:.2f}x HAProxy HTTP mode; target <= 1.00)" if hp else ""))
     print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
-          f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}; target >= 0.85)")
+          f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}"
+          + (f"; HAProxy HTTP mode {hp['qps_ratio']:.3f}, target: at least HAProxy's)" if hp else ")"))
     for mode, f in res["floors"].items():
         what = "l4 byte relay" if mode == "l4" else "bare hyper relay"
         print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
              "nginx": "nginx, proxy_pass, upstream keepalive"}
-    for mode, f in res["peers"].items():
+    for mode, f in peers.items():
         print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     n = res["native"]
+    ht = res["native_peers"].get("haproxy_native")
     print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
-          f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}; target >= 0.8), "
-          f"gateway cpu {n['gateway_cpu_us_per_query']:.1f} us per native query")
+          f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}), gateway cpu {n['gateway_cpu_us_per_query']:.1f} us per native query"
+          + (f"; HAProxy TCP mode on the native port {ht['cpu_us_per_query']:.1f} us, qps / direct {ht['qps_ratio']:.3f} "
+             f"({n['gateway_cpu_us_per_query'] / ht['cpu_us_per_query']:.2f}x; target <= 1.00)" if ht else ""))
+    if res["many"]:
+        rows = res["many"]["rows"]
+        for name, r in rows.items():
+            print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  errors {r['errors']:.0f}")
+        if "haproxy_http" in rows:
+            g, h = rows["gateway"], rows["haproxy_http"]
+            print(f"c{args.many} gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
+                  f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
     print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
           f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
           f"max {idle['ping_ms_max']:.3f} ms (target < 1)")

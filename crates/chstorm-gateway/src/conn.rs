@@ -18,9 +18,9 @@
 //! `Connection: Keep-Alive` / `Keep-Alive: timeout=N` or `Connection: Close`, and 18.16's 411
 //! for a POST without a length ([`as_clickhouse_sends_it`], [`length_required`]). Requests that
 //! HTTP/1.1 forbids and 18.16 takes (a NUL in a header value, a folded line, two lengths) get
-//! hyper's bare 400; a client's FIN is taken for its leaving (hyper's default `half_close(false)`):
-//! without writing to it, a half-closed client cannot be told from one that left, whose query
-//! the KILL guard must stop. See `docs/GATEWAY.md`, "HTTP details".
+//! hyper's bare 400. A client's FIN after a whole request (hyper's `half_close(true)`) ends a read
+//! and lets any other statement run to its end and be answered ([`crate::client_fin`]). See
+//! `docs/GATEWAY.md`, "HTTP details".
 //!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
 //! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
@@ -28,6 +28,7 @@
 //! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
 
 use crate::client_body::{ClientBody, IdleBody};
+use crate::client_fin::ClientFin;
 use crate::cluster::upstream::{full, GBody};
 use crate::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use crate::layers::{with_www_authenticate, AuthenticatedAs, ClientAddr};
@@ -64,7 +65,7 @@ pub struct Listener {
     pub metrics: Arc<Metrics>,
     pub role: Role,
     /// The gateway's graceful stop: counts this listener's connections, and tells them to close.
-    pub drain: Arc<crate::drain::Drain>,
+    pub drain: Arc<crate::runtime::drain::Drain>,
 }
 
 impl Listener {
@@ -88,7 +89,11 @@ impl Listener {
                 let first_bytes = tokio::time::timeout(header_timeout, tcp.peek(&mut one));
                 tokio::select! {
                     r = first_bytes => match r {
-                        Ok(Ok(n)) if n > 0 => Box::pin(self.serve(tcp, peer, header_timeout)).await,
+                        Ok(Ok(n)) if n > 0 => {
+                            // Watched once it has sent something: an idle socket costs one descriptor.
+                            let fin = crate::client_fin::watch(&tcp);
+                            Box::pin(self.serve(tcp, peer, header_timeout, fin)).await
+                        }
                         Ok(_) => {} // closed before sending anything, or an error
                         Err(_) => self.timed_out("idle"),
                     },
@@ -96,22 +101,36 @@ impl Listener {
                 }
             }
             Some(a) => match Box::pin(tokio::time::timeout(header_timeout, a.accept(tcp))).await {
-                Ok(Ok(stream)) => Box::pin(self.serve(stream, peer, header_timeout)).await,
+                Ok(Ok(stream)) => {
+                    let fin = crate::client_fin::watch(stream.get_ref().0);
+                    Box::pin(self.serve(stream, peer, header_timeout, fin)).await
+                }
                 Ok(Err(_)) => {}
                 Err(_) => self.timed_out("tls"),
             },
         }
     }
 
-    async fn serve<IO>(self, io: IO, peer: SocketAddr, header_timeout: std::time::Duration)
-    where
+    async fn serve<IO, W>(
+        self,
+        io: IO,
+        peer: SocketAddr,
+        header_timeout: std::time::Duration,
+        fin: Option<(ClientFin, W)>,
+    ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        W: Future<Output = ()> + Send + 'static,
     {
         let reads = Arc::new(Reads::default());
         let this = self.clone();
         let marks = reads.clone();
-        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        let (fin, watcher) = match fin {
+            Some((f, w)) => (f, Some(w)),
+            None => (ClientFin::default(), None),
+        };
+        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let (this, marks) = (this.clone(), marks.clone());
+            req.extensions_mut().insert(fin.clone());
             async move {
                 let (closing, version) = (wants_close(&req), req.version());
                 let mut resp = this.respond(req, peer).await;
@@ -133,14 +152,26 @@ impl Listener {
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
             .title_case_headers(true)
-            .preserve_header_case(true);
+            .preserve_header_case(true)
+            // A FIN after a whole request is watched by `crate::client_fin`, not taken for a
+            // client that left.
+            .half_close(true);
         let write_timeout = self.state.load().config.limits.client_write_timeout.0;
         let io = TokioIo::new(Counted { inner: io, reads: reads.clone(), write_timeout, stall: None });
         let _open = self.drain.conn();
         let conn = builder.serve_connection(io, svc);
         tokio::pin!(conn);
+        // The FIN watch runs beside the connection, and its descriptor closes with it.
+        let watcher = async move {
+            if let Some(w) = watcher {
+                w.await
+            }
+            std::future::pending::<()>().await
+        };
+        tokio::pin!(watcher);
         let served = tokio::select! {
             r = conn.as_mut() => r,
+            _ = watcher.as_mut() => unreachable!("the watch never ends"),
             _ = self.drain.forced() => {
                 // The gateway is stopping: an idle connection closes now, a busy one after its answer.
                 conn.as_mut().graceful_shutdown();

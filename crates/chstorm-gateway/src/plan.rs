@@ -13,8 +13,9 @@
 
 use crate::config::{AllowedSettings, Cluster, User};
 use crate::request::{encode_params, is_setting, HOP_BY_HOP, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
-use crate::sql_rules::{settings_in_sql, table_functions};
 use chstorm_proto::rules::{statement_kind, StatementKind};
+use chstorm_sql::route::changes_distributed_result;
+use chstorm_sql::rules::{settings_in_sql, table_functions};
 use http::{HeaderMap, Method, StatusCode};
 use std::time::Duration;
 
@@ -151,6 +152,8 @@ pub struct Plan {
     /// Longest time for the whole answer (max_execution_time + 1 s), when the user has one.
     pub body_deadline: Option<Duration>,
     pub latitude: Latitude,
+    /// A read, or anything else (what a client's FIN does to it: `crate::client_fin`).
+    pub kind: StatementKind,
 }
 
 impl Plan {
@@ -179,7 +182,7 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
         return Ok(());
     }
     let forbid = |why: String| Refusal::new(StatusCode::FORBIDDEN, why);
-    let unreadable = |e: crate::sql_rules::SqlRuleError| {
+    let unreadable = |e: chstorm_sql::rules::SqlRuleError| {
         forbid(format!("user '{}' has restricted settings, and the gateway {e}; fix the query's syntax", user.name))
     };
     for (name, value) in settings_in_sql(sql).map_err(unreadable)? {
@@ -259,7 +262,7 @@ fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
     if !set.iter().any(|(k, v)| stricter(k, v)) {
         return None;
     }
-    let toks = crate::route::lexer::tokenize(sql);
+    let toks = chstorm_sql::lexer::tokenize(sql);
     let end = toks.iter().rev().find(|t| !t.is_punct(";"))?.end();
     let mut out = sql[..end].to_string();
     for (k, v) in forced {
@@ -273,12 +276,12 @@ fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
     Some(out)
 }
 
-/// Refuses a statement nesting deeper than `max_depth` ([`crate::sql_rules::nesting_depth`]) with
+/// Refuses a statement nesting deeper than `max_depth` ([`chstorm_sql::rules::nesting_depth`]) with
 /// ClickHouse's own error for a too deep query (Code 167, TOO_DEEP_AST, HTTP 400 as 18.16 sends
 /// it), before anything else reads the text: 18.16 dies of a stack overflow on about 760 levels,
 /// and every later step is spared the depth.
 fn check_depth(sql: &str, max_depth: usize) -> Result<(), Refusal> {
-    let depth = crate::sql_rules::nesting_depth(sql);
+    let depth = chstorm_sql::rules::nesting_depth(sql);
     if depth <= max_depth {
         return Ok(());
     }
@@ -422,7 +425,7 @@ pub fn plan(
     let target = match (session, &cluster.routing, sql, kind) {
         (Some(h), _, _, _) => Target::Session(h),
         // A setting that changes a Distributed query's answer (URL, or the native Query packet).
-        (None, Some(_), _, _) if params.iter().any(|(k, _)| crate::route::changes_distributed_result(k)) => Target::Any,
+        (None, Some(_), _, _) if params.iter().any(|(k, _)| changes_distributed_result(k)) => Target::Any,
         (None, Some(router), Some(text), StatementKind::Read) if body == BodyShape::Held && !multipart => {
             let database = crate::request::current_database(
                 &params,
@@ -488,6 +491,7 @@ pub fn plan(
             resend_unsent: body == BodyShape::Held && !in_session,
             hedge: held_read,
         },
+        kind,
     })
 }
 
@@ -561,7 +565,7 @@ mod tests {
     #[test]
     fn distributed_result_settings_fan_out() {
         let sql = "SELECT count() FROM items WHERE shop_id = 123";
-        for name in crate::route::FAN_OUT_SETTINGS {
+        for name in chstorm_sql::route::FAN_OUT_SETTINGS {
             let p = run(&user(|_| {}), &format!("{name}=1"), sql).unwrap();
             assert_eq!((p.target, p.replace_body), (Target::Any, None), "{name}");
         }

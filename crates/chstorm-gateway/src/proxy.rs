@@ -3,12 +3,14 @@
 
 use crate::attempt::SendBody;
 use crate::client_body::ClientBody as ClientBodyIn;
+use crate::client_fin::ClientFin;
 use crate::cluster::upstream::{BoxError, GBody};
 use crate::config::User;
 use crate::plan::{PlanInput, Refusal};
 use crate::read::ClientBody;
 use crate::respond::Exit;
 use crate::state::State;
+use chstorm_proto::rules::StatementKind;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use std::sync::Arc;
@@ -58,10 +60,26 @@ pub async fn handle(state: Arc<State>, u: Arc<User>, req: Request<ClientBodyIn>)
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     let hold_for = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
-    let outcome = crate::attempt::run(&plan, body, &ctx).await;
-    let resp = exit.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
+    // A read is abandoned at the client's FIN (`crate::client_fin`); anything else runs to its end.
+    let fin = parts.extensions.get::<ClientFin>().filter(|_| plan.kind == StatementKind::Read);
+    let outcome = match fin {
+        Some(fin) => tokio::select! {
+            o = crate::attempt::run(&plan, body, &ctx) => o,
+            _ = fin.came() => return exit.refused(Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, FIN_DURING_READ)),
+        },
+        None => crate::attempt::run(&plan, body, &ctx).await,
+    };
+    let mut resp = exit.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
+    if let Some(fin) = fin {
+        resp = resp.map(|b| fin.cut(b));
+    }
     if parts.method == http::Method::HEAD {
         return resp;
     }
     crate::body::hold_small(resp, crate::body::HOLD_AT, hold_for).await
 }
+
+/// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
+/// QUERY_WAS_CANCELLED).
+const FIN_DURING_READ: &str = "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
+side of the connection during a read (a read is abandoned at the client's FIN; other statements run to their end)";

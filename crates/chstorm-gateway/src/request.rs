@@ -147,7 +147,7 @@ pub fn join_query(url_query: &str, body_head: &[u8]) -> String {
 pub fn current_database<'a>(params: &'a [(String, String)], header: Option<&'a str>) -> Option<&'a str> {
     let param = params.iter().rev().find(|(k, _)| k == "database").map(|(_, v)| v.as_str());
     match header.filter(|h| !h.is_empty()) {
-        Some(h) if h != param.unwrap_or(crate::route::DEFAULT_DATABASE) => Some(""),
+        Some(h) if h != param.unwrap_or(chstorm_sql::route::DEFAULT_DATABASE) => Some(""),
         _ => param,
     }
 }

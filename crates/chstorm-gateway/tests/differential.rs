@@ -22,8 +22,8 @@
 //! rewrite gives a wrong answer rather than an error.
 
 use chstorm_gateway::request::join_query;
-use chstorm_gateway::route::Router;
 use chstorm_gateway::{Config, Gateway};
+use chstorm_sql::route::Router;
 use chstorm_testenv::{post, start_cluster, Env};
 use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
 use rand::rngs::SmallRng;
@@ -190,7 +190,7 @@ fn run(base: &str, case: &Case, session: &str) -> Answer {
     http(base, &path, &headers, &body)
 }
 
-/// The spellings of shop `k` as a literal, with what they are (see `route/extract.rs`).
+/// The spellings of shop `k` as a literal, with what they are (see `crates/chstorm-sql/src/route/extract.rs`).
 fn literal(k: u64, rng: &mut SmallRng) -> String {
     match rng.gen_range(0..20) {
         0..=8 => k.to_string(),
@@ -577,7 +577,7 @@ fn every_answer_through_the_gateway_equals_the_direct_answer() {
     eprintln!("cluster, data and gateway ready in {:?}", t.elapsed());
 
     // The corpus can see the defects it is about.
-    let key = |v: u64| router.shard_of(&chstorm_gateway::route::KeyValue::UInt(v)).unwrap();
+    let key = |v: u64| router.shard_of(&chstorm_sql::route::KeyValue::UInt(v)).unwrap();
     let octal_elsewhere = (8..64u64).filter(|&v| key(v) != key(format!("{v:o}").parse().unwrap())).count();
     assert!(octal_elsewhere > 10, "only {octal_elsewhere} octal literals name another shard than their decimal text");
     let count = |sql: &str| post(&direct, sql).1;

@@ -21,7 +21,7 @@ const MAX_FN_LINES: usize = 100;
 /// The most lines of code a file may have.
 const MAX_FILE_CODE_LINES: usize = 700;
 /// The crates whose `src/` is checked, relative to this crate's folder.
-const CRATES: &[&str] = &["."];
+const CRATES: &[&str] = &[".", "../chstorm-sql"];
 
 /// A source file reduced to what the checks need.
 struct Source {
@@ -183,6 +183,13 @@ fn drop_tests(code: &str) -> String {
     let mut b = code.as_bytes().to_vec();
     let mut from = 0;
     while let Some(p) = code[from..].find("#[cfg(test)]").map(|p| p + from) {
+        from = p + 1;
+        // Only items: a field or an expression under `#[cfg(test)]` stays.
+        let next = code[p + "#[cfg(test)]".len()..].trim_start();
+        let item = ["mod ", "fn ", "pub ", "impl", "use ", "struct ", "enum ", "const ", "static ", "async ", "#["];
+        if !item.iter().any(|k| next.starts_with(k)) {
+            continue;
+        }
         let open = match b[p..].iter().position(|&c| c == b'{' || c == b';') {
             Some(o) if b[p + o] == b'{' => p + o,
             Some(o) => {
@@ -448,6 +455,7 @@ fn the_checks_find_what_they_look_for() {
         src("n", "pub mod q; pub use q::Z;"),
         src("n::q", "use super::super::n::r; use super::Z;"),
         src("n::r", "#[cfg(test)]\nmod tests { use crate::a::T; }\nfn g<'a>(x: &'a str) -> char { '{' }"),
+        src("n::s", "fn h() -> S {\n    S {\n        #[cfg(test)]\n        waited,\n        x,\n    }\n}\nfn i() { }"),
     ];
     let g = import_graph(&files);
     assert_eq!(cycles(&g), vec![vec!["a".to_string(), "b".to_string()]]);
@@ -456,4 +464,6 @@ fn the_checks_find_what_they_look_for() {
     assert_eq!(functions(&long), vec![("long".to_string(), 1, 122), ("short".to_string(), 123, 1)]);
     assert_eq!(code_lines(&src("c", "// one\n\nfn a() {}\n/* two\n */\n")), 1);
     assert_eq!(files[5].lines.len(), 3);
+    let fields = functions(&files[6]);
+    assert_eq!(fields, vec![("h".to_string(), 1, 7), ("i".to_string(), 8, 1)], "a field under cfg(test) is no item");
 }

@@ -398,7 +398,7 @@ fn native_port_end_to_end() {
     let gw3 = env.rt.block_on(Gateway::start(cfg)).unwrap();
     let gp3 = gw3.native_addr.unwrap().port();
     let shard2: Vec<u64> = (0..200u64)
-        .filter(|v| router.shard_of(&chstorm_gateway::route::KeyValue::UInt(*v)).unwrap() == 1)
+        .filter(|v| router.shard_of(&chstorm_sql::route::KeyValue::UInt(*v)).unwrap() == 1)
         .take(30)
         .collect();
     let q = |shop: u64| format!("SELECT count(), sum(item_id) FROM items FINAL WHERE shop_id = {shop}");

@@ -2,7 +2,8 @@
 //!
 //! * [`target`]: parsing of `http://`, `https://`, `clickhouse://` and `clickhouses://` URLs.
 //! * [`http`]: a lean HTTP/1.1 client that writes pre-rendered requests and discards bodies.
-//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412).
+//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412), and its server
+//!   side ([`native::server`]: a client's packets read, a server's written, blocks delimited).
 //! * [`stream`]: TCP or TLS byte streams with connect timeouts.
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
 //! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,
@@ -11,7 +12,9 @@
 //!
 //! # Boundaries
 //!
-//! This crate owns talking to ClickHouse (URLs, HTTP, native, TLS, errors, ClickHouse's rules).
+//! This crate owns talking to ClickHouse (URLs, HTTP, native, TLS, errors, ClickHouse's rules),
+//! and the native protocol's wire format from the server's side (what the gateway's native port
+//! reads and writes as a ClickHouse server); the gateway keeps its sessions, policy and relay.
 //! It must not import any other chstorm crate (it uses the local harness only in its tests):
 //! the load engine, the gateway and the compare tool all build on it.
 

@@ -317,3 +317,83 @@ fn cancel_stops_a_query_on_the_server() {
         assert_eq!(conn.cancel(Duration::from_secs(1)).await, Cancelled::Nothing);
     });
 }
+
+/// The server side's table of 18.16's settings is the live server's, in its order, and every
+/// setting written in its type ([`put_setting`], what the gateway sends a backend) is read by
+/// the server as that value: one Query packet carrying all of them at the server's own values,
+/// whose query fails (`throwIf`) unless each came through as set. A type the table got wrong
+/// puts the packet out of step and fails the query.
+#[test]
+fn typed_settings_are_18_16s_and_the_server_reads_them_as_written() {
+    use chstorm_proto::native::server::typed_settings::NAMES_18_16;
+    let server = shared_server();
+    let version = http(server, "SELECT version()");
+    if !version.starts_with("18.16.") {
+        eprintln!("SKIP: the table is 18.16's; this server is {version}");
+        return;
+    }
+    let live = http(server, "SELECT name, value FROM system.settings");
+    let live: Vec<(String, String)> =
+        live.lines().map(|l| l.split_once('\t').map(|(n, v)| (n.to_string(), v.to_string())).unwrap()).collect();
+    let names: Vec<&str> = live.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(NAMES_18_16, names.as_slice(), "the table, in Settings.h order");
+    rt().block_on(async {
+        match send_typed_settings(server, &live).await {
+            Ok(()) => {}
+            Err(e) => panic!("{e}"),
+        }
+    });
+}
+
+/// Sends every setting of `live` at its value in one Query packet, typed; Ok when the server
+/// reports each as changed to that value.
+async fn send_typed_settings(server: &LocalServer, live: &[(String, String)]) -> Result<(), ProtoError> {
+    use chstorm_proto::mem::Mem;
+    use chstorm_proto::native::packets::{self, client, server as code};
+    use chstorm_proto::native::server::block::{skip_block, Scratch};
+    use chstorm_proto::native::server::typed_settings::put_setting;
+    use chstorm_proto::native::wire::{put_str, put_varuint, Io};
+    let target = Target::parse(&server.info().native_url)?;
+    let stream = Connector::new(&target, &TlsOptions::default(), T)?.connect().await?;
+    let mut io = Io::new(stream);
+    let mut out = Vec::new();
+    packets::write_hello(&mut out, "", "default", "");
+    io.write_all(&out).await?;
+    let revision = packets::read_server_hello(&mut io).await?.revision.min(CLIENT_REVISION);
+    // The expected `name=value` list; 18.16 shows max_threads' auto as `auto(N)`, set as 0.
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('\'', "\\'");
+    let expected: Vec<String> = live.iter().map(|(n, v)| format!("{n}={}", esc(v))).collect();
+    let sql = format!(
+        "SELECT throwIf(arrayStringConcat(groupArray(concat(name, '=', value)), ',') != '{}') \
+         FROM system.settings WHERE changed",
+        expected.join(",")
+    );
+    out.clear();
+    put_varuint(&mut out, client::QUERY);
+    put_str(&mut out, b"typed-settings");
+    out.extend_from_slice(&packets::client_info(revision));
+    for (n, v) in live {
+        let v = if v.starts_with("auto(") { "0" } else { v.as_str() };
+        put_setting(&mut out, n, v).map_err(|e| ProtoError::Protocol(e.to_string()))?;
+    }
+    put_str(&mut out, b"");
+    put_varuint(&mut out, 2); // stage Complete
+    put_varuint(&mut out, 0); // no compression
+    put_str(&mut out, sql.as_bytes());
+    out.extend_from_slice(&packets::empty_data(revision));
+    io.write_all(&out).await?;
+    let mut scratch = Scratch::default();
+    loop {
+        match tokio::time::timeout(T, io.varuint()).await.map_err(|_| ProtoError::Protocol("no answer".into()))?? {
+            code::DATA => {
+                io.skip_string().await?;
+                skip_block(&mut io, revision, false, &mut scratch, &Mem::unbounded()).await?;
+            }
+            code::PROGRESS => packets::skip_progress(&mut io, revision).await?,
+            code::PROFILE_INFO => packets::skip_profile_info(&mut io).await?,
+            code::EXCEPTION => return Err(packets::read_exception(&mut io).await),
+            code::END_OF_STREAM => return Ok(()),
+            other => return Err(ProtoError::Protocol(format!("unexpected packet {other}"))),
+        }
+    }
+}

@@ -747,17 +747,94 @@ fn header_names_connection_headers_and_411_as_the_node_sends_them() {
         // The node takes it (200, or 411, or waits for a ninth byte), the gateway does not.
         assert!(!a.contains(" 400 Bad Request"), "{r:?}\n{a}");
     }
-    // A client that half-closes after a whole request: the node answers, the gateway takes the
-    // FIN for a client that left (GATEWAY.md, "HTTP details").
-    for (who, addr) in [("node", node), ("gateway", gwa)] {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nSELECT 1").unwrap();
-        s.shutdown(std::net::Shutdown::Write).unwrap();
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        assert_eq!(out.starts_with("HTTP/1.1 200 OK\r\n"), who == "node", "{who}: {out}");
+    gw.stop();
+}
+
+/// Sends `request`, shuts down the sending side (a half-close), reads the answer to the end.
+fn half_closed(addr: SocketAddr, request: &[u8]) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The rows of `default.gw_half` with `x = v`, over every node.
+fn half_rows(env: &Env, v: u32) -> u32 {
+    let sql = format!("SELECT count() FROM default.gw_half WHERE x = {v}");
+    env.node_urls().iter().map(|n| chstorm_testenv::post(n, &sql).1.trim().parse::<u32>().unwrap()).sum()
+}
+
+#[test]
+fn a_half_closed_client_gets_its_write_run_and_its_read_abandoned() {
+    let env = env();
+    let (gw, url) = gateway_with(env, |t| t);
+    let (node, gwa) = (addr_of(&env.node_url(1, 1)), addr_of(&url));
+    for n in env.node_urls() {
+        let ddl = "CREATE TABLE IF NOT EXISTS default.gw_half (x UInt32) ENGINE = Memory";
+        assert_eq!(chstorm_testenv::post(&n, ddl).0, 200);
     }
+    // Writes, in every shape a body can take: answered as direct, and the row lands once.
+    let writes = [
+        ("POST /?query=INSERT%20INTO%20default.gw_half%20VALUES HTTP/1.1", "", "(@)"),
+        ("POST / HTTP/1.1", "", "INSERT INTO default.gw_half VALUES (@)"),
+        ("POST /?query=INSERT%20INTO%20default.gw_half%20FORMAT%20TSV HTTP/1.1", "", "@\n"),
+        ("POST / HTTP/1.0", "", "INSERT INTO default.gw_half FORMAT TSV\n@\n"),
+        ("POST / HTTP/1.1", "Connection: close\r\n", "INSERT INTO default.gw_half SELECT @"),
+        ("POST / HTTP/1.1", "Transfer-Encoding: chunked\r\n", "INSERT INTO default.gw_half VALUES (@)"),
+    ];
+    let mut v = 1000 + std::process::id() % 1000 * 100;
+    for (line, extra, body) in writes {
+        for addr in [node, gwa] {
+            v += 1;
+            let body = body.replace('@', &v.to_string());
+            let line = line.replace('@', &v.to_string());
+            let framed = if extra.contains("chunked") {
+                format!("{extra}\r\n{:x}\r\n{body}\r\n0\r\n\r\n", body.len())
+            } else {
+                format!("{extra}Content-Length: {}\r\n\r\n{body}", body.len())
+            };
+            let answer = half_closed(addr, format!("{line}\r\nHost: x\r\n{framed}").as_bytes());
+            let who = if addr == node { "node" } else { "gateway" };
+            assert!(answer.contains(" 200 OK\r\n"), "{who}: {line} {body:?}\n{answer}");
+            assert_eq!(half_rows(env, v), 1, "{who}: {line} {body:?}: the row did not land once");
+        }
+    }
+    // A short read: the node answers it; the gateway abandons it at the FIN (Code 394).
+    for line in ["GET /?query=SELECT%20sleep(0.5) HTTP/1.1", "POST /?query=SELECT%20sleep(0.5)%20FORMAT%20TSV HTTP/1.1"]
+    {
+        let request = format!("{line}\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+        assert!(half_closed(node, request.as_bytes()).contains(" 200 OK\r\n"), "node: {line}");
+        let answer = half_closed(gwa, request.as_bytes());
+        assert!(answer.contains(" 500 Internal Server Error\r\n") && answer.contains("Code: 394"), "{line}\n{answer}");
+    }
+    // A long read is killed on its replica at the FIN, before and after its answer head.
+    let killed = |t: &str| metric(t, "chstorm_gateway_killed_queries_total{reason=\"client_gone\"}");
+    let before = killed(&ro_text(&url));
+    for (i, send_progress) in [0, 1].into_iter().enumerate() {
+        let qid = format!("gw-half-{}-{i}", std::process::id());
+        let sql = "SELECT%20count()%20FROM%20numbers(100000000000)%20WHERE%20NOT%20ignore(cityHash64(number))";
+        let request = format!(
+            "GET /?query_id={qid}&max_threads=1&send_progress_in_http_headers={send_progress}&query={sql} HTTP/1.1\r\nHost: x\r\n\r\n"
+        );
+        let mut s = TcpStream::connect(gwa).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+        let t = Instant::now();
+        while !running_anywhere(env, &format!("default:{qid}")) {
+            assert!(t.elapsed() < Duration::from_secs(3), "the query never started");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(1500)); // past the hold: the head may have gone out
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let t = Instant::now();
+        while running_anywhere(env, &format!("default:{qid}")) {
+            assert!(t.elapsed() < Duration::from_secs(5), "the read still runs 5 s after the client's FIN");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    assert_eq!(killed(&ro_text(&url)) - before, 2.0);
     gw.stop();
 }
 

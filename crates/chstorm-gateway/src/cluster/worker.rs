@@ -1,4 +1,4 @@
-//! The index of the worker thread running the caller (`crate::workers` sets it when it starts
+//! The index of the worker thread running the caller (`crate::runtime::workers` sets it when it starts
 //! a worker): the per-worker backend pools ([`super::upstream`], the native port's) key on it,
 //! so a pooled connection is used on the thread whose runtime drives it.
 

@@ -3,7 +3,7 @@
 
 use super::threads::{self, RawThreads, Threads};
 use super::{ConfigError, Ctx};
-use crate::route::{ColumnType, Router};
+use chstorm_sql::route::{ColumnType, Router};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

@@ -29,7 +29,7 @@ pub struct Limits {
     /// killed its replica is still not sent to another).
     pub query_of_death_ttl: Dur,
     /// The deepest nesting of a query's text, in `(`/`[` brackets and `CASE ... END` open at once
-    /// ([`crate::sql_rules::nesting_depth`]); a deeper query is refused with ClickHouse's Code 167
+    /// ([`chstorm_sql::rules::nesting_depth`]); a deeper query is refused with ClickHouse's Code 167
     /// before it is read further or sent (18.16 dies of a stack overflow from about 760). Default
     /// 300; at least 1.
     pub max_query_depth: usize,
@@ -59,7 +59,7 @@ pub struct Limits {
 }
 
 /// The default `limits.max_query_depth`: 300, well under the 758 nested scalar subqueries that
-/// crash an 18.16 server (see [`crate::sql_rules::nesting_depth`]).
+/// crash an 18.16 server (see [`chstorm_sql::rules::nesting_depth`]).
 pub const DEFAULT_MAX_QUERY_DEPTH: usize = 300;
 
 /// The smallest `limits.client_header_timeout` and `limits.client_body_idle_timeout` (100 ms).

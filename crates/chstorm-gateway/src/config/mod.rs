@@ -122,7 +122,7 @@ pub struct Config {
     /// stops. Default false (a second gateway on the port by mistake is an error).
     pub reuse_port: bool,
     /// Worker threads, each with its own runtime, connections and backend pools
-    /// ([`crate::workers`]). Default `auto`: half the logical cores, at least 1 ([`auto_workers`]).
+    /// ([`crate::runtime::workers`]). Default `auto`: half the logical cores, at least 1 ([`auto_workers`]).
     pub workers: usize,
     pub clusters: BTreeMap<String, Cluster>,
     pub users: BTreeMap<String, User>,

@@ -8,9 +8,9 @@
 //! server (a non-blocking read) before they are handed out. Plain TCP only: a replica's native
 //! port with TLS is not supported yet.
 
-use super::packets::backend_hello;
 use crate::cluster::worker::current;
 use chstorm_proto::native::packets::read_server_hello;
+use chstorm_proto::native::server::packets::backend_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
 use std::collections::HashMap;

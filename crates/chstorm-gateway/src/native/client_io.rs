@@ -1,5 +1,6 @@
 //! A native client's connection, plain TCP (`listen_native`) or TLS (`listen_native_secure`),
-//! as the two halves a session uses: [`ClientRead`] under the session's [`Io`] reader, and
+//! or, in tests, in memory (a [`DuplexStream`]: a whole session without a socket), as the two
+//! halves a session uses: [`ClientRead`] under the session's [`Io`] reader, and
 //! [`ClientWrite`] for the answers.
 //!
 //! An enum rather than making the session generic over its stream: the session and query code
@@ -19,7 +20,7 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWriteExt, DuplexStream, ReadBuf, ReadHalf, WriteHalf};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Sleep;
@@ -39,6 +40,9 @@ pub struct ClientRead {
 enum Half {
     Plain(OwnedReadHalf),
     Tls(ReadHalf<TlsStream<TcpStream>>),
+    /// Only tests make one ([`in_memory`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Mem(ReadHalf<DuplexStream>),
 }
 
 impl ClientRead {
@@ -66,6 +70,9 @@ impl ClientRead {
 pub enum ClientWrite {
     Plain(OwnedWriteHalf),
     Tls(WriteHalf<TlsStream<TcpStream>>),
+    /// Only tests make one ([`in_memory`]).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Mem(WriteHalf<DuplexStream>),
 }
 
 /// Splits a plain connection.
@@ -80,6 +87,13 @@ pub fn tls(stream: TlsStream<TcpStream>) -> (ClientRead, ClientWrite) {
     (ClientRead::new(Half::Tls(r)), ClientWrite::Tls(w))
 }
 
+/// Splits an in-memory connection (the other end of a [`tokio::io::duplex`] is the client).
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn in_memory(stream: DuplexStream) -> (ClientRead, ClientWrite) {
+    let (r, w) = tokio::io::split(stream);
+    (ClientRead::new(Half::Mem(r)), ClientWrite::Mem(w))
+}
+
 impl AsyncRead for ClientRead {
     #[inline]
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
@@ -87,6 +101,7 @@ impl AsyncRead for ClientRead {
         let polled = match &mut me.half {
             Half::Plain(r) => Pin::new(r).poll_read(cx, buf),
             Half::Tls(r) => Pin::new(r).poll_read(cx, buf),
+            Half::Mem(r) => Pin::new(r).poll_read(cx, buf),
         };
         let (Poll::Pending, true, Some(limit)) = (&polled, me.in_packet, me.packet_timeout) else {
             me.timer = None;
@@ -116,6 +131,7 @@ impl ClientWrite {
     pub async fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         match self {
             ClientWrite::Plain(w) => w.write_all(bytes).await,
+            ClientWrite::Mem(w) => w.write_all(bytes).await,
             ClientWrite::Tls(w) => {
                 w.write_all(bytes).await?;
                 w.flush().await
@@ -128,6 +144,7 @@ impl ClientWrite {
         match self {
             ClientWrite::Plain(w) => w.shutdown().await,
             ClientWrite::Tls(w) => w.shutdown().await,
+            ClientWrite::Mem(w) => w.shutdown().await,
         }
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! The gateway's Hello announces 54412, as 18.16 does, and a session speaks `min(client's
 //! revision, 54412)`: 54412 is ClickHouse 18.16's revision and the one `chstorm_proto::native`
-//! speaks; a client below 54401 is refused at its Hello ([`packets::MIN_CLIENT_REVISION`]), so the settings in a Query packet come
-//! in the old typed format ([`settings`]). Backend connections are opened at the same revision,
-//! so every packet relayed has one layout on both sides. Features of later revisions are
+//! speaks; a client below 54401 is refused at its Hello
+//! ([`chstorm_proto::native::server::packets::MIN_CLIENT_REVISION`]), so the settings in a Query
+//! packet come in the old typed format ([`chstorm_proto::native::server::typed_settings`]).
+//! Backend connections are opened at the same revision, so every packet relayed has one layout
+//! on both sides. Features of later revisions are
 //! therefore not offered, even between a new client and a new server: settings as strings
 //! (54429), client write info in Progress (54420), server-side query parameters, the Hello
 //! addendum and quota keys of 54458+, OpenTelemetry, profile events packets, parallel replicas,
@@ -18,7 +20,8 @@
 //!
 //! Data, Progress, ProfileInfo, Totals, Extremes, Log, TableColumns, Exception and EndOfStream
 //! from the server, Data (external tables, INSERT blocks) and Cancel from the client: parsed
-//! only to find where each packet ends, and passed on as the very bytes read ([`block`]).
+//! only to find where each packet ends, and passed on as the very bytes read
+//! ([`chstorm_proto::native::server::block`]).
 //! Compressed blocks (the Query packet's flag, on by default in `clickhouse-client` and always
 //! in `clickhouse-benchmark`) pass as the frames they came in; LZ4, ZSTD and uncompressed
 //! frames are understood.
@@ -36,22 +39,26 @@
 //! with the certificate of the gateway's `tls:` section; the session code is the same, over
 //! the halves of [`client_io`]. Backend connections (gateway to replica) are plain TCP.
 //!
-//! Modules: [`packets`] (Hello, Query, Exception), [`settings`] (18.16's setting types),
-//! [`block`] (block boundaries), [`backend`] (connections and pool), [`client_io`] (a client
-//! connection, plain or TLS), [`session`] (one client connection, and the graceful stop),
-//! [`query`] (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a
-//! replica, for the attempt loop the HTTP port uses too).
+//! Modules: [`backend`] (connections and pool), [`client_io`] (a client connection, plain,
+//! TLS or, in tests, in memory), [`session`] (one client connection, and the graceful stop), [`query`]
+//! (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a replica, for
+//! the attempt loop the HTTP port uses too). The wire format, server side (the client's Hello
+//! and Query, the gateway's Hello and Exception, 18.16's setting types, block boundaries), is
+//! [`chstorm_proto::native::server`]'s.
 
 pub mod backend;
-pub mod block;
 pub mod client_io;
-pub mod packets;
 pub mod query;
 pub mod session;
-pub mod settings;
 pub mod transport;
 
-use crate::drain::Drain;
+#[cfg(test)]
+mod tests;
+
+// The codec's block and setting modules, by the names the query and relay code use for them.
+pub use chstorm_proto::native::server::{block, typed_settings as settings};
+
+use crate::runtime::drain::Drain;
 use crate::state::State;
 use arc_swap::ArcSwap;
 use std::sync::Arc;
@@ -74,10 +81,10 @@ pub fn spawn(
     listener: tokio::net::TcpListener,
     shared: Arc<session::Shared>,
     tls: Option<TlsAcceptor>,
-    workers: &crate::workers::Workers,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::server::GatewayError> {
-    let addr = listener.local_addr().map_err(|e| crate::server::GatewayError::Setup(e.to_string()))?;
+    workers: &crate::runtime::workers::Workers,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, crate::runtime::error::GatewayError> {
+    let addr = listener.local_addr().map_err(|e| crate::runtime::error::GatewayError::Setup(e.to_string()))?;
     workers
         .accept(listener, move |tcp, peer| session::serve(shared.clone(), tcp, peer, tls.clone()))
-        .map_err(|e| crate::server::GatewayError::Listen { addr, source: e })
+        .map_err(|e| crate::runtime::error::GatewayError::Listen { addr, source: e })
 }

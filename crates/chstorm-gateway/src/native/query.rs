@@ -26,16 +26,16 @@
 //! [`chstorm_proto::rules::blames_server`]) is the query's answer and marks nothing down.
 
 use super::backend::BackendConn;
-use super::block::Scratch;
 use super::client_io::ClientWrite;
-use super::packets::{self, Query, QUERY_KIND_INITIAL};
 use super::session::{ClientConn, ClientPacket, Pinned, Shared};
 use super::transport::{read_server_packet, Native, NativeHead, Packet};
 use crate::attempt::Outcome;
 use crate::metrics::{RequestLabels, RouteLabel};
 use crate::plan::{BodyShape, Plan, PlanInput};
 use crate::state::{ClusterRt, State, UserRt};
-use chstorm_proto::native::packets::server;
+use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
+use chstorm_proto::native::server::block::Scratch;
+use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
 use http::{HeaderMap, Method, StatusCode};
 use std::sync::Arc;
@@ -463,7 +463,7 @@ fn session_params(session: &[(String, String)], query: &[(String, String)]) -> (
 /// a value of its type, nothing changed under `readonly = 1`, `readonly` kept under
 /// `readonly = 2`); then kept in the session. A refusal changes nothing.
 fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> Result<(), (i32, String)> {
-    let pairs = crate::sql_rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
+    let pairs = chstorm_sql::rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
     if pairs.is_empty() {
         return Err((62, "Syntax error: SET needs name = value".into()));
     }

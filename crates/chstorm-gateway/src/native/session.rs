@@ -16,18 +16,18 @@
 //! clickhouse-benchmark and most drivers do) reconnects at once, to the gateway that took over
 //! the port.
 //!
-//! [`IDLE_GRACE`]: crate::drain::IDLE_GRACE
+//! [`IDLE_GRACE`]: crate::runtime::drain::IDLE_GRACE
 
 use super::backend::{BackendConn, Pool};
-use super::block::{skip_block, Scratch};
 use super::client_io::{ClientRead, ClientWrite};
-use super::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
-use crate::drain::Drain;
 use crate::metrics::PhaseLabel;
+use crate::runtime::drain::Drain;
 use crate::state::{State, UserRt};
 use arc_swap::ArcSwap;
 use chstorm_proto::mem::{Charge, Mem};
 use chstorm_proto::native::packets::{client, server};
+use chstorm_proto::native::server::block::{skip_block, Scratch};
+use chstorm_proto::native::server::packets::{self, ClientHello, Query, QueryError, MIN_CLIENT_REVISION};
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
 use std::net::SocketAddr;
@@ -226,25 +226,39 @@ impl ClientConn {
 /// Serves one client connection; with `tls`, after a TLS handshake (given
 /// `limits.client_header_timeout`, as the Hello is).
 pub async fn serve(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr, tls: Option<TlsAcceptor>) {
+    let _ = tcp.set_nodelay(true);
+    let state = shared.state.load_full();
+    let open = async move {
+        let Some(acceptor) = tls else { return Some(super::client_io::plain(tcp)) };
+        let hello_timeout = state.config.limits.client_header_timeout.0;
+        match tokio::time::timeout(hello_timeout, acceptor.accept(tcp)).await {
+            Ok(Ok(stream)) => Some(super::client_io::tls(stream)),
+            Ok(Err(_)) => None,
+            Err(_) => {
+                state.metrics.client_timeouts.get_or_create(&PhaseLabel { phase: "tls" }).inc();
+                None
+            }
+        }
+    };
+    serve_client(shared, open, peer).await
+}
+
+/// Serves one client connection whose halves `open` gives (None: it could not be opened, e.g.
+/// a failed TLS handshake): Hello, then packets until the client leaves. [`serve`] opens a
+/// TCP or TLS connection; a test opens one in memory ([`super::client_io::in_memory`]).
+pub async fn serve_client(
+    shared: Arc<Shared>,
+    open: impl std::future::Future<Output = Option<(ClientRead, ClientWrite)>>,
+    peer: SocketAddr,
+) {
     let _open = shared.drain.conn();
     let drain = shared.drain.clone();
-    let _ = tcp.set_nodelay(true);
     let state = shared.state.load_full();
     let hello_timeout = state.config.limits.client_header_timeout.0;
     // Before the first query, a session closes as soon as the drain forces it (the client
     // has sent nothing the gateway owes an answer to).
     let setup = async {
-        let (r, mut w) = match tls {
-            None => super::client_io::plain(tcp),
-            Some(acceptor) => match tokio::time::timeout(hello_timeout, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => super::client_io::tls(stream),
-                Ok(Err(_)) => return None,
-                Err(_) => {
-                    state.metrics.client_timeouts.get_or_create(&PhaseLabel { phase: "tls" }).inc();
-                    return None;
-                }
-            },
-        };
+        let (r, mut w) = open.await?;
         let mut io = Io::new(r);
         io.get_mut().set_packet_timeout(state.config.limits.client_packet_timeout.0);
         let hello = match tokio::time::timeout(hello_timeout, packets::read_client_hello(&mut io)).await {

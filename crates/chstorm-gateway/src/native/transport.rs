@@ -20,13 +20,13 @@
 //! data. The native port keeps its own head-time window per route
 //! (`ClusterRt::native_head_times`), since its answers come in another rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
-use super::block::{skip_block, Scratch};
-use super::packets::{self, Query};
 use crate::attempt::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
 use crate::cluster::upstream::{BackendError, BoxFuture};
 use crate::plan::Plan;
 use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
+use chstorm_proto::native::server::block::{skip_block, Scratch};
+use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::rules::may_run_elsewhere;
 use chstorm_proto::ProtoError;

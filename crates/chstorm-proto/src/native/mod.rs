@@ -34,10 +34,12 @@
 //!
 //! Modules: [`wire`] (primitives and the buffered reader), [`packets`] (packet layouts),
 //! [`columns`] (type names and skipping column data), [`text`] (decoding small results to
-//! text for [`NativeConn::query_rows`]), [`settings`] (the `SETTINGS` clause).
+//! text for [`NativeConn::query_rows`]), [`settings`] (the `SETTINGS` clause); [`server`] is the
+//! server side (reading a client's packets, writing a server's, delimiting blocks to relay).
 
 pub mod columns;
 pub mod packets;
+pub mod server;
 pub mod settings;
 pub mod text;
 pub mod wire;
@@ -49,7 +51,8 @@ use crate::stream::{Connector, Stream};
 use crate::target::Target;
 use crate::QueryStats;
 use columns::{skip_column, Plan};
-use packets::{rev, server};
+use packets::rev;
+use packets::server as code;
 use std::time::Duration;
 use text::TextType;
 use wire::Io;
@@ -59,9 +62,9 @@ use wire::Io;
 pub const CLIENT_REVISION: u64 = 54412;
 
 /// Most columns one block may have.
-const MAX_COLUMNS: u64 = 1 << 20;
+pub(crate) const MAX_COLUMNS: u64 = 1 << 20;
 /// Most rows one block may have.
-const MAX_ROWS: u64 = 1 << 40;
+pub(crate) const MAX_ROWS: u64 = 1 << 40;
 
 /// What the server said about itself in its Hello.
 #[derive(Debug, Clone)]
@@ -330,7 +333,7 @@ impl NativeConn {
         self.wbuf.clear();
         wire::put_varuint(&mut self.wbuf, packets::client::PING);
         self.io.write_all(&self.wbuf).await?;
-        Ok(self.io.varuint().await? == server::PONG)
+        Ok(self.io.varuint().await? == code::PONG)
     }
 
     /// Sends the query and the empty data block in one write and reads the result. With
@@ -364,7 +367,7 @@ impl NativeConn {
         let mut first_packet = true;
         loop {
             let packet = self.io.varuint().await?;
-            if packet == server::EXCEPTION {
+            if packet == code::EXCEPTION {
                 let err = packets::read_exception(&mut self.io).await;
                 if first_packet && matches!(err, ProtoError::Server { .. }) {
                     // See the module docs. A failed check must not hide the server's exception.
@@ -374,23 +377,23 @@ impl NativeConn {
             }
             first_packet = false;
             match packet {
-                server::DATA => {
+                code::DATA => {
                     self.skip_table_name().await?;
                     let start = self.io.position();
                     stats.rows += self.read_block(sink.as_deref_mut()).await?;
                     stats.bytes += self.io.position() - start;
                 }
-                server::TOTALS | server::EXTREMES | server::LOG => {
+                code::TOTALS | code::EXTREMES | code::LOG => {
                     self.skip_table_name().await?;
                     self.read_block(None).await?;
                 }
-                server::PROGRESS => packets::skip_progress(&mut self.io, self.revision).await?,
-                server::PROFILE_INFO => packets::skip_profile_info(&mut self.io).await?,
-                server::TABLE_COLUMNS => {
+                code::PROGRESS => packets::skip_progress(&mut self.io, self.revision).await?,
+                code::PROFILE_INFO => packets::skip_profile_info(&mut self.io).await?,
+                code::TABLE_COLUMNS => {
                     self.io.skip_string().await?;
                     self.io.skip_string().await?;
                 }
-                server::END_OF_STREAM => return Ok(stats),
+                code::END_OF_STREAM => return Ok(stats),
                 other => {
                     return Err(ProtoError::Protocol(format!("unexpected packet {other} in a query result")));
                 }

@@ -48,7 +48,7 @@ pub mod rev {
 /// Query processing stage `Complete`.
 const STAGE_COMPLETE: u64 = 2;
 /// `ClientInfo::QueryKind::INITIAL_QUERY`.
-const QUERY_KIND_INITIAL: u8 = 1;
+pub const QUERY_KIND_INITIAL: u8 = 1;
 /// `ClientInfo::Interface::TCP`.
 const INTERFACE_TCP: u8 = 1;
 /// How many nested exceptions we read before giving up.

@@ -1,8 +1,8 @@
 //! The listeners: HTTP or HTTPS for ClickHouse's interface ([`crate::conn`] serves each
 //! connection), `/metrics` on `listen` or on its own `metrics_listen`, and the native protocol
 //! on `listen_native` and over TLS on `listen_native_secure` ([`crate::native`]); SIGHUP
-//! reloads the config; SIGTERM stops gracefully ([`crate::drain`], HTTP and native connections
-//! alike), and with `reuse_port` a new gateway can take over the ports first ([`crate::listen`]).
+//! reloads the config; SIGTERM stops gracefully ([`super::drain`], HTTP and native connections
+//! alike), and with `reuse_port` a new gateway can take over the ports first ([`super::listen`]).
 
 use crate::config::Config;
 use crate::conn::{Listener, Role};
@@ -14,18 +14,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Errors that stop the gateway from starting.
-#[derive(Debug, thiserror::Error)]
-pub enum GatewayError {
-    #[error("{0}")]
-    Config(#[from] crate::config::ConfigError),
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: SocketAddr, source: std::io::Error },
-    #[error("TLS: {0}")]
-    Tls(String),
-    #[error("{0}")]
-    Setup(String),
-}
+use super::error::GatewayError;
 
 fn tls_acceptor(cfg: &Config) -> Result<Option<tokio_rustls::TlsAcceptor>, GatewayError> {
     let Some(t) = &cfg.tls else { return Ok(None) };
@@ -61,14 +50,14 @@ pub struct Gateway {
     config_path: PathBuf,
     metrics: Arc<Metrics>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    drain: Arc<crate::drain::Drain>,
+    drain: Arc<super::drain::Drain>,
     /// The worker threads that serve the connections; they stop when the gateway is dropped
     /// (and the accept loops, which share them, are stopped).
-    workers: Arc<crate::workers::Workers>,
+    workers: Arc<super::workers::Workers>,
 }
 
 fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
-    let listener = crate::listen::bind(addr, reuse_port).map_err(|e| GatewayError::Listen { addr, source: e })?;
+    let listener = super::listen::bind(addr, reuse_port).map_err(|e| GatewayError::Listen { addr, source: e })?;
     let bound = listener.local_addr().map_err(|e| GatewayError::Listen { addr, source: e })?;
     Ok((listener, bound))
 }
@@ -79,7 +68,7 @@ fn accept_loop(
     listener: tokio::net::TcpListener,
     serve: Listener,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    workers: &crate::workers::Workers,
+    workers: &super::workers::Workers,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, GatewayError> {
     let addr = listener.local_addr().map_err(|e| GatewayError::Setup(e.to_string()))?;
     workers
@@ -98,7 +87,7 @@ impl Gateway {
         let (listen, reuse_port, metrics_listen, listen_native, listen_native_secure) =
             (cfg.listen, cfg.reuse_port, cfg.metrics_listen, cfg.listen_native, cfg.listen_native_secure);
         let workers = Arc::new(
-            crate::workers::Workers::start(cfg.workers)
+            super::workers::Workers::start(cfg.workers)
                 .map_err(|e| GatewayError::Setup(format!("cannot start {} worker threads: {e}", cfg.workers)))?,
         );
         let state =
@@ -119,7 +108,7 @@ impl Gateway {
             None => None,
         };
         let native_secure_addr = native_secure_listener.as_ref().map(|(_, a)| *a);
-        let drain = Arc::new(crate::drain::Drain::default());
+        let drain = Arc::new(super::drain::Drain::default());
         let main = Listener {
             state: state.clone(),
             metrics: metrics.clone(),
@@ -217,14 +206,14 @@ impl Gateway {
     }
 
     /// Serves until SIGINT/SIGTERM, then stops gracefully ([`Gateway::shutdown`]); SIGHUP
-    /// reloads. Tells a service manager (`NOTIFY_SOCKET`, [`crate::notify`]) when it is ready
+    /// reloads. Tells a service manager (`NOTIFY_SOCKET`, [`super::notify`]) when it is ready
     /// (listeners bound, first health round finished), reloading, and stopping, and sends its
     /// watchdog pings.
     pub async fn run_until_signal(self) -> Result<(), GatewayError> {
         use tokio::signal::unix::{signal, SignalKind};
         let mut hup = signal(SignalKind::hangup()).map_err(|e| GatewayError::Setup(e.to_string()))?;
         let mut term = signal(SignalKind::terminate()).map_err(|e| GatewayError::Setup(e.to_string()))?;
-        let notifier = crate::notify::Notifier::from_env();
+        let notifier = super::notify::Notifier::from_env();
         if notifier.enabled() {
             if !self.state.load().first_health_round().await {
                 log("warn", "first health round unfinished; reporting ready anyway", serde_json::json!({}));

@@ -4,13 +4,14 @@
 //! for all; the gateway speaks 54412, so it must know each setting's type to find where a value
 //! ends, and to write the settings it sends to a backend.
 //!
-//! The table is ClickHouse 18.16's `Settings.h` (the settings `system.settings` lists on 18.16;
-//! `tests/native.rs` checks the names against the live server). A name outside it is refused
+//! The table is ClickHouse 18.16's `Settings.h`: the settings `system.settings` lists on 18.16.1,
+//! in its order (this crate's `tests/native.rs` checks the names and their order against the
+//! live server, and sends every setting in its type to it, each read back as written). A name outside it is refused
 //! as 18.16 refuses it (code 115, `Unknown setting`): its value's length cannot be known.
 //! Settings that newer releases added cannot be sent over the gateway's native port, and a newer
 //! client sends the ones it knows in its own types, which for the 18.16 settings are the same.
 
-use chstorm_proto::native::wire::put_varuint;
+use crate::native::wire::put_varuint;
 
 /// How a setting's value is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,7 @@ pub const NAMES_18_16: &[&str] = &[
     "connect_timeout_with_failover_ms",
     "receive_timeout",
     "send_timeout",
+    "tcp_keep_alive_timeout",
     "queue_max_wait_ms",
     "poll_interval",
     "distributed_connections_pool_size",
@@ -119,6 +121,7 @@ pub const NAMES_18_16: &[&str] = &[
     "distributed_product_mode",
     "max_concurrent_queries_for_user",
     "insert_deduplicate",
+    "insert_sample_with_metadata",
     "insert_quorum",
     "insert_quorum_timeout",
     "select_sequential_consistency",
@@ -218,7 +221,6 @@ pub const NAMES_18_16: &[&str] = &[
     "format_csv_delimiter",
     "format_csv_allow_single_quotes",
     "format_csv_allow_double_quotes",
-    "enable_conditional_computation",
     "date_time_input_format",
     "log_profile_events",
     "log_query_settings",
@@ -237,6 +239,7 @@ pub const NAMES_18_16: &[&str] = &[
     "allow_ddl",
     "parallel_view_processing",
     "enable_debug_queries",
+    "low_cardinality_allow_in_native_format",
 ];
 
 /// The type of setting `name`; None for a name 18.16 does not know.
@@ -262,7 +265,7 @@ pub fn put_setting(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Set
     let ty = type_of(name).ok_or_else(|| SettingError::Unknown(name.to_string()))?;
     let bad = || SettingError::NotANumber { name: name.to_string(), value: value.to_string() };
     let v = value.trim();
-    chstorm_proto::native::wire::put_str(out, name.as_bytes());
+    crate::native::wire::put_str(out, name.as_bytes());
     match ty {
         Ty::UInt => {
             let n = match v {
@@ -276,7 +279,7 @@ pub fn put_setting(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Set
             let n = v.parse::<i64>().map_err(|_| bad())?;
             put_varuint(out, ((n << 1) ^ (n >> 63)) as u64);
         }
-        Ty::Str => chstorm_proto::native::wire::put_str(out, value.as_bytes()),
+        Ty::Str => crate::native::wire::put_str(out, value.as_bytes()),
     }
     Ok(())
 }

@@ -38,7 +38,7 @@
 //!   `intHash64(0xFFFF)`, `cityHash64(toInt32(-1))` = `intHash64(0xFFFF_FFFF)`,
 //!   `cityHash64(toInt64(-1))` = `cityHash64(toUInt64(-1))` = `intHash64(u64::MAX)`;
 //! * `cityHash64('...')` of a `String` is CityHash64 v1.0.2 of the bytes
-//!   ([`cityhash::city_hash64`]; Google's v1.1 gives other results).
+//!   ([`crate::cityhash::city_hash64`]; Google's v1.1 gives other results).
 //!
 //! That is why [`ShardingExpr::evaluate`] takes the column's type: the value
 //! is hashed as the *column* type (an insert converts the literal to it
@@ -68,9 +68,7 @@
 //! `cityHash64(col)` always yields `UInt64`, so this only matters for plain
 //! columns.
 
-pub mod cityhash;
 mod extract;
-pub(crate) mod lexer;
 mod rewrite;
 mod shard;
 mod sql;
@@ -248,12 +246,13 @@ impl Router {
     }
 
     /// Decides where `sql` goes. `sql` is the whole query text, as the
-    /// server will run it (the `query` URL parameter and the body joined as
-    /// [`crate::request::join_query`] does). `url_param` is the decoded
-    /// `shard_key` URL parameter, `header` the `X-Chstorm-Shard-Key` header,
-    /// `database` the request's current database (the `database` URL
-    /// parameter, see [`crate::request::current_database`]; `None` is
-    /// [`DEFAULT_DATABASE`], `Some("")` no current database).
+    /// server will run it (over HTTP, the `query` URL parameter and the body
+    /// joined, as the gateway's `request::join_query` does). `url_param` is
+    /// the decoded `shard_key` URL parameter, `header` the
+    /// `X-Chstorm-Shard-Key` header, `database` the request's current
+    /// database (the `database` URL parameter, see the gateway's
+    /// `request::current_database`; `None` is [`DEFAULT_DATABASE`], `Some("")`
+    /// no current database).
     pub fn route(
         &self,
         sql: &str,
@@ -269,8 +268,9 @@ impl Router {
     /// [`Router::route`] on bytes: a query that is not UTF-8 (bytes inside a
     /// string literal) is routed the same way, and the rewritten query keeps
     /// every byte but the replaced table names. Returns the shard and the
-    /// rewritten bytes.
-    pub fn route_bytes(
+    /// rewritten bytes. For the tests of the byte-level layer.
+    #[cfg(test)]
+    fn route_bytes(
         &self,
         sql: &[u8],
         url_param: Option<&str>,
@@ -296,7 +296,7 @@ impl Router {
         if !from_client && matches!(key, KeyValue::Str(_)) != string_column {
             return Err(Unrouted::LiteralType);
         }
-        match crate::sql_rules::settings_in_sql(sql) {
+        match crate::rules::settings_in_sql(sql) {
             Ok(set) => {
                 if let Some((name, _)) = set.into_iter().find(|(k, _)| changes_distributed_result(k)) {
                     return Err(Unrouted::Setting(name));
@@ -427,6 +427,10 @@ mod tests {
 
     /// This thread's CPU time: unlike the wall clock, it does not grow while the thread waits
     /// for a core (2 cores shared by many builds and tests make wall times swing 10x).
+    /// The gateway's default `limits.max_query_depth` (chstorm-gateway's
+    /// `config::DEFAULT_MAX_QUERY_DEPTH`).
+    const GATEWAY_MAX_QUERY_DEPTH: usize = 300;
+
     fn cpu_time() -> std::time::Duration {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: a valid pointer to a timespec; CLOCK_THREAD_CPUTIME_ID exists on Linux.
@@ -472,9 +476,9 @@ mod tests {
         let once = |sql: &str| {
             let t = cpu_time();
             let _ = r.route(sql, None, None, None);
-            let _ = crate::sql_rules::settings_in_sql(sql);
-            let _ = crate::sql_rules::table_functions(sql);
-            let _ = crate::sql_rules::nesting_depth(sql);
+            let _ = crate::rules::settings_in_sql(sql);
+            let _ = crate::rules::table_functions(sql);
+            let _ = crate::rules::nesting_depth(sql);
             cpu_time() - t
         };
         // CPU time, small and big in turn, the best of each, at 16x the levels: linear steps
@@ -498,7 +502,7 @@ mod tests {
             // What the gateway does with such a query: count its depth, and refuse it (plan).
             let t = cpu_time();
             let flat = matches!(name, "many tables" | "many qualifiers" | "long names" | "many SELECTs");
-            assert!(flat || crate::sql_rules::nesting_depth(&big) > crate::config::DEFAULT_MAX_QUERY_DEPTH, "{name}");
+            assert!(flat || crate::rules::nesting_depth(&big) > GATEWAY_MAX_QUERY_DEPTH, "{name}");
             let refused = cpu_time() - t;
             if !cfg!(debug_assertions) {
                 assert!(refused < std::time::Duration::from_millis(100), "{name}: {refused:?}");

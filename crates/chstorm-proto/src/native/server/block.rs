@@ -19,33 +19,33 @@
 //! connection's ceiling when its header arrives (a header that claims more than the connection
 //! may hold fails at once), and its bytes are charged and stored as they arrive, never for a
 //! size only claimed. The block is
-//! parsed as it is decompressed, one frame at a time (the parser waits on a [`Pipe`] the
+//! parsed as it is decompressed, one frame at a time (the parser waits on a `Pipe` the
 //! frames are pushed into), so only one frame's decompressed bytes are held however long the
 //! block is, and no byte is parsed twice; after each 64 KiB parsed the task yields, so a long
 //! block (a block of zeros is cheap to send and dear to parse) does not keep the worker's other
 //! connections waiting. The raw bytes relayed are the caller's tee's
 //! ([`Io::tee_start_charged`]).
 
-use chstorm_proto::mem::{Charge, Mem, MemError};
-use chstorm_proto::native::columns::{skip_column, Plan};
-use chstorm_proto::native::packets::{rev, skip_block_info};
-use chstorm_proto::native::wire::Io;
-use chstorm_proto::ProtoError;
+use crate::mem::{Charge, Mem, MemError};
+use crate::native::columns::{skip_column, Plan};
+use crate::native::packets::{rev, skip_block_info};
+use crate::native::wire::Io;
+use crate::native::{MAX_COLUMNS, MAX_ROWS};
+use crate::ProtoError;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
-/// Most columns and rows one block may have.
-const MAX_COLUMNS: u64 = 1 << 20;
-const MAX_ROWS: u64 = 1 << 40;
 /// Largest frame (compressed or decompressed), as ClickHouse's own limit: 1 GiB.
 pub const MAX_FRAME: usize = 1 << 30;
-/// Frame methods.
-const METHOD_NONE: u8 = 0x02;
-const METHOD_LZ4: u8 = 0x82;
-const METHOD_ZSTD: u8 = 0x90;
+/// A frame's method byte: none (the data as it is).
+pub const METHOD_NONE: u8 = 0x02;
+/// A frame's method byte: LZ4 (also what LZ4HC writes).
+pub const METHOD_LZ4: u8 = 0x82;
+/// A frame's method byte: ZSTD.
+pub const METHOD_ZSTD: u8 = 0x90;
 
 /// Scratch space reused for every block of a connection (small: the column plan and stack).
 #[derive(Default)]
@@ -281,8 +281,8 @@ async fn plain<S: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chstorm_proto::mem::Mem;
-    use chstorm_proto::native::wire::{put_str, put_varuint};
+    use crate::mem::Mem;
+    use crate::native::wire::{put_str, put_varuint};
 
     fn block(rows: u64) -> Vec<u8> {
         let mut b = vec![1, 0, 2, 0xff, 0xff, 0xff, 0xff, 0];
@@ -344,7 +344,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_claimed_size_past_the_limit_fails_before_its_bytes_come() {
-        use chstorm_proto::mem::Budget;
+        use crate::mem::Budget;
         let budget = Budget::new(1 << 30);
         let mem = budget.conn(16 << 20);
         for (method, csize, dsize) in
@@ -393,7 +393,7 @@ mod tests {
                 }
             }
         });
-        let budget = chstorm_proto::mem::Budget::new(1 << 30);
+        let budget = crate::mem::Budget::new(1 << 30);
         let mem = budget.conn(4 << 20);
         let mut io = Io::new(rx);
         // The relayed copy is charged too: 32 frames of 1 MiB of zeros are about 130 KiB raw.

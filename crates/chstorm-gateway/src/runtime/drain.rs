@@ -1,7 +1,7 @@
 //! The gateway's own graceful stop (SIGTERM), so a restart loses no query:
 //!
 //! 1. the listener closes (with `reuse_port`, a new gateway on the same port already takes every
-//!    new connection, see [`crate::listen`]);
+//!    new connection, see [`super::listen`]);
 //! 2. `/ping` answers 503, so a load balancer takes this instance out;
 //! 3. every answer carries `Connection: close`, so each kept-alive client connection closes
 //!    right after its next answer and the client reconnects (to the new gateway);

@@ -2,9 +2,9 @@
 //! the `X-Chstorm-Shard-Key` header, or `<where_column> = <literal>` in the
 //! WHERE clause.
 
-use super::lexer::TokenKind;
 use super::shard::KeyValue;
 use super::sql::{ClauseKind, Sql, Statement};
+use crate::lexer::TokenKind;
 
 /// The URL parameter that carries a shard key. The gateway must remove it
 /// before forwarding the query (ClickHouse rejects unknown parameters as

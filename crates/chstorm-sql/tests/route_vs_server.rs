@@ -1,4 +1,4 @@
-//! The routing module against a real ClickHouse 18.16 server.
+//! chstorm-sql's routing and cityHash64 against a real ClickHouse 18.16 server.
 //!
 //! * `cityHash64` of strings and of every integer type, and the literal-type
 //!   behaviour, against the shared server (batched: a few queries in all).
@@ -16,12 +16,12 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::Instant;
 
-use chstorm_gateway::route::cityhash::{city_hash64, int_hash64};
-use chstorm_gateway::route::{
+use chstorm_local::{shared_server, LocalServer, ServerSpec};
+use chstorm_sql::cityhash::{city_hash64, int_hash64};
+use chstorm_sql::route::{
     extract_key, rewrite_tables, select_shard, ColumnType, KeyValue, RoutedTables, Router, ShardingExpr, Unrouted,
     DEFAULT_DATABASE,
 };
-use chstorm_local::{shared_server, LocalServer, ServerSpec};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 

@@ -2,8 +2,8 @@
 //! running its own current-thread tokio runtime. Every worker accepts from each listening socket
 //! (its own registration of the socket in its own reactor): the first worker to wake takes a new
 //! connection, so a busy worker, which wakes later, takes fewer. The connection, its requests,
-//! and the backend connections they use (each worker has its own pools: [`current`] picks the
-//! slot) then stay on that one thread. A query crosses no thread on its way: with one
+//! and the backend connections they use (each worker has its own pools:
+//! [`crate::cluster::worker::current`] picks the slot) then stay on that one thread. A query crosses no thread on its way: with one
 //! multi-thread runtime the client's connection task and the pooled backend connection's task
 //! ran on different threads, and the wake-ups between them were the largest part of the
 //! gateway's CPU (docs/PERFORMANCE.md, the profile). A new connection is not handed from thread

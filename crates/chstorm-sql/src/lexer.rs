@@ -1,6 +1,7 @@
 //! A small SQL lexer following ClickHouse 18.16's `Lexer.cpp`, just enough
-//! for [`extract_key`](super::extract_key) and
-//! [`rewrite_tables`](super::rewrite_tables).
+//! for routing ([`crate::route`]: [`extract_key`](crate::route::extract_key),
+//! [`rewrite_tables`](crate::route::rewrite_tables)) and the rules on
+//! settings, table functions and nesting depth ([`crate::rules`]).
 //!
 //! The lexer reads bytes: a query that is not UTF-8 (bytes inside a string
 //! literal, say) lexes as ClickHouse lexes it, and callers splice the

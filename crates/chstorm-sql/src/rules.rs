@@ -1,7 +1,7 @@
 //! What a query asks of the server beyond reading tables: the settings it
 //! changes (`SETTINGS` clauses, `SET` statements) and the table functions it
 //! calls (`remote`, `url`, `file`, `numbers`, ...). Pure functions over the
-//! token stream of [`crate::route::lexer`] (ClickHouse 18.16's lexer), so
+//! token stream of [`crate::lexer`] (ClickHouse 18.16's lexer), so
 //! comments, string literals, quoted names, case and white space cannot hide
 //! or fake anything; text that does not lex, or whose brackets do not
 //! balance, is an error (the caller refuses it for restricted users).
@@ -91,7 +91,7 @@
 //! which also means expressions inside `VALUES` rows are not looked at (only
 //! users who may write can send them).
 
-use crate::route::lexer::{Lexer, Token, TokenKind};
+use crate::lexer::{Lexer, Token, TokenKind};
 
 /// Why a text could not be checked. The message is one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

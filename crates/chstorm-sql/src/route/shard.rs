@@ -4,9 +4,9 @@
 use std::fmt;
 use std::str::FromStr;
 
-use super::cityhash::{city_hash64, int_hash64};
-use super::lexer::{tokenize, TokenKind};
 use super::RouteError;
+use crate::cityhash::{city_hash64, int_hash64};
+use crate::lexer::{tokenize, TokenKind};
 
 /// A shard key value: from the URL parameter or header (always
 /// [`KeyValue::Str`], the raw text: the column type decides how to read it),

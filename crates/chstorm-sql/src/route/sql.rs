@@ -16,7 +16,7 @@
 //! wants an operand, such as `SELECT`, `WHERE`, `AND`) makes [`Sql::parse`]
 //! give up: routing then fans out.
 
-use super::lexer::{Lexer, Token, TokenKind};
+use crate::lexer::{Lexer, Token, TokenKind};
 
 /// What kind of statement this is, as far as routing cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

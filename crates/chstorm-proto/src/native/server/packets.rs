@@ -1,17 +1,15 @@
-//! The packets the gateway reads and writes as a server (the client's Hello and Query, its own
-//! Hello, Pong and Exception) and as a client of a backend (Hello and Query at a chosen
-//! revision). Packet codes and revisions are `chstorm_proto::native::packets`'.
+//! The packets a server (the gateway) reads and writes: the client's Hello and Query, its own
+//! Hello and Exception; and, to relay a client's query, the Hello and Query it sends a backend
+//! at a chosen revision. Packet codes and revisions are [`crate::native::packets`]'.
 
-use super::settings::{type_of, unzigzag, Ty};
-use chstorm_proto::mem::Charge;
-use chstorm_proto::native::packets::{client, rev, server};
-use chstorm_proto::native::wire::{put_str, put_varuint, Io, MAX_STRING_LEN, MAX_TEXT_LEN};
-use chstorm_proto::native::ServerInfo;
-use chstorm_proto::ProtoError;
+use super::typed_settings::{type_of, unzigzag, Ty};
+use crate::mem::Charge;
+use crate::native::packets::{client, rev, server};
+use crate::native::wire::{put_str, put_varuint, Io, MAX_STRING_LEN, MAX_TEXT_LEN};
+use crate::native::ServerInfo;
+use crate::ProtoError;
 use tokio::io::AsyncRead;
 
-/// `ClientInfo::QueryKind::INITIAL_QUERY`.
-pub const QUERY_KIND_INITIAL: u8 = 1;
 /// The oldest client revision served: 54401, the first whose Hello exchange has the version
 /// patch (what chstorm's native code reads from a backend's Hello). An older client is refused
 /// at its Hello with an exception that names this minimum.
@@ -58,7 +56,7 @@ pub fn server_hello(out: &mut Vec<u8>, info: &ServerInfo, revision: u64) {
     put_str(out, info.name.as_bytes());
     put_varuint(out, info.version_major);
     put_varuint(out, info.version_minor);
-    put_varuint(out, chstorm_proto::native::CLIENT_REVISION);
+    put_varuint(out, crate::native::CLIENT_REVISION);
     if revision >= rev::SERVER_TIMEZONE {
         put_str(out, info.timezone.as_bytes());
     }
@@ -206,7 +204,7 @@ async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -
 
 /// The gateway's Hello to a backend, at `revision`, with the cluster's credentials.
 pub fn backend_hello(out: &mut Vec<u8>, revision: u64, database: &str, user: &str, password: &str) {
-    use chstorm_proto::native::packets::{CLIENT_NAME, CLIENT_VERSION_MAJOR, CLIENT_VERSION_MINOR};
+    use crate::native::packets::{CLIENT_NAME, CLIENT_VERSION_MAJOR, CLIENT_VERSION_MINOR};
     put_varuint(out, client::HELLO);
     put_str(out, format!("{CLIENT_NAME} gateway").as_bytes());
     put_varuint(out, CLIENT_VERSION_MAJOR);
@@ -225,7 +223,7 @@ pub fn backend_query(
     query_id: &str,
     settings: &[(String, String)],
     sql: &str,
-) -> Result<(), super::settings::SettingError> {
+) -> Result<(), super::typed_settings::SettingError> {
     put_varuint(out, client::QUERY);
     put_str(out, query_id.as_bytes());
     out.extend_from_slice(&q.client_info);
@@ -236,7 +234,7 @@ pub fn backend_query(
                 put_str(out, k.as_bytes());
                 put_str(out, raw);
             }
-            None => super::settings::put_setting(out, k, v)?,
+            None => super::typed_settings::put_setting(out, k, v)?,
         }
     }
     put_str(out, b"");
@@ -252,16 +250,17 @@ pub fn backend_query(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chstorm_proto::mem::Mem;
+    use crate::mem::Mem;
+    use crate::native::packets::QUERY_KIND_INITIAL;
 
     #[tokio::test]
     async fn a_query_round_trips_through_the_backend_encoding() {
-        let info = chstorm_proto::native::packets::client_info(54412);
+        let info = crate::native::packets::client_info(54412);
         let mut p = Vec::new();
         put_str(&mut p, b"qid");
         p.extend_from_slice(&info);
-        crate::native::settings::put_setting(&mut p, "max_threads", "2").unwrap();
-        crate::native::settings::put_setting(&mut p, "load_balancing", "in_order").unwrap();
+        crate::native::server::typed_settings::put_setting(&mut p, "max_threads", "2").unwrap();
+        crate::native::server::typed_settings::put_setting(&mut p, "load_balancing", "in_order").unwrap();
         put_str(&mut p, b"");
         put_varuint(&mut p, 2);
         put_varuint(&mut p, 1);
@@ -315,7 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_query_packet_stops_at_the_connection_limit() {
-        let budget = chstorm_proto::mem::Budget::new(1 << 30);
+        let budget = crate::mem::Budget::new(1 << 30);
         let mem = budget.conn(1 << 20);
         // Settings whose values add up to 4 MiB: refused within the first MiB.
         let mut p = Vec::new();

@@ -1,0 +1,107 @@
+//! A client's FIN, seen without reading its connection.
+//!
+//! A client that sends a whole request and then shuts down its sending side (a half-close)
+//! still reads the answer: 18.16 answers it, and runs its INSERT. A client that leaves sends
+//! the same FIN. The two cannot be told apart without writing to the client, so the gateway
+//! follows ClickHouse's own rule for this (`cancel_http_readonly_queries_on_client_close`,
+//! which cancels a read on a FIN and lets every other statement run to its end):
+//!
+//! * a **read** (SELECT, WITH, SHOW, DESCRIBE, EXISTS, EXPLAIN) whose client sends its FIN
+//!   before the whole answer has gone out is abandoned: its query is killed on the replica (the
+//!   KILL guard, `killed_queries_total{reason="client_gone"}`), and the client gets Code 394 if
+//!   no answer head has gone out yet, a cut connection otherwise. Without this a client that
+//!   left would keep a silent read running to its end;
+//! * **any other statement** (INSERT, CREATE, ...) runs to its end and is answered, as direct.
+//!
+//! hyper itself runs with `half_close(true)` (it no longer ends a connection at a FIN while a
+//! request is in flight), and the FIN is watched here instead: a second descriptor of the same
+//! socket, registered with tokio, wakes on `EPOLLRDHUP` (tokio's `read_closed`) without taking
+//! a byte from the connection. A pipelined next request wakes it too; it then waits for the next
+//! event. The FIN is a TCP one, so a TLS client is watched the same way. A connection is watched
+//! once it has sent its first bytes (after its TLS handshake), so it then holds two descriptors
+//! of its socket: size the descriptor limit for twice the clients that send queries
+//! (`LimitNOFILE=65536` in `deploy/chstorm-gateway.service`: 32,000 such clients).
+
+use crate::cluster::upstream::{BoxError, GBody};
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use std::future::Future;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::io::Interest;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+/// Fires when the client's FIN has come; carried in each request's extensions.
+#[derive(Clone, Debug, Default)]
+pub struct ClientFin(CancellationToken);
+
+impl ClientFin {
+    /// Resolves once the client's FIN has come (never, for a client that keeps its side open).
+    pub async fn came(&self) {
+        self.0.cancelled().await
+    }
+
+    /// `body`, ended with an error as soon as the FIN comes: hyper then closes the connection
+    /// and drops the body, whose guards cancel the query.
+    pub fn cut(&self, body: GBody) -> GBody {
+        use http_body_util::BodyExt;
+        Cut { fin: Box::pin(self.0.clone().cancelled_owned()), body }.boxed_unsync()
+    }
+}
+
+/// The watch of one connection: `(fin, watcher)`. The watcher must run beside the connection
+/// (and be dropped with it: it holds a descriptor of the socket). None when the socket cannot
+/// be watched (no descriptor left); the connection then works as without the watch.
+pub fn watch(tcp: &tokio::net::TcpStream) -> Option<(ClientFin, impl Future<Output = ()> + Send + 'static)> {
+    // SAFETY: `dup` returns a new descriptor that this function alone owns (or -1).
+    let fd = unsafe { libc::dup(tcp.as_raw_fd()) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: `fd` is open and owned here; the std stream takes it over and closes it on drop.
+    let second = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    second.set_nonblocking(true).ok()?;
+    let second = tokio::net::TcpStream::from_std(second).ok()?;
+    let fin = ClientFin::default();
+    let token = fin.0.clone();
+    let watcher = async move {
+        loop {
+            match second.ready(Interest::READABLE).await {
+                Ok(r) if r.is_read_closed() => return token.cancel(),
+                // Bytes of a next request: not a FIN; clear the readiness, wait for the next.
+                Ok(_) => {
+                    let _ = second.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
+                }
+                Err(_) => return,
+            }
+        }
+    };
+    Some((fin, watcher))
+}
+
+/// The answer body of a read: [`ClientFin::cut`].
+struct Cut {
+    fin: Pin<Box<WaitForCancellationFutureOwned>>,
+    body: GBody,
+}
+
+impl Body for Cut {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if self.fin.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err("the client closed its side of the connection during a read".into())));
+        }
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}

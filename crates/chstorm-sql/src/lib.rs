@@ -1,0 +1,30 @@
+//! ClickHouse 18.16's SQL as chstorm's gateway needs it: pure functions over a query's text,
+//! with no I/O, no clocks and no randomness.
+//!
+//! * [`lexer`]: a lexer following 18.16's `Lexer.cpp`, on bytes (a query that is not UTF-8
+//!   lexes as the server lexes it); every other module reads its tokens, so comments, string
+//!   literals, quoted names, case and white space neither hide nor fake anything.
+//! * [`route`]: shard routing: the key (`shard_key` URL parameter, `X-Chstorm-Shard-Key` header,
+//!   or `where_column = <literal>` in WHERE), the sharding expression's value as the Distributed
+//!   engine computes it, the weighted choice of the shard, and the rewrite of the Distributed
+//!   table names to the local ones; [`route::Router`] does all of it for one cluster's
+//!   `routing:` config, and every reason to fan out instead is an [`route::Unrouted`].
+//! * [`cityhash`]: CityHash64 v1.0.2 and `intHash64`, bit-exact with what 18.16 bundles.
+//! * [`rules`]: what a query asks of the server beyond reading tables (the settings it changes,
+//!   the table functions it calls) and how deep it nests (18.16 dies of a stack overflow from
+//!   about 760 levels); the gateway's user rules and its depth limit are built on them.
+//!
+//! Each module's doc records the 18.16 behaviour it follows, as seen on a real server;
+//! `tests/route_vs_server.rs` checks the hashes and the whole routing chain against one.
+//!
+//! # Boundaries
+//!
+//! This crate owns the reading of SQL text. It must not import tokio, hyper, tower, http or any
+//! other chstorm crate (chstorm-proto's rules included: nothing here needs them); its one
+//! dependency is `thiserror`. HTTP parameters, request bodies and the protocols stay in
+//! chstorm-gateway, which calls these functions with the query's text.
+
+pub mod cityhash;
+pub mod lexer;
+pub mod route;
+pub mod rules;
