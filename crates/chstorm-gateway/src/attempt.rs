@@ -35,16 +35,16 @@
 //! answer, `crate::native::query`). HTTP I/O goes through [`Backend`], so all of this runs in
 //! unit tests against a fake backend in paused time.
 
-use crate::balancer::Balancer;
-use crate::budget::{ClusterBudget, Grant};
+use crate::cluster::balancer::Balancer;
+use crate::cluster::budget::{ClusterBudget, Grant};
+use crate::cluster::replica::{InFlight, Overdue, Replica};
+use crate::cluster::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use crate::config::Hedging;
 use crate::hedge::{Activity, HeadTimes};
 use crate::http::body::KillGuard;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabel};
 use crate::quarantine::{fingerprint, Quarantine};
 use crate::query::plan::{Latitude, Plan, Target};
-use crate::replica::{InFlight, Overdue, Replica};
-use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere, retry_safe_code};
 use http::{Request, Response, StatusCode};
@@ -700,48 +700,6 @@ async fn any_alive(probes: Vec<BoxFuture<Probe>>) -> Probe {
         Probe::Dead
     } else {
         Probe::Silent
-    }
-}
-
-/// The attempt policy's metrics (registered with the others in [`Metrics`]).
-#[derive(Default)]
-pub struct AttemptMetrics {
-    /// Hedged copies sent, by reason (`silent`: no byte, progress or ping for the deadline).
-    pub hedge_reasons:
-        prometheus_client::metrics::family::Family<ReasonLabel, prometheus_client::metrics::counter::Counter>,
-    /// Reads past their per-try deadline left alone because they showed they were working.
-    pub hedges_spared: prometheus_client::metrics::counter::Counter,
-    /// Reads held to have killed their replica (not resent; their shape refused).
-    pub query_deaths: prometheus_client::metrics::counter::Counter,
-    /// Reads refused because their shape killed a replica within `limits.query_of_death_ttl`.
-    pub quarantine_refusals: prometheus_client::metrics::counter::Counter,
-}
-
-/// The `reason` label of a hedge.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct ReasonLabel {
-    pub reason: &'static str,
-}
-
-impl AttemptMetrics {
-    /// Registers them in `r`.
-    pub fn register(&self, r: &mut prometheus_client::registry::Registry) {
-        r.register("chstorm_gateway_hedge_reasons", "Hedged copies sent, by reason", self.hedge_reasons.clone());
-        r.register(
-            "chstorm_gateway_hedges_spared",
-            "Reads past their per-try deadline not hedged because they showed progress",
-            self.hedges_spared.clone(),
-        );
-        r.register(
-            "chstorm_gateway_query_deaths",
-            "Reads whose replica died while running them (not resent; their shape refused)",
-            self.query_deaths.clone(),
-        );
-        r.register(
-            "chstorm_gateway_quarantine_refusals",
-            "Reads refused because a read of their shape killed a replica",
-            self.quarantine_refusals.clone(),
-        );
     }
 }
 

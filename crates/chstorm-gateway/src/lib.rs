@@ -2,13 +2,15 @@
 //!
 //! The request path, in the order a query runs; a lower layer never names a higher one:
 //!
-//! * [`config`], [`log`], [`metrics`]: the configuration, JSON logs and Prometheus metrics.
-//! * The cluster: [`replica`] (runtime state and the health state machine), [`balancer`]
-//!   (selection over snapshots) and [`health`] (active probes), joined by snapshots and down
-//!   signals; [`budget`]: the per-replica thread budget (`threads:`), RAII grants; [`upstream`]:
-//!   kept-alive pools per replica (one per worker) behind the `Backend` trait; [`backend_io`]: its
-//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for a
-//!   whole one.
+//! * [`config`] (the YAML configuration, its types and parsing in one module per section),
+//!   [`log`], [`metrics`]: JSON logs and Prometheus metrics.
+//! * [`cluster`]: [`cluster::replica`] (runtime state and the health state machine),
+//!   [`cluster::balancer`] (selection over snapshots, with a seeded RNG) and [`cluster::health`]
+//!   (active probes), joined by snapshots and down signals; [`cluster::budget`]: the
+//!   per-replica thread budget (`threads:`), RAII grants; [`cluster::upstream`]: kept-alive
+//!   pools per replica (one per worker) behind the `Backend` trait; [`cluster::backend_io`]: its
+//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for
+//!   a whole one.
 //! * [`query`]: the query core both fronts call: a protocol-neutral request, authentication,
 //!   admission (limits with FIFO queues and fast rejection; RAII permits), the plan (pure: user
 //!   rules, routing, parameters), one refusal form (an HTTP status and a ClickHouse code), and
@@ -36,11 +38,8 @@
 //! under its CPU per query.
 
 mod attempt;
-mod backend_io;
-mod balancer;
-mod budget;
+mod cluster;
 mod config;
-mod health;
 mod hedge;
 mod http;
 mod log;
@@ -48,11 +47,9 @@ mod metrics;
 mod native;
 mod quarantine;
 mod query;
-mod replica;
 pub mod request;
 mod runtime;
 mod state;
-mod upstream;
 
 pub use config::Config;
 pub use runtime::error::GatewayError;

@@ -8,6 +8,11 @@
 //! HTTP status codes, or fixed words. A request from an unauthenticated or unknown user is
 //! counted as user [`UNKNOWN_USER`], so made-up user names cannot grow the output.
 //!
+//! This module names no other module of the gateway (every layer counts into it): the attempt
+//! policy's families ([`AttemptMetrics`]) and the backend connection gauge
+//! ([`BACKEND_CONNECTIONS`]) are defined here, and [`Metrics::default`] registers the families
+//! group by group (requests, retries and hedges, thread budget, native).
+//!
 //! | metric | labels | meaning |
 //! |---|---|---|
 //! | `chstorm_gateway_requests_total` | user, status, route | requests answered; user = a configured user or `unknown`; route = routed, fanout, rejected |
@@ -100,11 +105,61 @@ fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 16))
 }
 
-/// Every metric of the gateway, registered once per process.
+/// The `reason` label of a hedge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+/// HTTP backend connections open now in this process (pooled idle and busy, every replica):
+/// `chstorm_gateway_backend_connections`, counted by `crate::cluster::backend_io`.
+/// Process-wide because the connector is; one gateway runs per process.
+pub static BACKEND_CONNECTIONS: std::sync::LazyLock<Gauge> = std::sync::LazyLock::new(Default::default);
+
+/// The attempt policy's metrics (registered with the others in [`Metrics`]).
+#[derive(Default)]
+pub struct AttemptMetrics {
+    /// Hedged copies sent, by reason (`silent`: no byte, progress or ping for the deadline).
+    pub hedge_reasons: Family<ReasonLabel, Counter>,
+    /// Reads past their per-try deadline left alone because they showed they were working.
+    pub hedges_spared: Counter,
+    /// Reads held to have killed their replica (not resent; their shape refused).
+    pub query_deaths: Counter,
+    /// Reads refused because their shape killed a replica within `limits.query_of_death_ttl`.
+    pub quarantine_refusals: Counter,
+}
+
+impl AttemptMetrics {
+    /// Registers them in `r`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_hedge_reasons", "Hedged copies sent, by reason", self.hedge_reasons.clone());
+        r.register(
+            "chstorm_gateway_hedges_spared",
+            "Reads past their per-try deadline not hedged because they showed progress",
+            self.hedges_spared.clone(),
+        );
+        r.register(
+            "chstorm_gateway_query_deaths",
+            "Reads whose replica died while running them (not resent; their shape refused)",
+            self.query_deaths.clone(),
+        );
+        r.register(
+            "chstorm_gateway_quarantine_refusals",
+            "Reads refused because a read of their shape killed a replica",
+            self.quarantine_refusals.clone(),
+        );
+    }
+}
+
+/// A family of histograms made by a constructor (the buckets).
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric of the gateway, registered once per process: [`Metrics::default`] makes them
+/// and registers them family by family, in the order of the module doc's table.
 pub struct Metrics {
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
-    pub duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
+    pub duration: Histograms<RouteLabel>,
     pub in_flight: Gauge,
     pub queued: Gauge,
     pub replica_up: Family<ReplicaLabels, Gauge>,
@@ -116,15 +171,15 @@ pub struct Metrics {
     pub hedge_wins: Counter,
     pub hedges_held: Counter,
     /// The attempt policy's own metrics (hedge reasons, spared reads).
-    pub attempt: crate::attempt::AttemptMetrics,
+    pub attempt: AttemptMetrics,
     pub client_timeouts: Family<PhaseLabel, Counter>,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
     pub threads_external: Family<ReplicaLabels, Gauge>,
     pub threads_queued: Family<ReplicaLabels, Gauge>,
-    pub thread_grant: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
+    pub thread_grant: Histograms<ReplicaLabels>,
     pub thread_floor_grants: Family<ReplicaLabels, Counter>,
-    pub thread_queue_wait: Family<ReplicaLabels, Histogram, fn() -> Histogram>,
+    pub thread_queue_wait: Histograms<ReplicaLabels>,
     pub thread_queue_timeouts: Family<ReplicaLabels, Counter>,
     pub thread_total_moves: Family<ReplicaLabels, Counter>,
     pub thread_total_probes: Family<ReplicaLabels, Counter>,
@@ -134,155 +189,143 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::default();
-        let requests = Family::<RequestLabels, Counter>::default();
-        let duration = Family::<RouteLabel, Histogram, fn() -> Histogram>::new_with_constructor(
-            latency_histogram as fn() -> Histogram,
-        );
-        let in_flight = Gauge::default();
-        let queued = Gauge::default();
-        let replica_up = Family::<ReplicaLabels, Gauge>::default();
-        let retries = Counter::default();
-        let budget_exhausted = Counter::default();
-        let killed = Family::<KillLabel, Counter>::default();
-        registry.register("chstorm_gateway_requests", "Requests answered", requests.clone());
-        registry.register("chstorm_gateway_request_duration_seconds", "Time to the response head", duration.clone());
-        registry.register("chstorm_gateway_in_flight", "Queries holding a global slot", in_flight.clone());
-        registry.register("chstorm_gateway_queued", "Queries waiting for a global slot", queued.clone());
-        registry.register("chstorm_gateway_replica_up", "1 when the replica is healthy", replica_up.clone());
-        registry.register("chstorm_gateway_retries", "Retries sent to another replica", retries.clone());
-        registry.register(
-            "chstorm_gateway_backend_connections",
-            "HTTP connections to the replicas open now, idle in the pools and busy",
-            crate::backend_io::OPEN.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_retry_budget_exhausted",
-            "Retries refused by the budget",
-            budget_exhausted.clone(),
-        );
-        registry.register("chstorm_gateway_killed_queries", "Attempts cancelled with KILL QUERY", killed.clone());
-        let per_try_timeouts = Counter::default();
-        let hedges = Counter::default();
-        let hedge_wins = Counter::default();
-        let hedges_held = Counter::default();
-        registry.register(
-            "chstorm_gateway_per_try_timeouts",
-            "Attempts past their per-try deadline without an answer head",
-            per_try_timeouts.clone(),
-        );
-        registry.register("chstorm_gateway_hedges", "Hedged copies sent", hedges.clone());
-        registry.register("chstorm_gateway_hedge_wins", "Hedged copies that answered first", hedge_wins.clone());
-        registry.register(
-            "chstorm_gateway_hedges_held",
-            "Requests past their per-try deadline not hedged because every other replica was slow too",
-            hedges_held.clone(),
-        );
-        let attempt = crate::attempt::AttemptMetrics::default();
-        attempt.register(&mut registry);
-        let client_timeouts = Family::<PhaseLabel, Counter>::default();
-        registry.register(
-            "chstorm_gateway_client_timeouts",
-            "Client connections dropped for sending their headers or body too slowly",
-            client_timeouts.clone(),
-        );
-        let threads_total = Family::<ReplicaLabels, Gauge>::default();
-        let threads_in_use = Family::<ReplicaLabels, Gauge>::default();
-        let threads_external = Family::<ReplicaLabels, Gauge>::default();
-        let threads_queued = Family::<ReplicaLabels, Gauge>::default();
-        let thread_grant = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            grant_histogram as fn() -> Histogram,
-        );
-        let thread_floor_grants = Family::<ReplicaLabels, Counter>::default();
-        let thread_queue_wait = Family::<ReplicaLabels, Histogram, fn() -> Histogram>::new_with_constructor(
-            wait_histogram as fn() -> Histogram,
-        );
-        let thread_queue_timeouts = Family::<ReplicaLabels, Counter>::default();
-        registry.register("chstorm_gateway_threads_budget", "The replica's thread budget", threads_total.clone());
-        registry.register(
-            "chstorm_gateway_threads_in_use",
-            "Threads granted to queries in flight through this gateway",
-            threads_in_use.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_threads_external",
-            "Threads of other queries on the server (observe)",
-            threads_external.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_threads_queued",
-            "Queries waiting for a thread (queue mode)",
-            threads_queued.clone(),
-        );
-        registry.register("chstorm_gateway_thread_grant", "Threads granted per query", thread_grant.clone());
-        registry.register(
-            "chstorm_gateway_thread_floor_grants",
-            "1-thread grants made with the budget spent",
-            thread_floor_grants.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_thread_queue_wait_seconds",
-            "Time queries waited for a thread (queue mode)",
-            thread_queue_wait.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_thread_queue_timeouts",
-            "Waits for a thread that reached max_wait",
-            thread_queue_timeouts.clone(),
-        );
-        let thread_total_moves = Family::<ReplicaLabels, Counter>::default();
-        let thread_total_probes = Family::<ReplicaLabels, Counter>::default();
-        let thread_server_cpu = Family::<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
-        registry.register(
-            "chstorm_gateway_thread_total_moves",
-            "Moves of an adaptive thread total that a probe proved",
-            thread_total_moves.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_thread_total_probes",
-            "Probe windows of an adaptive thread total at a candidate total",
-            thread_total_probes.clone(),
-        );
-        registry.register(
-            "chstorm_gateway_thread_server_cpu",
-            "The server's CPU busy share, 0..1, as an adaptive thread total last read it",
-            thread_server_cpu.clone(),
-        );
-        let native_pinned = Gauge::default();
-        registry.register(
+        let mut m = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            duration: Family::new_with_constructor(latency_histogram),
+            in_flight: Gauge::default(),
+            queued: Gauge::default(),
+            replica_up: Family::default(),
+            retries: Counter::default(),
+            budget_exhausted: Counter::default(),
+            killed: Family::default(),
+            per_try_timeouts: Counter::default(),
+            hedges: Counter::default(),
+            hedge_wins: Counter::default(),
+            hedges_held: Counter::default(),
+            attempt: AttemptMetrics::default(),
+            client_timeouts: Family::default(),
+            threads_total: Family::default(),
+            threads_in_use: Family::default(),
+            threads_external: Family::default(),
+            threads_queued: Family::default(),
+            thread_grant: Family::new_with_constructor(grant_histogram),
+            thread_floor_grants: Family::default(),
+            thread_queue_wait: Family::new_with_constructor(wait_histogram),
+            thread_queue_timeouts: Family::default(),
+            thread_total_moves: Family::default(),
+            thread_total_probes: Family::default(),
+            thread_server_cpu: Family::default(),
+            native_pinned: Gauge::default(),
+        };
+        let mut r = Registry::default();
+        m.register_requests(&mut r);
+        m.register_retries_and_hedges(&mut r);
+        m.register_threads(&mut r);
+        r.register(
             "chstorm_gateway_native_pinned_sessions",
             "Native client connections pinned to one backend connection",
-            native_pinned.clone(),
+            m.native_pinned.clone(),
         );
-        Metrics {
-            registry,
-            requests,
-            duration,
-            in_flight,
-            queued,
-            replica_up,
-            retries,
-            budget_exhausted,
-            killed,
-            per_try_timeouts,
-            hedges,
-            hedge_wins,
-            hedges_held,
-            attempt,
-            client_timeouts,
-            threads_total,
-            threads_in_use,
-            threads_external,
-            threads_queued,
-            thread_grant,
-            thread_floor_grants,
-            thread_queue_wait,
-            thread_queue_timeouts,
-            thread_total_moves,
-            thread_total_probes,
-            thread_server_cpu,
-            native_pinned,
-        }
+        m.registry = r;
+        m
+    }
+}
+
+impl Metrics {
+    /// Requests, admission, replicas and backend connections.
+    fn register_requests(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_requests", "Requests answered", self.requests.clone());
+        r.register("chstorm_gateway_request_duration_seconds", "Time to the response head", self.duration.clone());
+        r.register("chstorm_gateway_in_flight", "Queries holding a global slot", self.in_flight.clone());
+        r.register("chstorm_gateway_queued", "Queries waiting for a global slot", self.queued.clone());
+        r.register("chstorm_gateway_replica_up", "1 when the replica is healthy", self.replica_up.clone());
+    }
+
+    /// Retries, kills, per-try deadlines and hedges (the attempt policy's included), client
+    /// timeouts; the backend connections sit among them, where they were first registered.
+    fn register_retries_and_hedges(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_retries", "Retries sent to another replica", self.retries.clone());
+        r.register(
+            "chstorm_gateway_backend_connections",
+            "HTTP connections to the replicas open now, idle in the pools and busy",
+            BACKEND_CONNECTIONS.clone(),
+        );
+        r.register(
+            "chstorm_gateway_retry_budget_exhausted",
+            "Retries refused by the budget",
+            self.budget_exhausted.clone(),
+        );
+        r.register("chstorm_gateway_killed_queries", "Attempts cancelled with KILL QUERY", self.killed.clone());
+        r.register(
+            "chstorm_gateway_per_try_timeouts",
+            "Attempts past their per-try deadline without an answer head",
+            self.per_try_timeouts.clone(),
+        );
+        r.register("chstorm_gateway_hedges", "Hedged copies sent", self.hedges.clone());
+        r.register("chstorm_gateway_hedge_wins", "Hedged copies that answered first", self.hedge_wins.clone());
+        r.register(
+            "chstorm_gateway_hedges_held",
+            "Requests past their per-try deadline not hedged because every other replica was slow too",
+            self.hedges_held.clone(),
+        );
+        self.attempt.register(r);
+        r.register(
+            "chstorm_gateway_client_timeouts",
+            "Client connections dropped for sending their headers or body too slowly",
+            self.client_timeouts.clone(),
+        );
+    }
+
+    /// The thread budget's, per replica.
+    fn register_threads(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_threads_budget", "The replica's thread budget", self.threads_total.clone());
+        r.register(
+            "chstorm_gateway_threads_in_use",
+            "Threads granted to queries in flight through this gateway",
+            self.threads_in_use.clone(),
+        );
+        r.register(
+            "chstorm_gateway_threads_external",
+            "Threads of other queries on the server (observe)",
+            self.threads_external.clone(),
+        );
+        r.register(
+            "chstorm_gateway_threads_queued",
+            "Queries waiting for a thread (queue mode)",
+            self.threads_queued.clone(),
+        );
+        r.register("chstorm_gateway_thread_grant", "Threads granted per query", self.thread_grant.clone());
+        r.register(
+            "chstorm_gateway_thread_floor_grants",
+            "1-thread grants made with the budget spent",
+            self.thread_floor_grants.clone(),
+        );
+        r.register(
+            "chstorm_gateway_thread_queue_wait_seconds",
+            "Time queries waited for a thread (queue mode)",
+            self.thread_queue_wait.clone(),
+        );
+        r.register(
+            "chstorm_gateway_thread_queue_timeouts",
+            "Waits for a thread that reached max_wait",
+            self.thread_queue_timeouts.clone(),
+        );
+        r.register(
+            "chstorm_gateway_thread_total_moves",
+            "Moves of an adaptive thread total that a probe proved",
+            self.thread_total_moves.clone(),
+        );
+        r.register(
+            "chstorm_gateway_thread_total_probes",
+            "Probe windows of an adaptive thread total at a candidate total",
+            self.thread_total_probes.clone(),
+        );
+        r.register(
+            "chstorm_gateway_thread_server_cpu",
+            "The server's CPU busy share, 0..1, as an adaptive thread total last read it",
+            self.thread_server_cpu.clone(),
+        );
     }
 }
 

@@ -1,14 +1,14 @@
 //! Everything a request needs, built from one config. A reload builds a new `State` and swaps
 //! it in; requests in flight keep the one they started with.
 
-use crate::balancer::Balancer;
+use crate::cluster::balancer::Balancer;
+use crate::cluster::upstream::{Backend, Upstream};
 use crate::config::{Cluster, Config};
 use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
 use crate::query::admission::Limiter;
 pub use crate::query::admission::UserRt;
 use crate::query::plan::Target;
-use crate::upstream::{Backend, Upstream};
 use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ pub struct ClusterRt {
     /// `Authorization` header value for the backends.
     pub auth: String,
     /// The thread budget, when the cluster has a `threads` section.
-    pub budget: Option<Arc<crate::budget::ClusterBudget>>,
+    pub budget: Option<Arc<crate::cluster::budget::ClusterBudget>>,
     /// Recent answer-head times per route: one per shard, then fan-out and sessions.
     head_times: Vec<HeadTimes>,
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
@@ -154,7 +154,7 @@ impl State {
         for (name, rt) in self.clusters.iter_mut() {
             let (round_done, round_wait) = tokio::sync::oneshot::channel();
             first_round.push(round_wait);
-            let task = tokio::spawn(crate::health::run(
+            let task = tokio::spawn(crate::cluster::health::run(
                 rt.balancer.clone(),
                 self.upstream.clone(),
                 self.config.health.clone(),
@@ -163,9 +163,9 @@ impl State {
             ));
             self.health_tasks.push(task.abort_handle());
             if let Some(t) = self.config.threads.get(name) {
-                let b = Arc::new(crate::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
-                let facts = crate::budget::probe::resolve(&b, &self.upstream, &rt.auth).await;
-                self.health_tasks.extend(crate::budget::probe::spawn(&b, &self.upstream, &rt.auth, facts));
+                let b = Arc::new(crate::cluster::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
+                let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.auth).await;
+                self.health_tasks.extend(crate::cluster::budget::probe::spawn(&b, &self.upstream, &rt.auth, facts));
                 rt.budget = Some(b);
             }
         }

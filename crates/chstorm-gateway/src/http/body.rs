@@ -2,9 +2,9 @@
 //! dropped, and a KILL QUERY guard that fires when a client leaves (or a deadline passes) before
 //! the last byte; and [`hold_small`], which sends a small answer in one write.
 
+use crate::cluster::upstream::{Backend, BoxError, GBody};
 use crate::config::ReplicaAddr;
 use crate::metrics::{KillLabel, Metrics};
-use crate::upstream::{Backend, BoxError, GBody};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
@@ -278,7 +278,7 @@ pub async fn hold_small(resp: Response<GBody>, hold_at: usize, hold_for: std::ti
         match frame {
             None => {
                 parts.headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(held.len() as u64));
-                return Response::from_parts(parts, crate::upstream::full(held.freeze()));
+                return Response::from_parts(parts, crate::cluster::upstream::full(held.freeze()));
             }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => held.extend_from_slice(&data),

@@ -22,7 +22,7 @@
 //! of its socket: size the descriptor limit for twice the clients that send queries
 //! (`LimitNOFILE=65536` in `deploy/chstorm-gateway.service`: 32,000 such clients).
 
-use crate::upstream::{BoxError, GBody};
+use crate::cluster::upstream::{BoxError, GBody};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use std::future::Future;

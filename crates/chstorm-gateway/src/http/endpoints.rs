@@ -21,7 +21,7 @@
 //! balancer in front of the gateway needs to know is whether the gateway can answer, i.e. whether
 //! every shard of every cluster has a healthy replica. See [`replicas_status`].
 
-use crate::balancer::Balancer;
+use crate::cluster::balancer::Balancer;
 use http::{Method, StatusCode};
 
 /// Where a request goes.

@@ -19,10 +19,10 @@
 //! fields the statement, and it is forwarded rebuilt, so that the plan's rules see and decide
 //! every setting.
 
+use crate::cluster::upstream::GBody;
 use crate::query::refusal::{Kind, Refusal};
 use crate::query::request::BodyShape;
 use crate::request::{join_query, parse_params};
-use crate::upstream::GBody;
 use bytes::{Bytes, BytesMut};
 use chstorm_proto::mem::{Charge, Mem, MemError};
 use http::request::Parts;
@@ -394,7 +394,7 @@ fn memchr_find(hay: &[u8], needle: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::upstream::BoxError;
+    use crate::cluster::upstream::BoxError;
     use http_body_util::{Full, StreamBody};
     use std::io::Write;
 

@@ -6,9 +6,9 @@
 
 use super::body::{Guarded, Streamed};
 use crate::attempt::Outcome;
+use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
-use crate::upstream::{full, GBody};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use std::time::Duration;
 

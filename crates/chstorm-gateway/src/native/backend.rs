@@ -8,7 +8,7 @@
 //! server (a non-blocking read) before they are handed out. Plain TCP only: a replica's native
 //! port with TLS is not supported yet.
 
-use crate::runtime::workers::current;
+use crate::cluster::worker::current;
 use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::server::packets::backend_hello;
 use chstorm_proto::native::wire::Io;
@@ -43,7 +43,7 @@ struct Key {
     database: String,
     revision: u64,
     /// The worker thread whose reactor the connection is registered with
-    /// ([`crate::runtime::workers::current`]): a connection is only handed out on its own worker.
+    /// ([`crate::cluster::worker::current`]): a connection is only handed out on its own worker.
     worker: usize,
 }
 

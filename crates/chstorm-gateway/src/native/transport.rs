@@ -21,9 +21,9 @@
 //! (`ClusterRt::native_head_times`), since its answers come in another rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
 use crate::attempt::{Judged, Live, Transport};
+use crate::cluster::replica::Replica;
+use crate::cluster::upstream::{BackendError, BoxFuture};
 use crate::query::plan::Plan;
-use crate::replica::Replica;
-use crate::upstream::{BackendError, BoxFuture};
 use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
 use chstorm_proto::native::server::block::{skip_block, Scratch};
 use chstorm_proto::native::server::packets::{self, Query};

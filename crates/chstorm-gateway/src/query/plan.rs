@@ -438,7 +438,7 @@ fn assemble(
     let QueryRequest { path, mut params, body, .. } = req;
     // The thread budget: the query wants max_per_query threads, or fewer when the client's (or
     // the user's fixed) max_threads says so; each attempt sends its replica's grant instead.
-    let want_threads = max_per_query.map(|m| crate::budget::wanted(&params, m));
+    let want_threads = max_per_query.map(|m| crate::cluster::budget::wanted(&params, m));
     if want_threads.is_some() {
         params.retain(|(k, _)| k != "max_threads");
     }

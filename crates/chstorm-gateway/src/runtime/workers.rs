@@ -2,8 +2,8 @@
 //! running its own current-thread tokio runtime. Every worker accepts from each listening socket
 //! (its own registration of the socket in its own reactor): the first worker to wake takes a new
 //! connection, so a busy worker, which wakes later, takes fewer. The connection, its requests,
-//! and the backend connections they use (each worker has its own pools: [`current`] picks the
-//! slot) then stay on that one thread. A query crosses no thread on its way: with one
+//! and the backend connections they use (each worker has its own pools:
+//! [`crate::cluster::worker::current`] picks the slot) then stay on that one thread. A query crosses no thread on its way: with one
 //! multi-thread runtime the client's connection task and the pooled backend connection's task
 //! ran on different threads, and the wake-ups between them were the largest part of the
 //! gateway's CPU (docs/PERFORMANCE.md, the profile). A new connection is not handed from thread
@@ -15,22 +15,12 @@
 //!
 //! Health checks and budget polls stay on the runtime that started the gateway.
 
-use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 /// After a failed accept (out of file descriptors, most likely), the pause before the next: 10 ms.
 const ACCEPT_PAUSE: Duration = Duration::from_millis(10);
-
-thread_local! {
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The index of the worker running this thread (0 off the workers' threads).
-pub fn current() -> usize {
-    CURRENT.with(Cell::get)
-}
 
 /// The worker threads and their runtimes; dropping it stops them (their tasks are dropped,
 /// which closes their connections).
@@ -49,7 +39,7 @@ impl Workers {
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             stops.push(stop);
             std::thread::Builder::new().name(format!("chstorm-gw-{i}")).spawn(move || {
-                CURRENT.with(|c| c.set(i));
+                crate::cluster::worker::set_current(i);
                 // Runs the worker's tasks until the gateway stops (or drops its sender).
                 let _ = rt.block_on(stopped);
                 // The runtime drops here, on its own thread, with its tasks.

@@ -3,9 +3,9 @@
 //! exit's count) without a cluster.
 
 use super::*;
+use crate::cluster::upstream::{full, Backend, BackendError, BoxFuture, Probe, Upstream};
 use crate::config::Config;
 use crate::metrics::{Metrics, RequestLabels};
-use crate::upstream::{full, Backend, BackendError, BoxFuture, Probe, Upstream};
 use http_body_util::Full;
 use std::sync::Mutex;
 use std::time::Duration;

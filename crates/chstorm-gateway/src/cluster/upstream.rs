@@ -41,8 +41,8 @@ pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
 }
 
-type Connector = crate::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
-/// Its connections are reset, not closed, when dropped mid-exchange ([`crate::backend_io`]).
+type Connector = crate::cluster::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
+/// Its connections are reset, not closed, when dropped mid-exchange ([`crate::cluster::backend_io`]).
 type HttpsClient = Client<Connector, GBody>;
 /// A boxed future, as the [`Backend`] trait returns them.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
@@ -89,7 +89,7 @@ pub struct Upstream {
     /// For KILL QUERY and the thread budget's polls.
     client: HttpsClient,
     /// Pools per replica base URL (`http://host:port`): one per worker thread
-    /// ([`crate::runtime::workers::current`]), so a pooled connection's task runs on the thread of the
+    /// ([`super::worker::current`]), so a pooled connection's task runs on the thread of the
     /// requests that use it. Each is swapped for a fresh one when the replica goes down.
     pools: HashMap<String, Vec<ArcSwap<HttpsClient>>>,
     /// Builds a fresh per-replica client.
@@ -150,7 +150,7 @@ impl Upstream {
                 // The answer's header names reach the client spelled as the replica spelled
                 // them (`X-ClickHouse-...`), see `crate::http::conn`.
                 .http1_preserve_header_case(true)
-                .build(crate::backend_io::ResetIfAbandoned(pooled.clone()))
+                .build(crate::cluster::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();
         let pools = replicas
@@ -159,7 +159,7 @@ impl Upstream {
             .collect();
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
-            .build(crate::backend_io::ResetIfAbandoned(https));
+            .build(crate::cluster::backend_io::ResetIfAbandoned(https));
         Ok(Upstream { client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
     }
 
@@ -216,7 +216,7 @@ impl Upstream {
     /// This worker's pool of `replica` (the shared client for a replica not in the config).
     fn pool(&self, replica: &ReplicaAddr) -> HttpsClient {
         match self.pools.get(&replica.base) {
-            Some(p) => HttpsClient::clone(&p[crate::runtime::workers::current() % p.len()].load()),
+            Some(p) => HttpsClient::clone(&p[super::worker::current() % p.len()].load()),
             None => self.client.clone(),
         }
     }

@@ -2,14 +2,28 @@
 //! penalty ([`Replica::score`]), and rendezvous hashing for sessions.
 //!
 //! The balancer knows the replicas of each shard and reads *which are healthy* from a snapshot
-//! that health checking (active probes, [`crate::health`]) and passive detection (a failed request)
+//! that health checking (active probes, [`crate::cluster::health`]) and passive detection (a failed request)
 //! publish by swapping an `Arc` (`arc_swap`). A request never waits for a lock to pick a replica.
-//! Replica state itself lives in [`crate::replica`].
+//! Replica state itself lives in [`crate::cluster::replica`].
+//!
+//! The two draws of a pick come from a `SmallRng` that each thread keeps for each balancer it
+//! picks for: stream `k` of the balancer's seed, `k` counting the threads that picked before
+//! it. So picks share no lock and no counter between worker threads, and one thread picking
+//! with a given seed ([`Balancer::with_seed`]: tests use fixed seeds, the gateway a seed from
+//! the OS's entropy) picks the same replicas in the same states. A thread keeps at most
+//! [`STREAMS_PER_THREAD`] generators (a reload makes new balancers; the oldest goes). Measured
+//! against `rand::thread_rng` with a release build of the two draws alone, 20 million picks on
+//! 1 and 2 threads (2026-11-26, 2 cores, load average 7): 46 to 59 ns a pick against 82 to 112
+//! on one thread, 107 to 197 against 170 to 198 on two; a seed plus one shared atomic counter
+//! per pick cost 130 to 161 and 322 to 500.
 
+pub use crate::cluster::replica::{InFlight, Replica};
 use crate::config::Cluster;
-pub use crate::replica::{InFlight, Replica};
 use arc_swap::ArcSwap;
-use rand::Rng;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -26,12 +40,35 @@ pub struct Balancer {
     snapshot: ArcSwap<Snapshot>,
     /// Serialises snapshot rebuilds (rare: only on health changes).
     publish: Mutex<()>,
+    /// Tells this balancer's generators from others' in a thread's [`STREAMS`].
+    id: u64,
+    /// The seed of the picks' random draws.
+    seed: u64,
+    /// Threads that made a generator for this balancer: the next one's stream number.
+    streams: AtomicU64,
+}
+
+/// The most generators a thread keeps, one per balancer it picked for lately.
+pub const STREAMS_PER_THREAD: usize = 8;
+
+/// The next balancer's [`Balancer::id`].
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's generators by balancer id, oldest first.
+    static STREAMS: RefCell<Vec<(u64, SmallRng)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Balancer {
     /// Every replica starts healthy; the first probes correct that within `fall` intervals, and
-    /// the first failed request at once.
+    /// the first failed request at once. The picks' seed comes from the OS's entropy.
     pub fn new(cluster: &Cluster) -> Balancer {
+        Balancer::with_seed(cluster, rand::random())
+    }
+
+    /// [`Balancer::new`] whose picks draw from `seed`: the same seed, the same replicas picked
+    /// in the same states.
+    pub fn with_seed(cluster: &Cluster, seed: u64) -> Balancer {
         let shards: Vec<Vec<Arc<Replica>>> = cluster
             .shards
             .iter()
@@ -45,6 +82,9 @@ impl Balancer {
             shards,
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             publish: Mutex::new(()),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            seed,
+            streams: AtomicU64::new(0),
         };
         b.republish();
         b
@@ -147,6 +187,26 @@ impl Balancer {
         self.pick_inner(shard, exclude, Some(ok))
     }
 
+    /// Runs `f` with this thread's generator for this balancer, made on first use.
+    fn with_rng<T>(&self, f: impl FnOnce(&mut SmallRng) -> T) -> T {
+        STREAMS.with(|streams| {
+            let mut streams = streams.borrow_mut();
+            let at = match streams.iter().position(|(id, _)| *id == self.id) {
+                Some(at) => at,
+                None => {
+                    if streams.len() == STREAMS_PER_THREAD {
+                        streams.remove(0);
+                    }
+                    let k = self.streams.fetch_add(1, Ordering::Relaxed);
+                    let seed = self.seed.wrapping_add(k.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    streams.push((self.id, SmallRng::seed_from_u64(seed)));
+                    streams.len() - 1
+                }
+            };
+            f(&mut streams[at].1)
+        })
+    }
+
     fn pick_inner(
         &self,
         shard: Option<usize>,
@@ -178,9 +238,9 @@ impl Balancer {
             0 => return None,
             1 => cands[0],
             n => {
-                let mut rng = rand::thread_rng();
-                let a = cands[rng.gen_range(0..n)];
-                let mut b = cands[rng.gen_range(0..n - 1)];
+                let (i, j) = self.with_rng(|rng| (rng.gen_range(0..n), rng.gen_range(0..n - 1)));
+                let a = cands[i];
+                let mut b = cands[j];
                 if b == a {
                     b = cands[n - 1];
                 }
@@ -214,6 +274,9 @@ mod tests {
     use super::*;
     use crate::config::{ReplicaAddr, Shard};
 
+    /// The seed of every test's balancer: the picks below are exact.
+    const SEED: u64 = 0x0005_eed0_fc45_702a;
+
     fn cluster(shards: usize, replicas: usize) -> Cluster {
         Cluster {
             name: "c".into(),
@@ -234,7 +297,7 @@ mod tests {
 
     #[test]
     fn picks_within_the_shard_and_skips_down_and_excluded_replicas() {
-        let b = Balancer::new(&cluster(2, 2));
+        let b = Balancer::with_seed(&cluster(2, 2), SEED);
         for _ in 0..50 {
             let g = b.pick(Some(1), &[]).unwrap();
             assert_eq!(g.replica().shard, 1);
@@ -252,7 +315,7 @@ mod tests {
 
     #[test]
     fn outstanding_is_released_by_drop_and_steers_choices() {
-        let b = Balancer::new(&cluster(1, 2));
+        let b = Balancer::with_seed(&cluster(1, 2), SEED);
         let held: Vec<InFlight> = (0..10).map(|_| b.pick(Some(0), &[]).unwrap()).collect();
         let total: usize = b.replicas().map(|r| r.outstanding()).sum();
         assert_eq!(total, 10);
@@ -265,14 +328,14 @@ mod tests {
 
     #[test]
     fn an_error_penalty_steers_away_then_decays() {
-        let b = Balancer::new(&cluster(1, 2));
+        let b = Balancer::with_seed(&cluster(1, 2), SEED);
         let r0 = b.shards[0][0].clone();
         r0.lost_race();
         r0.lost_race();
         let picks0 = (0..100).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
         assert_eq!(picks0, 0, "a penalised replica loses every two-way comparison");
         // After many half-lives the penalty is gone.
-        r0.set_penalty(2.0, Instant::now() - crate::replica::PENALTY_HALF_LIFE * 20);
+        r0.set_penalty(2.0, Instant::now() - crate::cluster::replica::PENALTY_HALF_LIFE * 20);
         assert!(r0.score(Instant::now()) < 1e-4);
     }
 
@@ -281,20 +344,69 @@ mod tests {
     /// would decide every pick for as long as the penalty was above zero: minutes.)
     #[test]
     fn a_faded_penalty_no_longer_steers_between_equal_loads() {
-        let b = Balancer::new(&cluster(1, 2));
+        let b = Balancer::with_seed(&cluster(1, 2), SEED);
         let r0 = b.shards[0][0].clone();
         r0.set_penalty(1.0, Instant::now() - std::time::Duration::from_secs(16));
         let picks0 = (0..400).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
-        assert!((120..=280).contains(&picks0), "{picks0} of 400 picks went to the replica that lost a race 16 s ago");
+        assert_eq!(picks0, PICKS0, "picks of 400 that went to the replica that lost a race 16 s ago");
         // A fresh lost race still steers (weight about 4 requests).
         r0.lost_race();
         let picks0 = (0..100).filter(|_| b.pick(Some(0), &[]).unwrap().replica().index == 0).count();
         assert_eq!(picks0, 0);
     }
 
+    /// The faded penalty's picks of 400 with [`SEED`]: the first draw of each pick, as between
+    /// two equal replicas.
+    const PICKS0: usize = 221;
+
+    /// Picks of `n` requests, each released before the next, by replica index of shard 0.
+    fn picks(b: &Balancer, n: usize) -> Vec<usize> {
+        let mut count = vec![0; b.shards[0].len()];
+        for _ in 0..n {
+            count[b.pick(Some(0), &[]).unwrap().replica().index] += 1;
+        }
+        count
+    }
+
+    /// Power of two choices weighs replicas by their scores: of two distinct replicas drawn at
+    /// random the lower score wins, so among three scored 0 < 1 < 2 the best is picked in 2 of
+    /// 3 pairs, the middle one in 1, the worst never; among equal scores the pick is uniform.
+    #[test]
+    fn picks_follow_the_scores_over_a_seeded_run() {
+        let b = Balancer::with_seed(&cluster(1, 3), SEED);
+        let held: Vec<InFlight> = [1, 2, 2].iter().map(|&i| InFlight::new(b.shards[0][i].clone())).collect();
+        let got = picks(&b, 600);
+        assert_eq!(got, SCORED, "outstanding 0, 1, 2");
+        assert!(got[2] == 0 && got[0] > 360 && got[1] > 160, "about 400, 200, 0: {got:?}");
+        drop(held);
+        let got = picks(&b, 600);
+        assert_eq!(got, EQUAL, "idle");
+        assert!(got.iter().all(|&n| (160..=240).contains(&n)), "about 200 each: {got:?}");
+    }
+
+    const SCORED: [usize; 3] = [428, 172, 0];
+    const EQUAL: [usize; 3] = [193, 225, 182];
+
+    /// The same seed gives the same picks; another seed, other picks; a second thread picking
+    /// for the same balancer draws from a stream of its own.
+    #[test]
+    fn the_seed_decides_the_picks() {
+        let run = |b: &Balancer| {
+            (0..64).map(|_| b.pick(None, &[]).map(|g| (g.replica().shard, g.replica().index))).collect::<Vec<_>>()
+        };
+        let seeded = |seed: u64| run(&Balancer::with_seed(&cluster(2, 3), seed));
+        assert_eq!(seeded(SEED), seeded(SEED));
+        assert_ne!(seeded(SEED), seeded(SEED + 1));
+        let b = Balancer::with_seed(&cluster(2, 3), SEED);
+        let here = run(&b);
+        let there = std::thread::scope(|s| s.spawn(|| run(&b)).join().unwrap());
+        assert_ne!(here, there, "each thread has its own stream");
+        assert_eq!(here, seeded(SEED), "the first thread's stream is the seed's");
+    }
+
     #[test]
     fn health_changes_are_published() {
-        let b = Balancer::new(&cluster(1, 3));
+        let b = Balancer::with_seed(&cluster(1, 3), SEED);
         assert!(b.set_health(&b.shards[0][2], false));
         assert!(!b.set_health(&b.shards[0][2], false), "no change the second time");
         assert_eq!(b.snapshot.load().healthy[0], vec![0, 1]);
@@ -304,7 +416,7 @@ mod tests {
 
     #[test]
     fn sessions_stay_on_their_replica_while_others_come_and_go() {
-        let b = Balancer::new(&cluster(2, 2));
+        let b = Balancer::with_seed(&cluster(2, 2), SEED);
         let home: Vec<(usize, usize)> = (0..64u64)
             .map(|h| {
                 let g = b.pick_sticky(h, &[]).unwrap();

@@ -27,7 +27,7 @@ pub mod probe;
 #[cfg(test)]
 mod tests;
 
-use crate::balancer::Replica;
+use crate::cluster::balancer::Replica;
 use crate::config::{Cluster, ThreadMode, ThreadTotal, Threads};
 use crate::log::log;
 use crate::metrics::{Metrics, ReplicaLabels};
@@ -167,8 +167,10 @@ pub struct Grant {
     threads: usize,
     floor: bool,
     query_id: Option<String>,
-    /// Time spent waiting in the queue, for the tests (the wait is a metric).
-    #[cfg(test)]
+    /// Time spent waiting in the queue, read by the tests (the wait is a metric). Kept in every
+    /// build: a field under `#[cfg(test)]` needs a `#[cfg(test)]` line inside the literal that
+    /// builds a grant.
+    #[cfg_attr(not(test), allow(dead_code))]
     waited: Duration,
     /// The adaptive controller's epoch when granted, and when.
     epoch: u64,
@@ -362,16 +364,7 @@ impl ReplicaBudget {
                 m.floors.inc();
             }
         }
-        Grant {
-            budget: self.clone(),
-            threads,
-            floor,
-            query_id,
-            #[cfg(test)]
-            waited,
-            epoch,
-            at,
-        }
+        Grant { budget: self.clone(), threads, floor, query_id, waited, epoch, at }
     }
 
     fn release(&self, threads: usize, floor: bool, query_id: Option<String>, epoch: u64, at: Instant) {
@@ -554,7 +547,7 @@ impl ReplicaBudget {
     }
 }
 
-/// The budgets of one cluster's replicas, indexed like [`crate::balancer::Balancer::shards`].
+/// The budgets of one cluster's replicas, indexed like [`crate::cluster::balancer::Balancer::shards`].
 pub struct ClusterBudget {
     pub cluster: String,
     pub cfg: Threads,

@@ -28,9 +28,9 @@
 //! to; so the per-query list is used. It costs one HTTP round trip and a few rows per poll.
 
 use super::{ClusterBudget, ReplicaBudget};
+use crate::cluster::upstream::{full, Upstream};
 use crate::config::{ReplicaAddr, ThreadTotal, Threads};
 use crate::log::log;
-use crate::upstream::{full, Upstream};
 use http_body_util::BodyExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,14 +1,14 @@
 //! Active health checks: `GET /ping` on a fresh connection to every replica each `interval`;
 //! `fall` failures in a row mark it down, `rise` successes mark it up (the state machine is
-//! [`crate::replica::HealthMachine`]). Passive detection (a failed request) lives in the attempt
+//! [`crate::cluster::replica::HealthMachine`]). Passive detection (a failed request) lives in the attempt
 //! loop and marks a replica down at once; this loop is what brings it back. Going down drops the
 //! replica's pooled connections and fires its down signal, so attempts waiting on it move.
 
-use crate::balancer::Balancer;
+use crate::cluster::balancer::Balancer;
+use crate::cluster::upstream::{Backend, Upstream};
 use crate::config::Health;
 use crate::log::log;
 use crate::metrics::{Metrics, ReplicaLabels};
-use crate::upstream::{Backend, Upstream};
 use std::sync::Arc;
 
 /// Probes every replica of `balancer` until the task is aborted; `first_round` fires when the

@@ -3,8 +3,8 @@
 //! small state machine), an error penalty that decays, and a *down signal* that every attempt
 //! waiting on the replica listens to.
 //!
-//! Owns no I/O: probes ([`crate::health`]) and requests ([`crate::attempt`]) report what they
-//! saw; selection ([`crate::balancer`]) reads the published snapshot.
+//! Owns no I/O: probes ([`crate::cluster::health`]) and requests ([`crate::attempt`]) report what they
+//! saw; selection ([`crate::cluster::balancer`]) reads the published snapshot.
 
 use crate::config::ReplicaAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

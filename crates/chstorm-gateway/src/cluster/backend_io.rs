@@ -60,11 +60,8 @@ pub struct ResetIfAbandonedIo<T: Socket> {
     unanswered: bool,
 }
 
-/// HTTP backend connections open now in this process (pooled idle and busy, every replica):
-/// `chstorm_gateway_backend_connections`. Process-wide because the connector is; one gateway
-/// runs per process.
-pub static OPEN: std::sync::LazyLock<prometheus_client::metrics::gauge::Gauge> =
-    std::sync::LazyLock::new(Default::default);
+/// HTTP backend connections open now in this process (pooled idle and busy, every replica).
+use crate::metrics::BACKEND_CONNECTIONS as OPEN;
 
 /// The TCP socket under a (maybe TLS) backend stream.
 pub trait Socket {

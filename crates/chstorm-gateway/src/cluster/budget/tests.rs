@@ -163,7 +163,7 @@ fn released_on_drop_on_panic_and_with_the_response_body() {
     assert_eq!(b.snapshot().in_use, 0);
     // Carried by a response body (as the proxy does): held while the body lives.
     let g = b.grant_now(4, "body");
-    let body = crate::http::body::Guarded::wrap(crate::upstream::full("answer"), (g,));
+    let body = crate::http::body::Guarded::wrap(crate::cluster::upstream::full("answer"), (g,));
     assert_eq!(b.snapshot().in_use, 4);
     let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let bytes = rt.block_on(async {
@@ -173,7 +173,7 @@ fn released_on_drop_on_panic_and_with_the_response_body() {
     assert_eq!(&bytes[..], b"answer");
     assert_eq!(b.snapshot().in_use, 0, "read to the end and dropped: released");
     // A body dropped unread (a client that went away).
-    let body = crate::http::body::Guarded::wrap(crate::upstream::full("never read"), b.grant_now(2, "gone"));
+    let body = crate::http::body::Guarded::wrap(crate::cluster::upstream::full("never read"), b.grant_now(2, "gone"));
     assert_eq!(b.snapshot().in_use, 2);
     drop(body);
     assert_eq!(b.snapshot().in_use, 0);

@@ -1,0 +1,23 @@
+//! The backend cluster as the gateway sees it: its replicas and their health, the choice of a
+//! replica, the thread budget, and the connections to the replicas.
+//!
+//! * [`replica`]: one replica's runtime state (outstanding requests, error penalty) and its
+//!   health state machine; [`balancer`]: selection over snapshots of which replicas are
+//!   healthy (power of two choices with a seeded RNG; rendezvous hashing for sessions);
+//!   [`health`]: the active probes. They are joined by snapshots and down signals.
+//! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
+//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait;
+//!   [`backend_io`]: its connections, reset when dropped mid-exchange so a server never takes a
+//!   cut-short body for a whole one. [`worker`]: the index of the worker thread running the
+//!   caller, which the per-worker pools key on.
+//!
+//! This layer names only the layers below it (`config`, `metrics`, `log`), never the query
+//! path that uses it.
+
+pub mod backend_io;
+pub mod balancer;
+pub mod budget;
+pub mod health;
+pub mod replica;
+pub mod upstream;
+pub mod worker;
