@@ -10,8 +10,8 @@
 //!   admission, then [`proxy`].
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
 //!   (pure: user rules, [`sql_rules`], routing, parameters), [`attempt`] (retries and hedged
-//!   reads under one policy and one budget; per-try deadlines from [`hedge`]; a hedge only for
-//!   a silent replica; queries of death kept to one replica by [`quarantine`]), and [`respond`],
+//!   reads under one policy and one budget; per-try deadlines from `attempt::hedge`; a hedge only for
+//!   a silent replica; queries of death kept to one replica by `attempt::quarantine`), and [`respond`],
 //!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
 //!   and a small answer held whole so that it leaves in one write.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).
@@ -46,7 +46,6 @@ mod conn;
 mod drain;
 mod endpoints;
 mod health;
-mod hedge;
 mod layers;
 mod listen;
 mod log;
@@ -55,7 +54,6 @@ mod native;
 mod notify;
 mod plan;
 mod proxy;
-mod quarantine;
 mod read;
 mod replica;
 pub mod request;

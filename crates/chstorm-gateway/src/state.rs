@@ -2,9 +2,9 @@
 //! it in; requests in flight keep the one they started with.
 
 use crate::admission::{Limiter, RateLimit};
+use crate::attempt::hedge::HeadTimes;
 use crate::balancer::Balancer;
 use crate::config::{Cluster, Config, User};
-use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
 use crate::plan::Target;
 use crate::upstream::{Backend, Upstream};
@@ -25,7 +25,7 @@ pub struct ClusterRt {
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
     native_head_times: Vec<HeadTimes>,
     /// Shapes of reads that killed a replica, refused for a while (`crate::quarantine`).
-    pub quarantine: crate::quarantine::Quarantine,
+    pub quarantine: crate::attempt::quarantine::Quarantine,
 }
 
 impl ClusterRt {
@@ -142,7 +142,7 @@ impl State {
             };
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
-            let quarantine = crate::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
+            let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
             let rt = ClusterRt { cfg: c.clone(), balancer, auth, budget, head_times, native_head_times, quarantine };
             clusters.insert(name.clone(), rt);
         }

@@ -113,7 +113,7 @@ struct World {
     backend: Arc<dyn Backend>,
     budget: TpsBudget,
     head_times: HeadTimes,
-    quarantine: crate::quarantine::Quarantine,
+    quarantine: crate::attempt::quarantine::Quarantine,
 }
 
 impl World {
@@ -127,7 +127,7 @@ impl World {
             backend: fake.clone(),
             budget: TpsBudget::new(Duration::from_secs(10), 10, 0.1),
             head_times: HeadTimes::default(),
-            quarantine: crate::quarantine::Quarantine::new(Duration::from_secs(300)),
+            quarantine: crate::attempt::quarantine::Quarantine::new(Duration::from_secs(300)),
         }
     }
 
@@ -215,7 +215,7 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
     };
     // The cold per-try deadline is 100 ms, then a ping unanswered for 250 ms: silent. The hedge
     // answered 5 ms later.
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
     settle().await;
     assert_eq!(fake.kills(), vec![(first.clone(), "qid-1".to_string())], "the loser is killed by its query_id");
     assert_eq!((w.metrics.hedges.get(), w.metrics.hedge_wins.get(), w.metrics.per_try_timeouts.get()), (1, 1, 1));
@@ -451,7 +451,7 @@ async fn a_hedge_waits_for_a_healthy_replica_and_spends_no_budget_meanwhile() {
         w.balancer.set_health(&r22, true);
     });
     assert_eq!(answered(&mut o), (R22.to_string(), true));
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(2));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(2));
     assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 1, 0));
 }
 
@@ -539,12 +539,12 @@ async fn a_hung_replica_is_hedged_even_onto_a_late_replica_that_still_answers() 
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
         // 10 ms before the unanswered ping ends (the moment the hedge is decided).
-        tokio::time::sleep(crate::hedge::COLD_DELAY + MIN_PROBE - Duration::from_millis(10)).await;
+        tokio::time::sleep(crate::attempt::hedge::COLD_DELAY + MIN_PROBE - Duration::from_millis(10)).await;
         r22.answered();
     });
     assert_eq!(fake.sent_to()[0], R21, "P2C sent it to the idle replica");
     assert_eq!(answered(&mut o), (R22.to_string(), true), "hedged onto the late but living replica");
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
     assert_eq!(w.metrics.hedges_held.get(), 0);
     drop((late, overdue));
 }
@@ -720,12 +720,12 @@ async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_aft
     let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
     // The cold deadline is 100 ms: the first progress at 100 ms lets the answer go.
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY);
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY);
     let (_, released, hedged) = scripted_winner(&mut o);
     assert!(released && !hedged);
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.metrics.hedges.get(), 0, "nothing is hedged once bytes went to the client");
-    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::hedge::COLD_DELAY), "no head time recorded");
+    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::attempt::hedge::COLD_DELAY), "no head time recorded");
 }
 
 #[tokio::test(start_paused = true)]
@@ -825,7 +825,7 @@ async fn a_broken_connection_to_a_living_replica_is_retried_as_before() {
     assert!(matches!(o, Outcome::Failed { .. }));
     assert!(fake.sent_to().len() > 1, "retried");
     assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
-    assert!(w.quarantine.refused(crate::quarantine::fingerprint("\n".to_string().as_str())).is_none());
+    assert!(w.quarantine.refused(crate::attempt::quarantine::fingerprint("\n".to_string().as_str())).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -847,7 +847,7 @@ async fn a_replica_in_graceful_shutdown_is_hedged_a_crashing_one_is_not() {
     fake.ping_finds(other, Probe::Alive);
     let mut o = run.await;
     assert_eq!(answered(&mut o), (other.to_string(), true));
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
 
     // Crashing: the ping is refused at 100 ms and its connection breaks 50 ms later: not hedged.
     let fake = Fake::with(&[

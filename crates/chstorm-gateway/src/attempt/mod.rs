@@ -9,7 +9,7 @@
 //!
 //! What may happen (the plan's [`Latitude`] says which apply):
 //! * **hedge**: an idempotent read whose replica is *silent* for the per-try deadline
-//!   ([`crate::hedge`]) gets a copy on another healthy replica of the same shard. Silent means no
+//!   ([`hedge`]) gets a copy on another healthy replica of the same shard. Silent means no
 //!   answer byte and no progress report for the deadline ([`Activity`]: native Progress and Data
 //!   packets count), and no answer to a `GET /ping` ([`Backend::alive`]) within the deadline
 //!   (at least 250 ms): 18.16's HTTP interface sends nothing before its answer (this
@@ -27,7 +27,7 @@
 //!   of an answer went to the client (the loop ends at the first answer head);
 //! * never for a read whose replica died while running it, unless reads of its shape succeeded
 //!   lately: the read is held to be a *query of death*, its client gets a one-line error, and
-//!   its shape is refused for `limits.query_of_death_ttl` ([`crate::quarantine`]).
+//!   its shape is refused for `limits.query_of_death_ttl` ([`quarantine`]).
 //!
 //! Hedges and retries draw on one retry budget (tower's `TpsBudget`), so a sick cluster is not
 //! stormed. One loop serves both protocols: a [`Transport`] sends a query to a replica and says
@@ -35,20 +35,23 @@
 //! answer, `crate::native::query`). HTTP I/O goes through [`Backend`], so all of this runs in
 //! unit tests against a fake backend in paused time.
 
+pub mod hedge;
+pub mod quarantine;
+
 use crate::balancer::Balancer;
 use crate::body::KillGuard;
 use crate::budget::{ClusterBudget, Grant};
 use crate::config::Hedging;
-use crate::hedge::{Activity, HeadTimes};
 use crate::metrics::Metrics;
 use crate::plan::{Latitude, Plan, Target};
-use crate::quarantine::{fingerprint, Quarantine};
 use crate::replica::{InFlight, Overdue, Replica};
 use crate::upstream::{full, Backend, BackendError, BoxFuture, GBody, Probe};
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere, retry_safe_code};
+use hedge::{Activity, HeadTimes};
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
+use quarantine::{fingerprint, Quarantine};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -178,7 +181,7 @@ pub trait Transport: Send {
     fn judge_error(head: Self::Head) -> BoxFuture<Judged<Self::Head>>;
     /// `replica` was just marked down by a failed attempt: forget its idle connections.
     fn went_down(&self, replica: &Replica);
-    /// The query's shape ([`crate::quarantine::fingerprint`]), when its text is at hand.
+    /// The query's shape ([`quarantine::fingerprint`]), when its text is at hand.
     fn shape(&self) -> Option<u64> {
         None
     }
@@ -786,7 +789,7 @@ fn query_of_death<H>(
 }
 
 /// A read whose shape is refused: the client's one-line error.
-fn refused_shape<H>(plan: &Plan, r: &crate::quarantine::Refusal, ttl: Duration) -> Outcome<H> {
+fn refused_shape<H>(plan: &Plan, r: &quarantine::Refusal, ttl: Duration) -> Outcome<H> {
     crate::log::log(
         "info",
         "query of death refused",
