@@ -10,8 +10,9 @@
 //!   admission, then [`proxy`].
 //! * [`proxy`]: one request, [`read`] (parameters and body: held, streamed or opaque), [`plan`]
 //!   (pure: user rules, [`sql_rules`], routing, parameters), [`attempt`] (retries and hedged
-//!   reads under one policy and one budget; per-try deadlines from `attempt::hedge`; a hedge only for
-//!   a silent replica; queries of death kept to one replica by `attempt::quarantine`), and [`respond`],
+//!   reads under one policy and one budget, a state machine over the attempts in flight;
+//!   per-try deadlines from `attempt::hedge`; a hedge only for a silent replica; queries of
+//!   death kept to one replica by `attempt::quarantine`; the KILL guard), and [`respond`],
 //!   the one exit that records every outcome; [`body`]: response bodies that carry the guards,
 //!   and a small answer held whole so that it leaves in one write.
 //! * [`route`]: shard routing (bit-exact cityHash64, weights, WHERE-key extraction, table rewrite).

@@ -116,7 +116,7 @@ pub struct Metrics {
     pub hedge_wins: Counter,
     pub hedges_held: Counter,
     /// The attempt policy's own metrics (hedge reasons, spared reads).
-    pub attempt: crate::attempt::AttemptMetrics,
+    pub attempt: AttemptMetrics,
     pub client_timeouts: Family<PhaseLabel, Counter>,
     pub threads_total: Family<ReplicaLabels, Gauge>,
     pub threads_in_use: Family<ReplicaLabels, Gauge>,
@@ -178,7 +178,7 @@ impl Default for Metrics {
             "Requests past their per-try deadline not hedged because every other replica was slow too",
             hedges_held.clone(),
         );
-        let attempt = crate::attempt::AttemptMetrics::default();
+        let attempt = AttemptMetrics::default();
         attempt.register(&mut registry);
         let client_timeouts = Family::<PhaseLabel, Counter>::default();
         registry.register(
@@ -358,6 +358,47 @@ pub fn openmetrics_to_text(om: &str) -> String {
     }
     flush(&mut out, &mut help);
     out
+}
+
+/// The attempt policy's metrics (`crate::attempt` counts them; registered with the others).
+#[derive(Default)]
+pub struct AttemptMetrics {
+    /// Hedged copies sent, by reason (`silent`: no byte, progress or ping for the deadline).
+    pub hedge_reasons: Family<ReasonLabel, Counter>,
+    /// Reads past their per-try deadline left alone because they showed they were working.
+    pub hedges_spared: Counter,
+    /// Reads held to have killed their replica (not resent; their shape refused).
+    pub query_deaths: Counter,
+    /// Reads refused because their shape killed a replica within `limits.query_of_death_ttl`.
+    pub quarantine_refusals: Counter,
+}
+
+/// The `reason` label of a hedge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
+}
+
+impl AttemptMetrics {
+    /// Registers them in `r`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_hedge_reasons", "Hedged copies sent, by reason", self.hedge_reasons.clone());
+        r.register(
+            "chstorm_gateway_hedges_spared",
+            "Reads past their per-try deadline not hedged because they showed progress",
+            self.hedges_spared.clone(),
+        );
+        r.register(
+            "chstorm_gateway_query_deaths",
+            "Reads whose replica died while running them (not resent; their shape refused)",
+            self.query_deaths.clone(),
+        );
+        r.register(
+            "chstorm_gateway_quarantine_refusals",
+            "Reads refused because a read of their shape killed a replica",
+            self.quarantine_refusals.clone(),
+        );
+    }
 }
 
 #[cfg(test)]

@@ -24,7 +24,7 @@ pub struct ClusterRt {
     head_times: Vec<HeadTimes>,
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
     native_head_times: Vec<HeadTimes>,
-    /// Shapes of reads that killed a replica, refused for a while (`crate::quarantine`).
+    /// Shapes of reads that killed a replica, refused for a while (`crate::attempt::quarantine`).
     pub quarantine: crate::attempt::quarantine::Quarantine,
 }
 

@@ -1,8 +1,15 @@
 //! The attempt loop against a fake backend, in paused time: every decision is deterministic.
 
+use super::watch::{DEAD_GRACE, MIN_PROBE};
 use super::*;
 use crate::config::{Config, HedgeDelay, User};
+use crate::metrics::ReasonLabel;
+use crate::plan::Target;
 use crate::plan::{plan, BodyShape, PlanInput};
+use crate::replica::Overdue;
+use crate::upstream::{full, Probe};
+use bytes::Bytes;
+use http::Request;
 use http::{HeaderMap, Method};
 use std::collections::HashMap;
 use std::path::Path;
