@@ -1,13 +1,14 @@
 //! The attempt loop as a small state machine: [`Machine`] holds one request's running attempts,
 //! the replicas tried, its counters and its [`Watch`]; it waits for the next [`Event`] and hands
-//! it to a named handler (`on_deadline`, `on_look`, `on_probed`, `on_replica_down`, `on_ended`,
-//! with `on_answer`, `on_error_answer` and `on_failure`), which either goes on or ends the
-//! request with an [`Outcome`]. The decisions themselves come from [`Policy`].
+//! it to a named handler (`on_deadline`, `on_ping_due`, `on_look`, `on_probed`,
+//! `on_replica_down`, `on_ended`, with `on_answer`, `on_error_answer` and `on_failure`), which
+//! either goes on or ends the request with an [`Outcome`]. The decisions themselves come from
+//! [`Policy`]; when a silent attempt is pinged and what its ping means: [`super::watch`].
 
 use super::exits::{no_replica, query_of_death, timed_out, DEATH_PROBE};
 use super::policy::{Decision, Failure, Policy};
 use super::running::{excluded, start, AttemptEnd, Running};
-use super::watch::{any_alive, Watch, DEAD_GRACE, MIN_PROBE};
+use super::watch::{any_alive, Ping, Watch, DEAD_GRACE, MIN_PROBE};
 use super::{Ctx, Judged, Outcome, Transport, Won};
 use crate::metrics::ReasonLabel;
 use crate::plan::Plan;
@@ -28,6 +29,8 @@ type Step<H, C = ()> = ControlFlow<Outcome<H>, C>;
 enum Event<H> {
     /// The head deadline (`plan.head_timeout`) passed.
     Deadline,
+    /// Time to ping the replicas of silent attempts, ahead of the next look.
+    PingDue,
     /// The watch's timer: time to look at the running attempts.
     Look,
     /// The liveness probe of silent attempts' replicas answered.
@@ -85,7 +88,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             retries: 0,
             hedged: false,
             counted: Counted::default(),
-            watch: Watch::new(None, window),
+            watch: Watch::new(window),
             deadline: Box::pin(tokio::time::sleep(plan.head_timeout)),
         }
     }
@@ -108,8 +111,14 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         loop {
             let step = match self.next_event().await {
                 Event::Deadline => ControlFlow::Break(self.on_deadline()),
-                Event::Look => self.on_look(),
-                Event::Probed(found) => self.on_probed(found).await,
+                Event::PingDue => self.on_ping_due(),
+                Event::Look => self.on_look().await,
+                Event::Probed(found) if self.watch.awaiting => self.on_probed(found).await,
+                Event::Probed(found) => {
+                    // Answered ahead of its look: the look reads it.
+                    self.watch.ping = Ping::Found(found);
+                    ControlFlow::Continue(())
+                }
                 Event::Down(i) => self.on_replica_down(i).await,
                 Event::Ended(i, end) => self.on_ended(i, end).await,
             };
@@ -125,9 +134,6 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             if deadline.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Event::Deadline);
             }
-            if watch.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
-                return Poll::Ready(Event::Look);
-            }
             for (i, a) in running.iter_mut().enumerate() {
                 if let Poll::Ready(end) = a.fut.as_mut().poll(cx) {
                     return Poll::Ready(Event::Ended(i, end));
@@ -136,10 +142,25 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
                     return Poll::Ready(Event::Down(i));
                 }
             }
+            // The watch after the attempts: an answer or a sign of work at the very moment of a
+            // look is seen first.
+            if watch.ping_at.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+                watch.ping_at = None;
+                return Poll::Ready(Event::PingDue);
+            }
+            if watch.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+                watch.timer = None;
+                return Poll::Ready(Event::Look);
+            }
             // After the attempts: a crashed replica's broken connection is seen before the
-            // refused ping that would otherwise send its read elsewhere.
-            if let Some(p) = watch.probe.as_mut() {
-                if let Poll::Ready(found) = p.as_mut().poll(cx) {
+            // refused ping that would otherwise send its read elsewhere; and a sign of work
+            // since the ping started (polling an attempt reports it) makes the ping moot.
+            if let Ping::Running { fut, since } = &mut watch.ping {
+                let ran = since.elapsed();
+                if running.iter().any(|a| a.activity.silent_for() < ran) {
+                    watch.ping = Ping::Idle;
+                } else if let Poll::Ready(found) = fut.as_mut().poll(cx) {
+                    watch.ping = Ping::Idle;
                     return Poll::Ready(Event::Probed(found));
                 }
             }
@@ -157,33 +178,80 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         timed_out(self.plan, replica, self.retries)
     }
 
+    /// Half a deadline before a look: the replicas of attempts silent for that long are pinged,
+    /// so that the ping's answer (or its absence) is known at the look.
+    fn on_ping_due(&mut self) -> Step<T::Head> {
+        if self.quiet() >= self.watch.lead {
+            self.ping();
+        }
+        ControlFlow::Continue(())
+    }
+
     /// The watch's timer: the per-try deadline passed (or a recheck is due). A read that showed
-    /// work within the deadline is left alone; a silent one has its replica pinged.
-    fn on_look(&mut self) -> Step<T::Head> {
-        self.watch.timer = None;
+    /// work within the deadline is left alone; for a silent one, its ping says.
+    async fn on_look(&mut self) -> Step<T::Head> {
         if !self.counted.per_try_timeout {
             self.counted.per_try_timeout = true;
             self.ctx.metrics.per_try_timeouts.inc();
         }
         let window = self.window();
         // A byte or a progress report within the deadline: the replica is working.
-        let quiet = self.running.iter().map(|a| a.activity.silent_for()).min().unwrap_or_default();
+        let quiet = self.quiet();
         if quiet < window {
             self.spare();
             self.watch.look_in(window - quiet);
             return ControlFlow::Continue(());
         }
-        // Silent so far: does its replica answer at all?
-        let timeout = window.max(MIN_PROBE);
+        match std::mem::replace(&mut self.watch.ping, Ping::Idle) {
+            Ping::Found(found) => return self.on_probed(found).await,
+            Ping::Running { fut, since } => self.watch.ping = Ping::Running { fut, since },
+            Ping::Idle => self.ping(),
+        }
+        // The ping is out. A replica that answers nothing at all is hung: hedge now. One that
+        // answers other requests is loaded: wait for its ping, looking again meanwhile.
+        if self.stalled() {
+            self.watch.stop();
+            self.on_silent().await;
+        } else {
+            self.watch.awaiting = true;
+            self.watch.look_again_in(self.watch.lead.max(std::time::Duration::from_millis(1)));
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Pings the replicas of the running attempts, bounded by the deadline but at least
+    /// [`MIN_PROBE`].
+    fn ping(&mut self) {
+        let timeout = self.window().max(MIN_PROBE);
         let probes: Vec<_> =
             self.running.iter().map(|a| self.ctx.backend.alive(&a.inflight.replica().addr, timeout)).collect();
-        self.watch.probe = Some(Box::pin(any_alive(probes)));
-        ControlFlow::Continue(())
+        self.watch.ping_now(Box::pin(any_alive(probes)));
+    }
+
+    /// How long since the last sign of work of any running attempt.
+    fn quiet(&self) -> std::time::Duration {
+        self.running.iter().map(|a| a.activity.silent_for()).min().unwrap_or_default()
+    }
+
+    /// Is a running attempt's replica stalled (an attempt past its deadline, and no answer head
+    /// from it for a whole deadline)? The running attempts count as overdue for the question
+    /// (they are past their deadline), and are marked so for good only when they are hedged.
+    fn stalled(&self) -> bool {
+        let window = self.window();
+        let marks: Vec<Overdue> = self
+            .running
+            .iter()
+            .filter(|a| a.overdue.is_none())
+            .map(|a| Overdue::new(a.inflight.replica().clone()))
+            .collect();
+        let stalled = self.running.iter().any(|a| a.inflight.replica().is_stalled(window));
+        drop(marks);
+        stalled
     }
 
     /// The ping of the silent attempts' replicas answered: spare, look again, or hedge.
     async fn on_probed(&mut self, found: Probe) -> Step<T::Head> {
-        self.watch.probe = None;
+        self.watch.stop();
         let window = self.window();
         match found {
             Probe::Alive => {

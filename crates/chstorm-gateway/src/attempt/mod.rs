@@ -11,8 +11,9 @@
 //! * **hedge**: an idempotent read whose replica is *silent* for the per-try deadline
 //!   ([`hedge`]) gets a copy on another healthy replica of the same shard. Silent means no
 //!   answer byte and no progress report for the deadline ([`Activity`]: native Progress and Data
-//!   packets count), and no answer to a `GET /ping` ([`Backend::alive`]) within the deadline
-//!   (at least 250 ms): 18.16's HTTP interface sends nothing before its answer (this
+//!   packets count), and no answer to a `GET /ping` ([`Backend::alive`]) sent half a deadline
+//!   ahead (`watch`: a hung replica is hedged at the deadline, a loaded one that answers other
+//!   requests waits for its ping): 18.16's HTTP interface sends nothing before its answer (this
 //!   build sends no `X-ClickHouse-Progress` headers even when asked), so over HTTP the ping is the
 //!   only sign of a working replica. A replica that shows it is working is left alone however
 //!   long its read takes (counted in `chstorm_gateway_hedges_spared_total`), so a read starts

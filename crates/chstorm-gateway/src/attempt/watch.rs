@@ -1,6 +1,30 @@
-//! The watch over silent attempts: when to look at them again, the liveness ping of their
-//! replicas, and its bounds. The attempt loop ([`super::machine`]) owns one [`Watch`] per
-//! request and decides what a look or a ping's answer means.
+//! The watch over silent attempts: when to look at them, the liveness ping of their replicas
+//! sent ahead of each look, and its bounds. The attempt loop ([`super::machine`]) owns one
+//! [`Watch`] per request and decides what a look or a ping's answer means.
+//!
+//! A look is due at the per-try deadline (one deadline after the attempt's last sign of work),
+//! and again later while a read is left alone. Over HTTP an attempt shows nothing before its
+//! answer, so a look needs a `GET /ping` on a fresh connection to tell a working replica from a
+//! hung one. That ping starts *ahead* of the look, half a deadline before it ([`Watch::lead`]),
+//! and only for a silent attempt (no byte nor progress for that half deadline); a sign of work
+//! from the attempt after the ping started drops it. So at the deadline:
+//! * the ping answered: the replica works (the read is left alone), or its listener is closed
+//!   (looked at again [`DEAD_GRACE`] later, as before);
+//! * the ping is still out and the replica is *stalled* (no answer head to any request through
+//!   this gateway for a whole deadline, `Replica::is_stalled`): hung; the read is hedged at the
+//!   deadline;
+//! * the ping is still out and the replica answers other requests: it is loaded, not hung. The
+//!   ping keeps its own bound, the deadline but at least [`MIN_PROBE`] (250 ms) from its start,
+//!   and the replica is looked at again every half deadline meanwhile; the read is hedged only
+//!   if it becomes stalled or the ping goes unanswered for that bound.
+//!
+//! Why the ping's bound is not the half deadline: a working 18.16 answers a ping in well under
+//! a millisecond, but on a loaded machine a ping took over 50 ms, against per-try deadlines of
+//! 20 to 100 ms; a ping taken for silence starts the read a second time. The bound is kept; what
+//! moves the hedge of a hung replica to the deadline is a second sign that needs no wait, the
+//! replica answering nothing at all. A replica with nothing else to answer (one read on an idle
+//! replica) on a machine so loaded that its ping takes over half a deadline is taken for hung
+//! and gets one hedge it did not need; the retry budget bounds those.
 
 use crate::upstream::{BoxFuture, Probe};
 use std::pin::Pin;
@@ -19,29 +43,74 @@ pub(super) const DEAD_GRACE: Duration = Duration::from_millis(100);
 /// The longest wait before a replica that answered its last ping is pinged again (1 s).
 pub(super) const MAX_RECHECK: Duration = Duration::from_secs(1);
 
-/// One request's watch: the timer of its next look, the ping in flight, and what earlier
-/// pings found.
+/// The liveness ping of the silent attempts' replicas.
+pub(super) enum Ping {
+    /// None running.
+    Idle,
+    /// Sent `since`, no answer yet.
+    Running { fut: BoxFuture<Probe>, since: tokio::time::Instant },
+    /// Answered before the look it was sent ahead of.
+    Found(Probe),
+}
+
+/// One request's watch: when to look at its attempts next, the ping sent ahead of that look,
+/// and what earlier pings found.
 pub(super) struct Watch {
-    /// When to look at the running attempts again (None: no look due, no hedge possible).
+    /// The next look (None: no look due, no hedge possible).
     pub(super) timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// The liveness ping of the silent attempts' replicas, while it runs.
-    pub(super) probe: Option<BoxFuture<Probe>>,
+    /// When the ping ahead of the next look starts: [`Watch::lead`] before it.
+    pub(super) ping_at: Option<Pin<Box<tokio::time::Sleep>>>,
+    pub(super) ping: Ping,
+    /// A look found the ping still running: its answer is acted on when it comes.
+    pub(super) awaiting: bool,
+    /// How far ahead of a look its ping starts: half the per-try deadline.
+    pub(super) lead: Duration,
     /// When to ping a replica that answered its last ping again: one deadline, doubling up to
     /// [`MAX_RECHECK`], so a long read on a fast route does not ping every few milliseconds.
-    pub(super) recheck: Duration,
+    recheck: Duration,
     /// A ping was refused once already (the replica's listener is closed).
     pub(super) refused_before: bool,
 }
 
 impl Watch {
-    /// A watch whose first look is `first` from now; rechecks start at `window`.
-    pub(super) fn new(first: Option<Duration>, window: Duration) -> Watch {
-        Watch { timer: first.map(sleep), probe: None, recheck: window, refused_before: false }
+    /// A watch with no look due; rechecks start at `window` (the per-try deadline).
+    pub(super) fn new(window: Duration) -> Watch {
+        Watch {
+            timer: None,
+            ping_at: None,
+            ping: Ping::Idle,
+            awaiting: false,
+            lead: window / 2,
+            recheck: window,
+            refused_before: false,
+        }
     }
 
-    /// Looks again `d` from now.
+    /// Looks again `d` from now, with a fresh ping [`Watch::lead`] ahead of that look (at
+    /// once when `d` is shorter); a ping running now is dropped.
     pub(super) fn look_in(&mut self, d: Duration) {
         self.timer = Some(sleep(d));
+        self.ping_at = Some(sleep(d.saturating_sub(self.lead)));
+        self.ping = Ping::Idle;
+        self.awaiting = false;
+    }
+
+    /// Looks again `d` from now, keeping the ping that runs.
+    pub(super) fn look_again_in(&mut self, d: Duration) {
+        self.timer = Some(sleep(d));
+    }
+
+    /// No look due and no ping.
+    pub(super) fn stop(&mut self) {
+        self.timer = None;
+        self.ping_at = None;
+        self.ping = Ping::Idle;
+        self.awaiting = false;
+    }
+
+    /// Sends `fut`, the ping, now.
+    pub(super) fn ping_now(&mut self, fut: BoxFuture<Probe>) {
+        self.ping = Ping::Running { fut, since: tokio::time::Instant::now() };
     }
 
     /// A ping was answered: the next one waits longer (doubling, at least `window`, at most
