@@ -35,6 +35,8 @@ enum Event<H> {
     Look,
     /// The liveness probe of silent attempts' replicas answered.
     Probed(Probe),
+    /// The ping of another replica, sent when a look found the first ping still out, answered.
+    PeerProbed(Probe),
     /// Attempt `i` ended: an answer head or a failure.
     Ended(usize, AttemptEnd<H>),
     /// Attempt `i`'s replica was marked down.
@@ -119,6 +121,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
                     self.watch.ping = Ping::Found(found);
                     ControlFlow::Continue(())
                 }
+                Event::PeerProbed(found) => self.on_peer_probed(found).await,
                 Event::Down(i) => self.on_replica_down(i).await,
                 Event::Ended(i, end) => self.on_ended(i, end).await,
             };
@@ -155,6 +158,10 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             // After the attempts: a crashed replica's broken connection is seen before the
             // refused ping that would otherwise send its read elsewhere; and a sign of work
             // since the ping started (polling an attempt reports it) makes the ping moot.
+            if let Some(Poll::Ready(found)) = watch.peer.as_mut().map(|p| p.as_mut().poll(cx)) {
+                watch.peer = None;
+                return Poll::Ready(Event::PeerProbed(found));
+            }
             if let Ping::Running { fut, since } = &mut watch.ping {
                 let ran = since.elapsed();
                 if running.iter().any(|a| a.activity.silent_for() < ran) {
@@ -207,16 +214,47 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             Ping::Running { fut, since } => self.watch.ping = Ping::Running { fut, since },
             Ping::Idle => self.ping(),
         }
-        // The ping is out. A replica that answers nothing at all is hung: hedge now. One that
-        // answers other requests is loaded: wait for its ping, looking again meanwhile.
-        if self.stalled() {
+        // The ping is out: compare with another replica's ping, and wait for it, looking again
+        // meanwhile.
+        if !self.watch.awaiting {
+            self.watch.awaiting = true;
+            self.ping_peer();
+        }
+        self.watch.look_again_in(self.watch.lead.max(std::time::Duration::from_millis(1)));
+        self.hedge_if_hung().await;
+        ControlFlow::Continue(())
+    }
+
+    /// The other replica's ping answered: if it is alive where the read's own replica is not,
+    /// the read is hedged now.
+    async fn on_peer_probed(&mut self, found: Probe) -> Step<T::Head> {
+        self.watch.peer_alive = found == Probe::Alive;
+        self.hedge_if_hung().await;
+        ControlFlow::Continue(())
+    }
+
+    /// Hedges now when the read's replica is hung: its ping out past the deadline, another
+    /// replica's ping answered meanwhile, and no answer head from it for a whole deadline.
+    async fn hedge_if_hung(&mut self) {
+        let out = matches!(self.watch.ping, Ping::Running { .. });
+        if self.watch.awaiting && out && self.watch.peer_alive && self.stalled() {
             self.watch.stop();
             self.on_silent().await;
-        } else {
-            self.watch.awaiting = true;
-            self.watch.look_again_in(self.watch.lead.max(std::time::Duration::from_millis(1)));
         }
-        ControlFlow::Continue(())
+    }
+
+    /// Pings one healthy replica, not running this read nor tried, that a hedge could go to;
+    /// bounded as the read's own ping.
+    fn ping_peer(&mut self) {
+        let exclude = excluded(&self.tried, &self.running);
+        let shard = self.plan.target.shard();
+        let peer =
+            self.ctx.balancer.replicas().find(|r| {
+                shard.is_none_or(|s| s == r.shard) && r.is_healthy() && !exclude.contains(&(r.shard, r.index))
+            });
+        if let Some(r) = peer {
+            self.watch.peer = Some(self.ctx.backend.alive(&r.addr, self.window().max(MIN_PROBE)));
+        }
     }
 
     /// Pings the replicas of the running attempts, bounded by the deadline but at least

@@ -12,8 +12,9 @@
 //!   ([`hedge`]) gets a copy on another healthy replica of the same shard. Silent means no
 //!   answer byte and no progress report for the deadline ([`Activity`]: native Progress and Data
 //!   packets count), and no answer to a `GET /ping` ([`Backend::alive`]) sent half a deadline
-//!   ahead (`watch`: a hung replica is hedged at the deadline, a loaded one that answers other
-//!   requests waits for its ping): 18.16's HTTP interface sends nothing before its answer (this
+//!   ahead (`watch`: a hung replica, its ping still out where another replica's is answered, is
+//!   hedged at the deadline; a late ping alone waits for its bound): 18.16's HTTP interface
+//!   sends nothing before its answer (this
 //!   build sends no `X-ClickHouse-Progress` headers even when asked), so over HTTP the ping is the
 //!   only sign of a working replica. A replica that shows it is working is left alone however
 //!   long its read takes (counted in `chstorm_gateway_hedges_spared_total`), so a read starts

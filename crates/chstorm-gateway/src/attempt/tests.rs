@@ -778,15 +778,16 @@ async fn a_replica_that_falls_silent_before_its_first_byte_to_the_client_is_hedg
     let mut t = Scripted { scripts: vec![stops, long], sent: 0 };
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     // A held answer is let go at the hold (250 ms) only on a packet; this one falls silent at
-    // 200 ms, is pinged at 325 ms (silent for half the deadline) and is still silent, its ping
-    // unanswered, at 450 ms: hedged then.
+    // 200 ms, is pinged at 325 ms (silent for half the deadline), and its ping goes unanswered
+    // for 250 ms (here no replica answers a ping, so none proves it hung sooner): hedged at
+    // 575 ms.
     let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
     let (_, _, hedged) = scripted_winner(&mut o);
     assert!(hedged, "the silent replica was hedged");
     assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
-    // The hedge itself progresses from 450 ms and is let go at its first progress past 250 ms.
-    assert_eq!(t0.elapsed(), Duration::from_millis(450 + 300));
+    // The hedge itself progresses from 575 ms and is let go at its first progress past 250 ms.
+    assert_eq!(t0.elapsed(), Duration::from_millis(575 + 300));
     settle().await;
     assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
 }
@@ -925,10 +926,12 @@ async fn a_hung_replica_is_hedged_at_the_deadline_its_ping_sent_half_a_deadline_
         fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
         let mut o = run.await;
         assert_eq!(answered(&mut o), (other.to_string(), true));
-        // Hedged at the deadline, not after the ping's own bound (250 ms at least).
+        // Pinged half a deadline in; at the deadline that ping is still out, the other replica
+        // answers its own ping at once and the hung one answered nothing: hedged at the
+        // deadline, not after the ping's own bound (250 ms at least).
         assert_eq!(t0.elapsed(), Duration::from_millis(deadline_ms + 5), "deadline {deadline_ms} ms");
-        assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![deadline_ms / 2]);
-        assert_eq!(*fake.pings.lock().unwrap(), vec![first.clone()]);
+        assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![deadline_ms / 2, deadline_ms]);
+        assert_eq!(*fake.pings.lock().unwrap(), vec![first.clone(), other.to_string()]);
         assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
     }
 }
@@ -955,45 +958,45 @@ async fn a_silent_read_whose_replica_answers_its_ping_is_not_hedged() {
     assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap())[..3], [20, 60, 140]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_loaded_replica_slow_to_answer_its_ping_is_not_hedged_while_it_answers_others() {
-    // Its ping takes 80 ms (past the 40 ms deadline) while it answers other requests every
-    // 10 ms: loaded, not hung. The read waits for the ping and is left alone.
+/// A 300 ms read on shard 2 with a 40 ms deadline, the replicas' pings taking `ping` (R21)
+/// and `peer_ping` (R22); when `busy`, both replicas answer other requests every 10 ms.
+/// Returns whether it was hedged.
+async fn late_ping(ping: u64, peer_ping: u64, busy: bool) -> bool {
     let fake = Fake::with(&[
         (R21, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
     ]);
-    fake.ping_delay.lock().unwrap().extend([(R21, Duration::from_millis(80)), (R22, Duration::from_millis(80))]);
+    fake.ping_delay
+        .lock()
+        .unwrap()
+        .extend([(R21, Duration::from_millis(ping)), (R22, Duration::from_millis(peer_ping))]);
     let mut w = World::new(&fake);
     w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(40));
+    // R22 penalised: R21 gets the read.
+    w.balancer.shards[1][1].lost_race();
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
         for _ in 0..40 {
-            for r in w.balancer.shards[1].iter() {
-                r.answered();
+            if busy {
+                w.balancer.shards[1].iter().for_each(|r| r.answered());
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     });
-    assert!(!answered(&mut o).1, "not hedged");
-    assert_eq!(fake.sent_to().len(), 1);
-    let m = &w.metrics;
-    assert_eq!((m.per_try_timeouts.get(), m.attempt.hedges_spared.get(), m.hedges.get()), (1, 1, 0));
-    // The same slow ping on a replica that answers nothing: hung, hedged at the deadline.
-    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
-    fake.ping_delay.lock().unwrap().extend([(R21, Duration::from_millis(80)), (R22, Duration::from_millis(80))]);
-    let mut w = World::new(&fake);
-    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(40));
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
-    let t0 = tokio::time::Instant::now();
-    let run = w.run(&p, held());
-    tokio::pin!(run);
-    tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
-    let other = if fake.sent_to()[0] == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
-    let mut o = run.await;
-    assert_eq!(answered(&mut o), (other.to_string(), true));
-    assert_eq!(t0.elapsed(), Duration::from_millis(45));
+    assert_eq!(fake.sent_to()[0], R21);
+    answered(&mut o).1
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_ping_alone_is_no_reason_to_hedge() {
+    // Both pings take 80 ms (a loaded machine), nothing answered yet (a cold cluster): the read
+    // waits for its ping (answered at 100 ms) and is left alone.
+    assert!(!late_ping(80, 80, false).await, "every ping late: not hedged");
+    // Its own ping takes 80 ms, the other replica's none, but its replica answers other
+    // requests: loaded, not hung.
+    assert!(!late_ping(80, 0, true).await, "a loaded replica that answers others: not hedged");
+    // Its ping late, the other's prompt, and its replica answers nothing: hung, hedged.
+    assert!(late_ping(80, 0, false).await, "hung: hedged");
 }
 
 #[tokio::test(start_paused = true)]
@@ -1012,10 +1015,11 @@ async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
     let (_, _, hedged) = scripted_winner(&mut o);
     assert!(hedged);
     // The ping sent at 80 ms is dropped at the progress report (100 ms). Silent from 100 ms,
-    // the copy is pinged again at 180 ms and hedged at 260 ms (that ping, moot, is dropped
-    // then); the hedge is let go at its first progress past 160 ms (460 ms).
-    assert_eq!(ms_since(t0, &fake.pings_dropped.lock().unwrap()), vec![100, 260]);
-    assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![80, 180]);
-    assert_eq!(t0.elapsed(), Duration::from_millis(460));
+    // the copy is pinged again at 180 ms; at 260 ms that ping is still out, and so is the other
+    // replica's (no replica answers a ping here), so it is hedged when its ping's bound ends
+    // (430 ms); the hedge is let go at its first progress past 160 ms (630 ms).
+    assert_eq!(ms_since(t0, &fake.pings_dropped.lock().unwrap()), vec![100, 430]);
+    assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![80, 180, 260]);
+    assert_eq!(t0.elapsed(), Duration::from_millis(630));
     assert_eq!(w.metrics.attempt.hedges_spared.get(), 1);
 }

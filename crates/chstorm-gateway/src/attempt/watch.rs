@@ -10,21 +10,25 @@
 //! from the attempt after the ping started drops it. So at the deadline:
 //! * the ping answered: the replica works (the read is left alone), or its listener is closed
 //!   (looked at again [`DEAD_GRACE`] later, as before);
-//! * the ping is still out and the replica is *stalled* (no answer head to any request through
-//!   this gateway for a whole deadline, `Replica::is_stalled`): hung; the read is hedged at the
-//!   deadline;
-//! * the ping is still out and the replica answers other requests: it is loaded, not hung. The
-//!   ping keeps its own bound, the deadline but at least [`MIN_PROBE`] (250 ms) from its start,
-//!   and the replica is looked at again every half deadline meanwhile; the read is hedged only
-//!   if it becomes stalled or the ping goes unanswered for that bound.
+//! * the ping is still out: another healthy replica that could take a hedge (of the same
+//!   shard; any for a fan-out) is pinged too. The read is hedged as soon as that replica answers
+//!   while its own replica's ping is still out and its replica is *stalled* (no answer head to
+//!   any request through this gateway for a whole deadline, `Replica::is_stalled`): hung, where
+//!   the other is not; about the deadline plus one ping round trip to a working server;
+//! * otherwise (the other replica is slow to answer its ping too, or its own replica answers
+//!   other requests): the machine or the replica is loaded, not hung. The ping keeps its own
+//!   bound, the deadline but at least [`MIN_PROBE`] (250 ms) from its start, and the replica is
+//!   looked at again every half deadline meanwhile; the read is hedged if the ping goes
+//!   unanswered for that bound.
 //!
 //! Why the ping's bound is not the half deadline: a working 18.16 answers a ping in well under
 //! a millisecond, but on a loaded machine a ping took over 50 ms, against per-try deadlines of
-//! 20 to 100 ms; a ping taken for silence starts the read a second time. The bound is kept; what
-//! moves the hedge of a hung replica to the deadline is a second sign that needs no wait, the
-//! replica answering nothing at all. A replica with nothing else to answer (one read on an idle
-//! replica) on a machine so loaded that its ping takes over half a deadline is taken for hung
-//! and gets one hedge it did not need; the retry budget bounds those.
+//! 20 to 100 ms; a ping taken for silence starts the read a second time. So a late ping alone is
+//! no proof: it is compared with the ping of a replica on the same footing (the same gateway,
+//! the same network, the same moment), and with the replica's other answers. A gateway under
+//! such load that every ping is late waits for the bound as it would without the early ping;
+//! a cold cluster whose first reads are all slow (nothing answered yet: every replica stalled)
+//! is not hedged unless another replica answers its ping where the read's own does not.
 
 use crate::upstream::{BoxFuture, Probe};
 use std::pin::Pin;
@@ -63,6 +67,10 @@ pub(super) struct Watch {
     pub(super) ping: Ping,
     /// A look found the ping still running: its answer is acted on when it comes.
     pub(super) awaiting: bool,
+    /// The ping of another healthy replica, sent when a look finds the ping still out.
+    pub(super) peer: Option<BoxFuture<Probe>>,
+    /// That replica answered its ping.
+    pub(super) peer_alive: bool,
     /// How far ahead of a look its ping starts: half the per-try deadline.
     pub(super) lead: Duration,
     /// When to ping a replica that answered its last ping again: one deadline, doubling up to
@@ -80,6 +88,8 @@ impl Watch {
             ping_at: None,
             ping: Ping::Idle,
             awaiting: false,
+            peer: None,
+            peer_alive: false,
             lead: window / 2,
             recheck: window,
             refused_before: false,
@@ -93,6 +103,8 @@ impl Watch {
         self.ping_at = Some(sleep(d.saturating_sub(self.lead)));
         self.ping = Ping::Idle;
         self.awaiting = false;
+        self.peer = None;
+        self.peer_alive = false;
     }
 
     /// Looks again `d` from now, keeping the ping that runs.
@@ -106,6 +118,8 @@ impl Watch {
         self.ping_at = None;
         self.ping = Ping::Idle;
         self.awaiting = false;
+        self.peer = None;
+        self.peer_alive = false;
     }
 
     /// Sends `fut`, the ping, now.
