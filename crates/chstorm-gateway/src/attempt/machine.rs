@@ -234,10 +234,13 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     }
 
     /// Hedges now when the read's replica is hung: its ping out past the deadline, another
-    /// replica's ping answered meanwhile, and no answer head from it for a whole deadline.
+    /// replica's ping answered meanwhile, and no answer head from it for a whole deadline; and
+    /// the read's shape ran fine lately (a new shape may be a query of death whose server is
+    /// still dying: it waits for its ping's bound, and for its connection to break).
     async fn hedge_if_hung(&mut self) {
         let out = matches!(self.watch.ping, Ping::Running { .. });
-        if self.watch.awaiting && out && self.watch.peer_alive && self.stalled() {
+        let known = self.shape.is_some_and(|fp| self.ctx.quarantine.known_good(fp));
+        if self.watch.awaiting && out && self.watch.peer_alive && known && self.stalled() {
             self.watch.stop();
             self.on_silent().await;
         }

@@ -170,6 +170,12 @@ impl World {
         }
     }
 
+    /// Marks the shape of `plan` (held, empty body) as having run fine lately.
+    fn known_good(&self, plan: &Plan) {
+        let http = Http { plan, body: held(), backend: self.backend.clone(), auth: "Basic x" };
+        self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
+    }
+
     fn user(&self) -> User {
         self.cfg.users["default"].clone()
     }
@@ -234,6 +240,7 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
     let w = World::new(&fake);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
     assert_eq!(p.target, Target::Shard(1));
     // Whichever replica is picked first hangs; the other answers in 5 ms.
     let t0 = tokio::time::Instant::now();
@@ -575,6 +582,7 @@ async fn a_hung_replica_is_hedged_even_onto_a_late_replica_that_still_answers() 
     let overdue: Vec<_> = (0..2).map(|_| Overdue::new(r22.clone())).collect();
     assert!(r22.is_slow_now());
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
         // 10 ms before the deadline (the moment the hedge is decided).
@@ -917,6 +925,7 @@ async fn a_hung_replica_is_hedged_at_the_deadline_its_ping_sent_half_a_deadline_
         let mut w = World::new(&fake);
         w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(deadline_ms));
         let p = w.plan(ROUTED_READ, BodyShape::Held);
+        w.known_good(&p);
         let t0 = tokio::time::Instant::now();
         let run = w.run(&p, held());
         tokio::pin!(run);
@@ -961,7 +970,7 @@ async fn a_silent_read_whose_replica_answers_its_ping_is_not_hedged() {
 /// A 300 ms read on shard 2 with a 40 ms deadline, the replicas' pings taking `ping` (R21)
 /// and `peer_ping` (R22); when `busy`, both replicas answer other requests every 10 ms.
 /// Returns whether it was hedged.
-async fn late_ping(ping: u64, peer_ping: u64, busy: bool) -> bool {
+async fn late_ping(ping: u64, peer_ping: u64, busy: bool, known_good: bool) -> bool {
     let fake = Fake::with(&[
         (R21, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
@@ -975,6 +984,9 @@ async fn late_ping(ping: u64, peer_ping: u64, busy: bool) -> bool {
     // R22 penalised: R21 gets the read.
     w.balancer.shards[1][1].lost_race();
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    if known_good {
+        w.known_good(&p);
+    }
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
         for _ in 0..40 {
             if busy {
@@ -991,12 +1003,15 @@ async fn late_ping(ping: u64, peer_ping: u64, busy: bool) -> bool {
 async fn a_late_ping_alone_is_no_reason_to_hedge() {
     // Both pings take 80 ms (a loaded machine), nothing answered yet (a cold cluster): the read
     // waits for its ping (answered at 100 ms) and is left alone.
-    assert!(!late_ping(80, 80, false).await, "every ping late: not hedged");
+    assert!(!late_ping(80, 80, false, true).await, "every ping late: not hedged");
     // Its own ping takes 80 ms, the other replica's none, but its replica answers other
     // requests: loaded, not hung.
-    assert!(!late_ping(80, 0, true).await, "a loaded replica that answers others: not hedged");
+    assert!(!late_ping(80, 0, true, true).await, "a loaded replica that answers others: not hedged");
     // Its ping late, the other's prompt, and its replica answers nothing: hung, hedged.
-    assert!(late_ping(80, 0, false).await, "hung: hedged");
+    assert!(late_ping(80, 0, false, true).await, "hung: hedged");
+    // The same for a shape not seen to succeed (a query of death may be crashing its server):
+    // it waits for its ping (answered at 100 ms).
+    assert!(!late_ping(80, 0, false, false).await, "a new shape: not hedged before its ping's bound");
 }
 
 #[tokio::test(start_paused = true)]

@@ -14,7 +14,13 @@
 //!   shard; any for a fan-out) is pinged too. The read is hedged as soon as that replica answers
 //!   while its own replica's ping is still out and its replica is *stalled* (no answer head to
 //!   any request through this gateway for a whole deadline, `Replica::is_stalled`): hung, where
-//!   the other is not; about the deadline plus one ping round trip to a working server;
+//!   the other is not; about the deadline plus one ping round trip to a working server. Only a
+//!   read whose shape ran fine lately (`Quarantine::known_good`) is hedged so early: a new shape
+//!   may be a query of death, and a crashing 18.16 keeps its connections open while it writes
+//!   its stack trace (under load, past half a deadline: the real-cluster test of 1,000 nested
+//!   parentheses killed both replicas once without this rule), so it waits for its ping's bound
+//!   and the broken connection that shows the crash. With `limits.query_of_death_ttl: 0s` no
+//!   shape is known good, and no read is hedged before its ping's bound;
 //! * otherwise (the other replica is slow to answer its ping too, or its own replica answers
 //!   other requests): the machine or the replica is loaded, not hung. The ping keeps its own
 //!   bound, the deadline but at least [`MIN_PROBE`] (250 ms) from its start, and the replica is
