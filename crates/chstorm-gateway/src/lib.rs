@@ -15,9 +15,9 @@
 //!   admission (limits with FIFO queues and fast rejection; RAII permits), the plan (pure: user
 //!   rules, routing, parameters), one refusal form (an HTTP status and a ClickHouse code), and
 //!   the one exit that records every query's end.
-//! * [`attempt`]: retries and hedged reads under one policy and one budget; per-try deadlines
-//!   from [`hedge`]; a hedge only for a silent replica; queries of death kept to one replica by
-//!   [`quarantine`].
+//! * [`attempt`]: retries and hedged reads under one policy and one budget, a state machine over
+//!   the attempts in flight; per-try deadlines from `attempt::hedge`; a hedge only for a silent
+//!   replica; queries of death kept to one replica by `attempt::quarantine`; the KILL guard.
 //! * [`state`]: everything a query needs, built from one config and swapped on reload.
 //! * The fronts: [`http`] (connections and their timeouts, ClickHouse's endpoints, the query
 //!   service, request bodies, the answer and the response bodies that carry the guards) and
@@ -40,12 +40,10 @@
 mod attempt;
 mod cluster;
 mod config;
-mod hedge;
 mod http;
 mod log;
 mod metrics;
 mod native;
-mod quarantine;
 mod query;
 pub mod request;
 mod runtime;

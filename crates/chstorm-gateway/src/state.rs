@@ -1,10 +1,10 @@
 //! Everything a request needs, built from one config. A reload builds a new `State` and swaps
 //! it in; requests in flight keep the one they started with.
 
+use crate::attempt::hedge::HeadTimes;
 use crate::cluster::balancer::Balancer;
 use crate::cluster::upstream::{Backend, Upstream};
 use crate::config::{Cluster, Config};
-use crate::hedge::HeadTimes;
 use crate::metrics::Metrics;
 use crate::query::admission::Limiter;
 pub use crate::query::admission::UserRt;
@@ -25,8 +25,8 @@ pub struct ClusterRt {
     head_times: Vec<HeadTimes>,
     /// The same for the native port, whose heads come sooner (`crate::native::transport`).
     native_head_times: Vec<HeadTimes>,
-    /// Shapes of reads that killed a replica, refused for a while (`crate::quarantine`).
-    pub quarantine: crate::quarantine::Quarantine,
+    /// Shapes of reads that killed a replica, refused for a while (`crate::attempt::quarantine`).
+    pub quarantine: crate::attempt::quarantine::Quarantine,
 }
 
 impl ClusterRt {
@@ -121,7 +121,7 @@ impl State {
             );
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
-            let quarantine = crate::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
+            let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
             let balancer = Arc::new(Balancer::new(c));
             let rt =
                 ClusterRt { cfg: c.clone(), balancer, auth, budget: None, head_times, native_head_times, quarantine };

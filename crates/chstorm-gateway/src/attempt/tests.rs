@@ -1,9 +1,16 @@
 //! The attempt loop against a fake backend, in paused time: every decision is deterministic.
 
+use super::watch::DEAD_GRACE;
 use super::*;
+use crate::cluster::replica::Overdue;
+use crate::cluster::upstream::{full, Probe};
 use crate::config::{Config, HedgeDelay, User};
+use crate::metrics::ReasonLabel;
 use crate::query::plan::plan;
+use crate::query::plan::Target;
 use crate::query::request::{BodyShape, QueryRequest};
+use bytes::Bytes;
+use http::Request;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -36,6 +43,29 @@ struct Fake {
     /// What a `/ping` finds, where it differs from what the replica's behaviour implies.
     probe: Mutex<HashMap<&'static str, Probe>>,
     pings: Mutex<Vec<String>>,
+    /// When each ping was sent.
+    ping_times: Mutex<Vec<tokio::time::Instant>>,
+    /// How long a ping the replica answers takes (none: at once).
+    ping_delay: Mutex<HashMap<&'static str, Duration>>,
+    /// When pings were dropped before their answer.
+    pings_dropped: Arc<Mutex<Vec<tokio::time::Instant>>>,
+}
+
+/// Notes when a ping is dropped before its answer.
+struct DropNote(Option<Arc<Mutex<Vec<tokio::time::Instant>>>>);
+
+impl DropNote {
+    fn answered(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for DropNote {
+    fn drop(&mut self) {
+        if let Some(n) = self.0.take() {
+            n.lock().unwrap().push(tokio::time::Instant::now());
+        }
+    }
 }
 
 impl Fake {
@@ -90,6 +120,9 @@ impl Backend for Fake {
     }
     fn alive(&self, replica: &crate::config::ReplicaAddr, timeout: Duration) -> BoxFuture<Probe> {
         self.pings.lock().unwrap().push(replica.base.clone());
+        self.ping_times.lock().unwrap().push(tokio::time::Instant::now());
+        let delay = self.ping_delay.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or_default();
+        let mut note = DropNote(Some(self.pings_dropped.clone()));
         let set = self.probe.lock().unwrap().get(replica.base.as_str()).copied();
         let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
         let found = set.unwrap_or(match b {
@@ -100,6 +133,12 @@ impl Backend for Fake {
         Box::pin(async move {
             if found == Probe::Silent {
                 tokio::time::sleep(timeout).await;
+            } else {
+                tokio::time::sleep(delay.min(timeout)).await;
+            }
+            note.answered();
+            if delay >= timeout {
+                return Probe::Silent;
             }
             found
         })
@@ -113,13 +152,13 @@ struct World {
     backend: Arc<dyn Backend>,
     budget: TpsBudget,
     head_times: HeadTimes,
-    quarantine: crate::quarantine::Quarantine,
+    quarantine: crate::attempt::quarantine::Quarantine,
 }
 
 impl World {
     fn new(fake: &Arc<Fake>) -> World {
         let cfg = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
-        let balancer = Balancer::new(&cfg.clusters["storm"]);
+        let balancer = Balancer::with_seed(&cfg.clusters["storm"], 7);
         World {
             cfg,
             balancer,
@@ -127,8 +166,14 @@ impl World {
             backend: fake.clone(),
             budget: TpsBudget::new(Duration::from_secs(10), 10, 0.1),
             head_times: HeadTimes::default(),
-            quarantine: crate::quarantine::Quarantine::new(Duration::from_secs(300)),
+            quarantine: crate::attempt::quarantine::Quarantine::new(Duration::from_secs(300)),
         }
+    }
+
+    /// Marks the shape of `plan` (held, empty body) as having run fine lately.
+    fn known_good(&self, plan: &Plan) {
+        let http = Http { plan, body: held(), backend: self.backend.clone(), auth: "Basic x" };
+        self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
     }
 
     fn user(&self) -> User {
@@ -185,6 +230,7 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
     let w = World::new(&fake);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
     assert_eq!(p.target, Target::Shard(1));
     // Whichever replica is picked first hangs; the other answers in 5 ms.
     let t0 = tokio::time::Instant::now();
@@ -203,9 +249,9 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
         assert_eq!((winner.as_str(), hedged), (other, true));
         first
     };
-    // The cold per-try deadline is 100 ms, then a ping unanswered for 250 ms: silent. The hedge
-    // answered 5 ms later.
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
+    // The cold per-try deadline is 100 ms; its ping, sent at 50 ms, is unanswered then and the
+    // replica answered nothing at all: hung, hedged at the deadline. The hedge answered 5 ms later.
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + Duration::from_millis(5));
     settle().await;
     assert_eq!(fake.kills(), vec![(first.clone(), "qid-1".to_string())], "the loser is killed by its query_id");
     assert_eq!((w.metrics.hedges.get(), w.metrics.hedge_wins.get(), w.metrics.per_try_timeouts.get()), (1, 1, 1));
@@ -425,13 +471,13 @@ async fn a_hedge_waits_for_a_healthy_replica_and_spends_no_budget_meanwhile() {
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
-        // R22 comes back 250 ms in, while the silent R21's ping (100 ms .. 350 ms) waits: the
-        // hedge goes to it at 350 ms.
+        // R22 comes back 250 ms in; the hung R21's read, looked at every deadline (100, 200 and
+        // 300 ms), finds no healthy replica before 300 ms: the hedge goes to R22 then.
         tokio::time::sleep(Duration::from_millis(250)).await;
         w.balancer.set_health(&r22, true);
     });
     assert_eq!(answered(&mut o), (R22.to_string(), true));
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(2));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY * 3 + Duration::from_millis(2));
     assert_eq!((w.metrics.per_try_timeouts.get(), w.metrics.hedges.get(), w.metrics.budget_exhausted.get()), (1, 1, 0));
 }
 
@@ -516,15 +562,16 @@ async fn a_hung_replica_is_hedged_even_onto_a_late_replica_that_still_answers() 
     let overdue: Vec<_> = (0..2).map(|_| Overdue::new(r22.clone())).collect();
     assert!(r22.is_slow_now());
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
     let t0 = tokio::time::Instant::now();
     let (mut o, _) = tokio::join!(w.run(&p, held()), async {
-        // 10 ms before the unanswered ping ends (the moment the hedge is decided).
-        tokio::time::sleep(crate::hedge::COLD_DELAY + MIN_PROBE - Duration::from_millis(10)).await;
+        // 10 ms before the deadline (the moment the hedge is decided).
+        tokio::time::sleep(crate::attempt::hedge::COLD_DELAY - Duration::from_millis(10)).await;
         r22.answered();
     });
     assert_eq!(fake.sent_to()[0], R21, "P2C sent it to the idle replica");
     assert_eq!(answered(&mut o), (R22.to_string(), true), "hedged onto the late but living replica");
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + MIN_PROBE + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + Duration::from_millis(5));
     assert_eq!(w.metrics.hedges_held.get(), 0);
     drop((late, overdue));
 }
@@ -700,12 +747,12 @@ async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_aft
     let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
     // The cold deadline is 100 ms: the first progress at 100 ms lets the answer go.
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY);
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY);
     let (_, released, hedged) = scripted_winner(&mut o);
     assert!(released && !hedged);
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(w.metrics.hedges.get(), 0, "nothing is hedged once bytes went to the client");
-    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::hedge::COLD_DELAY), "no head time recorded");
+    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::attempt::hedge::COLD_DELAY), "no head time recorded");
 }
 
 #[tokio::test(start_paused = true)]
@@ -719,14 +766,16 @@ async fn a_replica_that_falls_silent_before_its_first_byte_to_the_client_is_hedg
     let mut t = Scripted { scripts: vec![stops, long], sent: 0 };
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     // A held answer is let go at the hold (250 ms) only on a packet; this one falls silent at
-    // 200 ms, is silent 250 ms later (450 ms) and its ping goes unanswered for 250 ms.
+    // 200 ms, is pinged at 325 ms (silent for half the deadline), and its ping goes unanswered
+    // for 250 ms (here no replica answers a ping, so none proves it hung sooner): hedged at
+    // 575 ms.
     let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
     let (_, _, hedged) = scripted_winner(&mut o);
     assert!(hedged, "the silent replica was hedged");
     assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
-    // The hedge itself progresses from 700 ms and is let go at its first progress past 250 ms.
-    assert_eq!(t0.elapsed(), Duration::from_millis(700 + 300));
+    // The hedge itself progresses from 575 ms and is let go at its first progress past 250 ms.
+    assert_eq!(t0.elapsed(), Duration::from_millis(575 + 300));
     settle().await;
     assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
 }
@@ -805,7 +854,7 @@ async fn a_broken_connection_to_a_living_replica_is_retried_as_before() {
     assert!(matches!(o, Outcome::Failed { .. }));
     assert!(fake.sent_to().len() > 1, "retried");
     assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
-    assert!(w.quarantine.refused(crate::quarantine::fingerprint("\n".to_string().as_str())).is_none());
+    assert!(w.quarantine.refused(crate::attempt::quarantine::fingerprint("\n".to_string().as_str())).is_none());
 }
 
 #[tokio::test(start_paused = true)]
@@ -827,7 +876,7 @@ async fn a_replica_in_graceful_shutdown_is_hedged_a_crashing_one_is_not() {
     fake.ping_finds(other, Probe::Alive);
     let mut o = run.await;
     assert_eq!(answered(&mut o), (other.to_string(), true));
-    assert_eq!(t0.elapsed(), crate::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
+    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + DEAD_GRACE + Duration::from_millis(5));
 
     // Crashing: the ping is refused at 100 ms and its connection breaks 50 ms later: not hedged.
     let fake = Fake::with(&[
@@ -842,4 +891,130 @@ async fn a_replica_in_graceful_shutdown_is_hedged_a_crashing_one_is_not() {
     assert!(matches!(o, Outcome::Failed { status: StatusCode::BAD_GATEWAY, .. }));
     assert_eq!(fake.sent_to().len(), 1, "sent once: not hedged, not retried");
     assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
+}
+
+/// Times since `t0`, in whole milliseconds.
+fn ms_since(t0: tokio::time::Instant, times: &[tokio::time::Instant]) -> Vec<u64> {
+    times.iter().map(|t| t.duration_since(t0).as_millis() as u64).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_replica_is_hedged_at_the_deadline_its_ping_sent_half_a_deadline_before() {
+    for deadline_ms in [20u64, 40, 100, 400] {
+        let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+        let mut w = World::new(&fake);
+        w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(deadline_ms));
+        let p = w.plan(ROUTED_READ, BodyShape::Held);
+        w.known_good(&p);
+        let t0 = tokio::time::Instant::now();
+        let run = w.run(&p, held());
+        tokio::pin!(run);
+        tokio::select! { _ = &mut run => unreachable!(), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+        let first = fake.sent_to()[0].clone();
+        let other = if first == R21 { R22 } else { R21 };
+        fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+        let mut o = run.await;
+        assert_eq!(answered(&mut o), (other.to_string(), true));
+        // Pinged half a deadline in; at the deadline that ping is still out, the other replica
+        // answers its own ping at once and the hung one answered nothing: hedged at the
+        // deadline, not after the ping's own bound (250 ms at least).
+        assert_eq!(t0.elapsed(), Duration::from_millis(deadline_ms + 5), "deadline {deadline_ms} ms");
+        assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![deadline_ms / 2, deadline_ms]);
+        assert_eq!(*fake.pings.lock().unwrap(), vec![first.clone(), other.to_string()]);
+        assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_read_whose_replica_answers_its_ping_is_not_hedged() {
+    // The ping answered at once, before the deadline.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
+    ]);
+    let mut w = World::new(&fake);
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(40));
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run(&p, held()).await;
+    assert!(!answered(&mut o).1, "not hedged");
+    assert_eq!(t0.elapsed(), Duration::from_millis(300));
+    assert_eq!(fake.sent_to().len(), 1);
+    let m = &w.metrics;
+    assert_eq!((m.per_try_timeouts.get(), m.attempt.hedges_spared.get(), m.hedges.get()), (1, 1, 0));
+    // Pinged at 20 ms, then half a deadline ahead of each recheck (40, 80, 160 ms after each
+    // answer): 20, 60, 140, 300 ms; the read answered at 300 ms.
+    assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap())[..3], [20, 60, 140]);
+}
+
+/// A 300 ms read on shard 2 with a 40 ms deadline, the replicas' pings taking `ping` (R21)
+/// and `peer_ping` (R22); when `busy`, both replicas answer other requests every 10 ms.
+/// Returns whether it was hedged.
+async fn late_ping(ping: u64, peer_ping: u64, busy: bool, known_good: bool) -> bool {
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(300), 200, "1\n")),
+    ]);
+    fake.ping_delay
+        .lock()
+        .unwrap()
+        .extend([(R21, Duration::from_millis(ping)), (R22, Duration::from_millis(peer_ping))]);
+    let mut w = World::new(&fake);
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(40));
+    // R22 penalised: R21 gets the read.
+    w.balancer.shards[1][1].lost_race();
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    if known_good {
+        w.known_good(&p);
+    }
+    let (mut o, _) = tokio::join!(w.run(&p, held()), async {
+        for _ in 0..40 {
+            if busy {
+                w.balancer.shards[1].iter().for_each(|r| r.answered());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    assert_eq!(fake.sent_to()[0], R21);
+    answered(&mut o).1
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_ping_alone_is_no_reason_to_hedge() {
+    // Both pings take 80 ms (a loaded machine), nothing answered yet (a cold cluster): the read
+    // waits for its ping (answered at 100 ms) and is left alone.
+    assert!(!late_ping(80, 80, false, true).await, "every ping late: not hedged");
+    // Its own ping takes 80 ms, the other replica's none, but its replica answers other
+    // requests: loaded, not hung.
+    assert!(!late_ping(80, 0, true, true).await, "a loaded replica that answers others: not hedged");
+    // Its ping late, the other's prompt, and its replica answers nothing: hung, hedged.
+    assert!(late_ping(80, 0, false, true).await, "hung: hedged");
+    // The same for a shape not seen to succeed (a query of death may be crashing its server):
+    // it waits for its ping (answered at 100 ms).
+    assert!(!late_ping(80, 0, false, false).await, "a new shape: not hedged before its ping's bound");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let mut w = World::new(&fake);
+    // A 160 ms deadline: the ping goes at 80 ms; the first copy's one progress report comes at
+    // 100 ms, then it falls silent; the hedge progresses.
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(160));
+    let once = Script { progress_for: Duration::from_millis(100), ends_at: None };
+    let long = Script { progress_for: Duration::from_secs(9), ends_at: None };
+    let mut t = Scripted { scripts: vec![once, long], sent: 0 };
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run_scripted(&p, &mut t).await;
+    let (_, _, hedged) = scripted_winner(&mut o);
+    assert!(hedged);
+    // The ping sent at 80 ms is dropped at the progress report (100 ms). Silent from 100 ms,
+    // the copy is pinged again at 180 ms; at 260 ms that ping is still out, and so is the other
+    // replica's (no replica answers a ping here), so it is hedged when its ping's bound ends
+    // (430 ms); the hedge is let go at its first progress past 160 ms (630 ms).
+    assert_eq!(ms_since(t0, &fake.pings_dropped.lock().unwrap()), vec![100, 430]);
+    assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![80, 180, 260]);
+    assert_eq!(t0.elapsed(), Duration::from_millis(630));
+    assert_eq!(w.metrics.attempt.hedges_spared.get(), 1);
 }

@@ -87,7 +87,7 @@ impl<'de> Deserialize<'de> for HedgeDelay {
     }
 }
 
-/// Hedged reads (`crate::hedge`): when an idempotent read has no answer head within the per-try
+/// Hedged reads (`crate::attempt::hedge`): when an idempotent read has no answer head within the per-try
 /// deadline, the same query goes to another healthy replica of the same shard; the first answer
 /// wins and the other is cancelled. Hedges draw on the retry budget.
 #[derive(Debug, Clone, Deserialize)]

@@ -25,7 +25,7 @@ pub struct Limits {
     /// and the connection is closed. Default 30 s; at least 100 ms.
     pub client_body_idle_timeout: Dur,
     /// How long reads of a query's shape are refused after one killed the replica running it
-    /// (`crate::quarantine`). Default 5 min; `0s` turns the quarantine off (the read that
+    /// (`crate::attempt::quarantine`). Default 5 min; `0s` turns the quarantine off (the read that
     /// killed its replica is still not sent to another).
     pub query_of_death_ttl: Dur,
     /// The deepest nesting of a query's text, in `(`/`[` brackets and `CASE ... END` open at once

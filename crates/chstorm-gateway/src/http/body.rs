@@ -2,9 +2,8 @@
 //! dropped, and a KILL QUERY guard that fires when a client leaves (or a deadline passes) before
 //! the last byte; and [`hold_small`], which sends a small answer in one write.
 
-use crate::cluster::upstream::{Backend, BoxError, GBody};
-use crate::config::ReplicaAddr;
-use crate::metrics::{KillLabel, Metrics};
+use crate::attempt::KillGuard;
+use crate::cluster::upstream::{BoxError, GBody};
 use bytes::Bytes;
 use http::Response;
 use http_body::{Body, Frame, SizeHint};
@@ -37,50 +36,6 @@ impl Body for Guarded {
     }
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
-    }
-}
-
-/// Sends `KILL QUERY` for `query_id` on `replica` if dropped while armed.
-pub struct KillGuard {
-    pub armed: bool,
-    pub reason: &'static str,
-    pub query_id: String,
-    pub replica: ReplicaAddr,
-    pub auth: String,
-    pub backend: Arc<dyn Backend>,
-    pub metrics: Arc<Metrics>,
-}
-
-impl KillGuard {
-    pub fn disarm(&mut self) {
-        self.armed = false;
-    }
-}
-
-impl Drop for KillGuard {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (up, r, auth, qid, m, reason) = (
-            self.backend.clone(),
-            self.replica.clone(),
-            self.auth.clone(),
-            self.query_id.clone(),
-            self.metrics.clone(),
-            self.reason,
-        );
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move {
-                let ok = up.kill(&r, &auth, &qid).await;
-                m.killed.get_or_create(&KillLabel { reason }).inc();
-                crate::log::log(
-                    "info",
-                    "killed query",
-                    serde_json::json!({"query_id": qid, "replica": r.base, "reason": reason, "ok": ok}),
-                );
-            });
-        }
     }
 }
 
@@ -151,21 +106,6 @@ impl Drop for Streamed {
             task.abort();
         }
         self.watchdog_fired();
-    }
-}
-
-impl KillGuard {
-    /// The same query on the same replica, disarmed.
-    pub fn clone_disarmed(&self) -> KillGuard {
-        KillGuard {
-            armed: false,
-            reason: self.reason,
-            query_id: self.query_id.clone(),
-            replica: self.replica.clone(),
-            auth: self.auth.clone(),
-            backend: self.backend.clone(),
-            metrics: self.metrics.clone(),
-        }
     }
 }
 

@@ -225,7 +225,7 @@ impl Transport for Native<'_> {
     }
 
     fn shape(&self) -> Option<u64> {
-        Some(crate::quarantine::fingerprint(self.sql))
+        Some(crate::attempt::quarantine::fingerprint(self.sql))
     }
 
     fn went_down(&self, replica: &Replica) {

@@ -11,8 +11,9 @@
 //!
 //! The deadline only says when to *look*: a hedge goes out for a silent replica alone (no
 //! answer byte and no progress for the deadline, [`Activity`]; over HTTP, where 18.16 sends
-//! nothing before its answer, a replica that does not answer a `/ping` within the deadline
-//! either). A replica that shows it is working is left alone however long its read takes.
+//! nothing before its answer, a replica that does not answer a `/ping` sent half a deadline
+//! ahead either: `super::watch`). A replica that shows it is working is left alone however long
+//! its read takes.
 
 use crate::config::{HedgeDelay, Hedging};
 use std::sync::atomic::{AtomicU64, Ordering};
