@@ -1,5 +1,17 @@
 //! chstorm's HTTP gateway in front of a ClickHouse cluster.
 //!
+//! A query's path, in the order it runs (docs/GATEWAY.md, "The request path", has the table):
+//!
+//! 1. [`runtime`]: a worker thread accepts the connection.
+//! 2. The front: [`http`] (`conn`, `endpoints`) or [`native`] (`session`).
+//! 3. The wire form becomes one [`query::request::QueryRequest`] (`http::service` and
+//!    `http::read`, or `native::query`).
+//! 4. [`query`]: authentication, admission (RAII permits), the pure plan.
+//! 5. [`attempt`]: the tries on replicas, under one policy, with hedging and the KILL guard.
+//! 6. [`cluster`]: which replica, its health, its pools, its thread grants.
+//! 7. The answer back through the front (`http::respond`, `http::body`, or the native relay),
+//!    and [`query::exit`], the one place every query's end is recorded.
+//!
 //! The request path, in the order a query runs; a lower layer never names a higher one:
 //!
 //! * [`config`] (the YAML configuration, its types and parsing in one module per section),
