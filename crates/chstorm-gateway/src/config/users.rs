@@ -39,7 +39,7 @@ fn default_user_concurrency() -> usize {
     64
 }
 fn default_user_queue() -> usize {
-    128
+    1024
 }
 fn default_user_wait() -> Dur {
     Dur(Duration::from_millis(500))

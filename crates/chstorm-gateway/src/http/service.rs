@@ -1,16 +1,17 @@
 //! The HTTP front's query service: one request that is a query, from admission to the answer.
 //! The order:
 //!
-//! 1. Global admission ([`crate::query::admission::admit_global`]): the gateway-wide concurrency
-//!    limit with its FIFO queue and maximum wait. Over it: 503 at once. First, so an overloaded
-//!    gateway spends nothing else.
-//! 2. Authentication ([`crate::query::auth::authenticate`]) of the credentials found by
+//! 1. Authentication ([`crate::query::auth::authenticate`]) of the credentials found by
 //!    [`credentials`] (basic auth, `X-ClickHouse-User`/`-Key`, or the `user` and `password`
 //!    parameters), then the user's networks. 401 (with `WWW-Authenticate`, as ClickHouse sends
 //!    it) / 403. A user name that no configured user could have (empty, over
 //!    [`crate::config::MAX_USER_NAME`] bytes, control characters) gets a 401 that says so.
-//! 3. User admission ([`crate::query::admission::admit_user`]): the user's requests per second
+//! 2. User admission ([`crate::query::admission::admit_user`]): the user's requests per second
 //!    (429), then the user's concurrency limit and queue (429).
+//! 3. Global admission ([`crate::query::admission::admit_global`]): the gateway-wide concurrency
+//!    limit with its FIFO queue and maximum wait. Over it: 503 at once. After the user's, so a
+//!    query waiting in its user's queue holds none of the gateway's slots: a user over its own
+//!    limit cannot fill the gateway and starve the others.
 //! 4. [`query`]: the body read ([`super::read`]), the [`QueryRequest`] made of it and planned
 //!    ([`crate::query::plan`]), the attempts run ([`crate::attempt`]) and the answer written
 //!    ([`super::respond`]), with the query's end recorded once ([`crate::query::exit`]).
@@ -98,21 +99,21 @@ where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
 {
-    let global = match admit_global(&state.global, &state.metrics).await {
-        Ok(p) => p,
-        Err(r) => return refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r),
-    };
     let (name, password) = credentials(&req);
     let user = match authenticate(&state.users, &name, &password, Some(peer.ip())) {
         Ok(u) => u,
-        Err(d) => return guarded(refused(&Exit::new(&state.metrics, &d.label), &d.refusal), global),
+        Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal),
     };
     let _ = who.0.set(name);
     let permit = match admit_user(&user).await {
         Ok(p) => p,
-        Err(r) => return guarded(refused(&Exit::new(&state.metrics, &user.cfg.name), &r), global),
+        Err(r) => return refused(&Exit::new(&state.metrics, &user.cfg.name), &r),
     };
-    guarded(query(state, user.cfg.clone(), req).await, (global, permit))
+    let global = match admit_global(&state.global, &state.metrics).await {
+        Ok(p) => p,
+        Err(r) => return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r), permit),
+    };
+    guarded(query(state, user.cfg.clone(), req).await, (permit, global))
 }
 
 /// Who the request says it is: (user, password).

@@ -115,14 +115,14 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         Ok(h) => h,
         Err(keep) => return keep,
     };
-    // Admission, as the HTTP front does it: global, then the user's rate and concurrency.
-    let _global = match admit_global(&state.global, &state.metrics).await {
-        Ok(p) => p,
-        Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
-    };
+    // Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
     let _permit = match admit_user(user).await {
         Ok(p) => p,
         Err(r) => return refused(&exit, &mut conn.w, &r).await,
+    };
+    let _global = match admit_global(&state.global, &state.metrics).await {
+        Ok(p) => p,
+        Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
     };
     let Some(cluster) = state.clusters.get(&user.cfg.cluster) else {
         let why = format!("user '{}' names a cluster that is gone", user.cfg.name);

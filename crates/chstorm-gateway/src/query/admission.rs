@@ -5,9 +5,11 @@
 //! Permits are RAII values: dropping the [`Permit`] (when the response body ends, fails or is
 //! dropped by a disconnecting client) releases the slot. Nothing is decremented by hand.
 //!
-//! Both fronts admit a query through the same two calls: [`admit_global`] (the gateway-wide
-//! limit, first, before anything else is spent; HTTP before authentication) and [`admit_user`]
-//! (the authenticated user's rate, then concurrency). Each refusal is a [`Refusal`] with its
+//! Both fronts admit a query through the same two calls, in this order: [`admit_user`] (the
+//! authenticated user's rate, then concurrency), then [`admit_global`] (the gateway-wide
+//! limit). A query waiting in its user's queue holds no slot of the gateway's, so one user's
+//! backlog cannot take the slots other users need; a user's queue costs the gateway only the
+//! waiting requests' heads (their bodies are read after admission). Each refusal is a [`Refusal`] with its
 //! kind: 503 / Code 202 for the gateway, 429 / Code 202 for a user.
 
 use super::refusal::{Kind, Refusal};

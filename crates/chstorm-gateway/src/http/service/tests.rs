@@ -21,6 +21,8 @@ struct Fake {
     answer: &'static str,
     /// Each request it got.
     sent: Arc<Mutex<Vec<Sent>>>,
+    /// When set, each answer waits for a permit of it (taken for good).
+    gate: Option<Arc<tokio::sync::Semaphore>>,
 }
 
 impl Backend for Fake {
@@ -30,10 +32,13 @@ impl Backend for Fake {
         req: Request<GBody>,
     ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
         let (parts, body) = req.into_parts();
-        let (replica, answer, sent) = (replica.base.clone(), self.answer, self.sent.clone());
+        let (replica, answer, sent, gate) = (replica.base.clone(), self.answer, self.sent.clone(), self.gate.clone());
         Box::pin(async move {
             let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             sent.lock().unwrap().push((replica, parts.method.to_string(), parts.uri.to_string(), body));
+            if let Some(g) = gate {
+                g.acquire().await.expect("the gate stays open").forget();
+            }
             Ok(Response::new(full(answer)))
         })
     }
@@ -48,11 +53,17 @@ impl Backend for Fake {
 
 /// The example config with a read-only user `ro`, and the state over `fake`.
 fn state(fake: Arc<Fake>) -> Arc<State> {
+    state_with(fake, |_| {})
+}
+
+/// [`state`], with `edit` applied to the config first.
+fn state_with(fake: Arc<Fake>, edit: impl FnOnce(&mut Config)) -> Arc<State> {
     let mut cfg = Config::parse(EXAMPLE, std::path::Path::new("g.yaml")).unwrap();
     let mut ro = cfg.users["default"].clone();
     ro.name = "ro".into();
     ro.readonly = true;
     cfg.users.insert("ro".into(), ro);
+    edit(&mut cfg);
     let upstream = Arc::new(Upstream::new(&cfg.pool, Duration::from_secs(1), &[], 1).unwrap());
     Arc::new(State::new(cfg, Arc::new(Metrics::default()), upstream, fake))
 }
@@ -137,4 +148,43 @@ fn hop_headers_and_credentials_are_not_forwarded() {
     let names = |m: HeaderMap| m.keys().map(|k| k.as_str().to_string()).collect::<Vec<_>>();
     assert_eq!(names(forwarded(&h, true)), vec!["x-clickhouse-format"], "a held body goes decompressed");
     assert_eq!(names(forwarded(&h, false)), vec!["x-clickhouse-format", "content-encoding"]);
+}
+
+/// A user waiting in its own queue holds no slot of the gateway's: with 2 global slots, a user
+/// limited to 1 query in flight and 3 more waiting leaves the second slot to another user.
+#[tokio::test]
+async fn a_user_waiting_in_its_own_queue_leaves_the_gateways_slots_to_others() {
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let fake = Arc::new(Fake { answer: "1\n", gate: Some(gate.clone()), ..Fake::default() });
+    let state = state_with(fake.clone(), |cfg| {
+        (cfg.limits.max_concurrency, cfg.limits.queue_size) = (2, 1);
+        let greedy = cfg.users.get_mut("default").unwrap();
+        (greedy.max_concurrency, greedy.queue_size, greedy.queue_max_wait) = (1, 8, Duration::from_secs(30));
+    });
+    let sent = || fake.sent.lock().unwrap().len();
+    let mut greedy = Vec::new();
+    for _ in 0..4 {
+        let state = state.clone();
+        greedy.push(tokio::spawn(async move { send(&state, request(Method::POST, "/", "SELECT 1")).await }));
+        tokio::task::yield_now().await;
+    }
+    while sent() < 1 {
+        tokio::task::yield_now().await;
+    }
+    let other = {
+        let state = state.clone();
+        tokio::spawn(async move { send(&state, request(Method::POST, "/?user=ro", "SELECT 2")).await })
+    };
+    let t = std::time::Instant::now();
+    while sent() < 2 {
+        assert!(!other.is_finished(), "the other user was refused: {:?}", other.await.unwrap());
+        assert!(t.elapsed() < Duration::from_secs(5), "the other user's query never reached the backend");
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(fake.sent.lock().unwrap()[1].3, &b"SELECT 2"[..], "the second slot went to the other user");
+    gate.add_permits(5);
+    assert_eq!(other.await.unwrap().0, StatusCode::OK);
+    for g in greedy {
+        assert_eq!(g.await.unwrap().0, StatusCode::OK, "each of the waiting queries is served in turn");
+    }
 }
