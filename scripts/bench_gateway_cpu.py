@@ -96,23 +96,12 @@ users:
 """
 
 
-# The gateway as shipped: routing, the thread budget, and the default limits (global and per user).
-DEFAULTS = """listen: 127.0.0.1:{port}
-clusters:
-  one:
-    shards:
-      - replicas: [{url}]
-    routing:
-      sharding_key: cityHash64(id)
-      tables:
-        t: t_local
-      where_column: id
-    threads: {{}}
-users:
-  - name: default
-    cluster: one
-    networks: [127.0.0.0/8]
-"""
+def defaults_config(**kw):
+    """CONFIG without its limits: the gateway as shipped, with routing, the thread budget and the
+    default limits (global and per user)."""
+    drop = ("limits:", "  max_concurrency:", "  queue_size:", "  queue_max_wait:", "    max_concurrency:",
+            "    requests_per_second:")
+    return "".join(l for l in CONFIG.format(**kw).splitlines(True) if not l.startswith(drop))
 
 
 HAPROXY = """global
@@ -380,9 +369,9 @@ def main():
         many = {}
         if args.many:
             # Many keep-alive clients: direct, HAProxy (HTTP mode), the gateway with its limits
-            # raised (CONFIG), and a gateway with the default limits (DEFAULTS).
+            # raised (CONFIG), and a gateway with the default limits (defaults_config).
             cfg2 = os.path.join(tmp, "gateway-defaults.yaml")
-            open(cfg2, "w").write(DEFAULTS.format(port=free_port(), url=url))
+            open(cfg2, "w").write(defaults_config(port=free_port(), url=url, native_port=free_port(), native=native))
             gw_default, gw_default_url = start_gateway(chstorm, cfg2, os.path.join(out, "gateway-cpu-defaults.log"))
             who = {"direct": url, "gateway": gw_url, "gateway_default_limits": gw_default_url}
             if "peer_haproxy_http" in floors:

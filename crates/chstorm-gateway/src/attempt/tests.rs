@@ -755,27 +755,35 @@ async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_aft
     assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::attempt::hedge::COLD_DELAY), "no head time recorded");
 }
 
+/// A routed read under a fixed per-try deadline of `deadline_ms`, whose first copy shows
+/// progress for `progress_ms` and then falls silent; a hedge, if sent, shows progress for 9 s.
+/// (the world it ran in, whether it was hedged, the time the attempts took).
+async fn silent_after(fake: &Arc<Fake>, deadline_ms: u64, progress_ms: u64) -> (World, bool, Duration) {
+    let mut w = World::new(fake);
+    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(deadline_ms));
+    let first = Script { progress_for: Duration::from_millis(progress_ms), ends_at: None };
+    let hedge = Script { progress_for: Duration::from_secs(9), ends_at: None };
+    let mut t = Scripted { scripts: vec![first, hedge], sent: 0 };
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
+    let mut o = w.run_scripted(&p, &mut t).await;
+    let (_, _, hedged) = scripted_winner(&mut o);
+    (w, hedged, t0.elapsed())
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_replica_that_falls_silent_before_its_first_byte_to_the_client_is_hedged() {
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
-    let mut w = World::new(&fake);
-    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(250));
     // The first copy: progress for 200 ms, then silence (SIGSTOP); the hedge progresses.
-    let stops = Script { progress_for: Duration::from_millis(200), ends_at: None };
-    let long = Script { progress_for: Duration::from_secs(9), ends_at: None };
-    let mut t = Scripted { scripts: vec![stops, long], sent: 0 };
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
     // A held answer is let go at the hold (250 ms) only on a packet; this one falls silent at
     // 200 ms, is pinged at 325 ms (silent for half the deadline), and its ping goes unanswered
     // for 250 ms (here no replica answers a ping, so none proves it hung sooner): hedged at
     // 575 ms.
-    let t0 = tokio::time::Instant::now();
-    let mut o = w.run_scripted(&p, &mut t).await;
-    let (_, _, hedged) = scripted_winner(&mut o);
+    let (w, hedged, took) = silent_after(&fake, 250, 200).await;
     assert!(hedged, "the silent replica was hedged");
     assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
     // The hedge itself progresses from 575 ms and is let go at its first progress past 250 ms.
-    assert_eq!(t0.elapsed(), Duration::from_millis(575 + 300));
+    assert_eq!(took, Duration::from_millis(575 + 300));
     settle().await;
     assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
 }
@@ -997,17 +1005,10 @@ async fn a_late_ping_alone_is_no_reason_to_hedge() {
 #[tokio::test(start_paused = true)]
 async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
-    let mut w = World::new(&fake);
     // A 160 ms deadline: the ping goes at 80 ms; the first copy's one progress report comes at
     // 100 ms, then it falls silent; the hedge progresses.
-    w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(160));
-    let once = Script { progress_for: Duration::from_millis(100), ends_at: None };
-    let long = Script { progress_for: Duration::from_secs(9), ends_at: None };
-    let mut t = Scripted { scripts: vec![once, long], sent: 0 };
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
     let t0 = tokio::time::Instant::now();
-    let mut o = w.run_scripted(&p, &mut t).await;
-    let (_, _, hedged) = scripted_winner(&mut o);
+    let (w, hedged, took) = silent_after(&fake, 160, 100).await;
     assert!(hedged);
     // The ping sent at 80 ms is dropped at the progress report (100 ms). Silent from 100 ms,
     // the copy is pinged again at 180 ms; at 260 ms that ping is still out, and so is the other
@@ -1015,6 +1016,6 @@ async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
     // (430 ms); the hedge is let go at its first progress past 160 ms (630 ms).
     assert_eq!(ms_since(t0, &fake.pings_dropped.lock().unwrap()), vec![100, 430]);
     assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![80, 180, 260]);
-    assert_eq!(t0.elapsed(), Duration::from_millis(630));
+    assert_eq!(took, Duration::from_millis(630));
     assert_eq!(w.metrics.attempt.hedges_spared.get(), 1);
 }
