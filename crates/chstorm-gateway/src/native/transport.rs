@@ -5,10 +5,12 @@
 //!
 //! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB) and up to the
 //! per-try deadline: the packets are held, not relayed, until EndOfStream, an exception, that
-//! much has come, or the first packet after the per-try deadline ([`Live::hold`]; 18.16 sends a
-//! Progress packet every 100 ms of a running read, so a working read is let go within about
-//! 100 ms of the deadline, and its progress reaches the client from then on, while the
-//! attempt loop hedges no more). Every packet read is a sign of work ([`Live::activity`]): a
+//! much has come, or the first Progress packet after the per-try deadline ([`Live::hold`];
+//! 18.16 sends a Progress packet every 100 ms of a running read, so a working read is let go
+//! within about 100 ms of the deadline, and its progress reaches the client from then on, while
+//! the attempt loop hedges no more). A slow small answer's blocks arriving after the deadline do
+//! not let it go: its replica stopping before EndOfStream would hold it for as long as it is
+//! stopped (a lookup on a loaded machine outlives a 20 ms deadline). Every packet read is a sign of work ([`Live::activity`]): a
 //! replica that sends Progress is never hedged. So, as
 //! over HTTP, a read whose replica dies or hangs before its answer is whole can still move to
 //! another replica, and the per-try deadline (the hedge) and `head_timeout` run to the end of a
@@ -190,7 +192,10 @@ impl Transport for Native<'_> {
                 live.activity.bump();
                 held.extend_from_slice(&raw);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
-                let due = sent.elapsed() >= live.hold;
+                // The deadline lets go on a Progress packet, the sign of a read still at work; the
+                // answer's own blocks (a slow lookup's) stay held, so it can still move if its
+                // replica stops before EndOfStream.
+                let due = p.code == server::PROGRESS && sent.elapsed() >= live.hold;
                 if !hold || end || held.len() >= HOLD_AT || due {
                     let partial = hold && !end && held.len() < HOLD_AT;
                     return Ok(NativeHead {
