@@ -26,7 +26,7 @@ use crate::cluster::upstream::{BoxError, GBody};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use std::future::Future;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::Interest;
@@ -54,13 +54,8 @@ impl ClientFin {
 /// (and be dropped with it: it holds a descriptor of the socket). None when the socket cannot
 /// be watched (no descriptor left); the connection then works as without the watch.
 pub fn watch(tcp: &tokio::net::TcpStream) -> Option<(ClientFin, impl Future<Output = ()> + Send + 'static)> {
-    // SAFETY: `dup` returns a new descriptor that this function alone owns (or -1).
-    let fd = unsafe { libc::dup(tcp.as_raw_fd()) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: `fd` is open and owned here; the std stream takes it over and closes it on drop.
-    let second = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    // A second descriptor of the socket (close-on-exec), owned by the std stream from here.
+    let second = std::net::TcpStream::from(tcp.as_fd().try_clone_to_owned().ok()?);
     second.set_nonblocking(true).ok()?;
     let second = tokio::net::TcpStream::from_std(second).ok()?;
     let fin = ClientFin::default();
