@@ -89,16 +89,23 @@ impl HeadTimes {
 
 /// When an attempt last showed it is working: the query was sent, or a byte or a progress
 /// report came back. Shared between the attempt loop and the transport that reads the answer.
+///
+/// A transport whose replica reports progress at a known pace says so ([`Activity::paced`]): a
+/// silence shorter than that pace proves nothing (18.16 sends a native Progress packet every
+/// `interactive_delay`, 100 ms, against per-try deadlines from 20 ms), so it does not count
+/// toward the deadline ([`Activity::overdue`]).
 #[derive(Debug)]
 pub struct Activity {
     origin: tokio::time::Instant,
     /// Microseconds from `origin` to the last sign of work.
     last_us: AtomicU64,
+    /// Microseconds of silence expected between two reports (0 until one came).
+    pace_us: AtomicU64,
 }
 
 impl Default for Activity {
     fn default() -> Self {
-        Activity { origin: tokio::time::Instant::now(), last_us: AtomicU64::new(0) }
+        Activity { origin: tokio::time::Instant::now(), last_us: AtomicU64::new(0), pace_us: AtomicU64::new(0) }
     }
 }
 
@@ -109,9 +116,21 @@ impl Activity {
         self.last_us.fetch_max(us, Ordering::Relaxed);
     }
 
+    /// A progress report now, from a replica that sends one every `pace` while it works.
+    pub fn paced(&self, pace: Duration) {
+        self.pace_us.store(pace.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
+        self.bump();
+    }
+
     /// How long since the last sign of work.
     pub fn silent_for(&self) -> Duration {
         self.origin.elapsed().saturating_sub(Duration::from_micros(self.last_us.load(Ordering::Relaxed)))
+    }
+
+    /// How much of that silence counts toward the per-try deadline: what goes beyond the
+    /// replica's reporting pace.
+    pub fn overdue(&self) -> Duration {
+        self.silent_for().saturating_sub(Duration::from_micros(self.pace_us.load(Ordering::Relaxed)))
     }
 }
 

@@ -269,9 +269,10 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         self.watch.ping_now(Box::pin(any_alive(probes)));
     }
 
-    /// How long since the last sign of work of any running attempt.
+    /// How long since the last sign of work of any running attempt, beyond its replica's
+    /// reporting pace ([`super::hedge::Activity::overdue`]).
     fn quiet(&self) -> std::time::Duration {
-        self.running.iter().map(|a| a.activity.silent_for()).min().unwrap_or_default()
+        self.running.iter().map(|a| a.activity.overdue()).min().unwrap_or_default()
     }
 
     /// Is a running attempt's replica stalled (an attempt past its deadline, and no answer head
@@ -418,9 +419,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         if let Some(fp) = self.shape {
             ctx.quarantine.succeeded(fp);
         }
-        if T::head_time_counts(&head) {
-            ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
-        }
+        ctx.head_times.record(a.started.elapsed(), ctx.hedging.quantile);
         if a.hedge {
             ctx.metrics.hedge_wins.inc();
         }

@@ -78,7 +78,6 @@ use http_transport::Http;
 use policy::Policy;
 use quarantine::Quarantine;
 use std::sync::Arc;
-use std::time::Duration;
 use tower::retry::budget::{Budget, TpsBudget};
 
 /// What the attempts share: the backends, the cluster's replicas and budgets, the metrics.
@@ -97,13 +96,11 @@ pub struct Ctx<'a> {
     pub quarantine: &'a Quarantine,
 }
 
-/// What the loop hands an attempt's transport: where to report signs of work, and how long it
-/// may hold a read's answer back before it must let it go (the per-try deadline; see
-/// [`crate::native::transport`]).
+/// What the loop hands an attempt's transport: where to report signs of work (a native read's
+/// packets, Progress among them; see [`crate::native::transport`]).
 #[derive(Debug, Clone)]
 pub struct Live {
     pub activity: Arc<Activity>,
-    pub hold: Duration,
 }
 
 /// How the attempts reach a replica. The attempt loop ([`attempts`]) is the same for every
@@ -121,11 +118,6 @@ pub trait Transport: Send {
         threads: Option<usize>,
         live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>>;
-    /// False when `head` was let go before the answer's head proper (a held answer released at
-    /// the per-try deadline): its time says nothing about answer-head times.
-    fn head_time_counts(_head: &Self::Head) -> bool {
-        true
-    }
     /// True when attempts carry a streamed client body: a broken exchange may be the client's fault.
     fn streamed(&self) -> bool;
     /// True when `head` starts a successful answer (else [`Transport::judge_error`] reads it).

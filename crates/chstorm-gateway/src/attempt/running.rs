@@ -77,8 +77,7 @@ pub(super) async fn start<T: Transport>(
     };
     let streamed = transport.streamed();
     let activity = Arc::new(Activity::default());
-    let hold = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
-    let live = Live { activity: activity.clone(), hold };
+    let live = Live { activity: activity.clone() };
     let send = transport.send(&replica, grant.as_ref().map(Grant::threads), live)?;
     // The query may start running as soon as it is sent: guard it from here on.
     let guard = KillGuard {

@@ -14,6 +14,7 @@ use http::Request;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::Duration;
 
 const EXAMPLE: &str = include_str!("../../../../docs/gateway.example.yaml");
 const R11: &str = "http://127.0.0.1:18123";
@@ -627,7 +628,7 @@ async fn a_long_read_on_a_replica_that_answers_pings_is_never_hedged() {
 
 /// A native-like transport in paused time: each attempt (its script by the order attempts are
 /// sent, the last repeated) sends progress every 100 ms for a while, then its answer (or
-/// nothing more), and lets a held answer go after the hold as the native transport does.
+/// nothing more). Its head is the replica that answered.
 struct Scripted {
     scripts: Vec<Script>,
     sent: usize,
@@ -639,19 +640,18 @@ struct Script {
     progress_for: Duration,
     /// The answer's end, if it comes.
     ends_at: Option<Duration>,
+    /// The reports come as 18.16's native Progress packets do, at a pace the transport knows.
+    paced: bool,
 }
 
-/// (the replica, released at the hold before its end).
-type ScriptedHead = (String, bool);
-
 impl Transport for Scripted {
-    type Head = ScriptedHead;
+    type Head = String;
     fn send(
         &mut self,
         replica: &Arc<Replica>,
         _threads: Option<usize>,
         live: Live,
-    ) -> Option<BoxFuture<Result<ScriptedHead, BackendError>>> {
+    ) -> Option<BoxFuture<Result<String, BackendError>>> {
         let base = replica.addr.base.clone();
         let script = self.scripts[self.sent.min(self.scripts.len() - 1)];
         self.sent += 1;
@@ -662,15 +662,15 @@ impl Transport for Scripted {
                 let next = t0.elapsed() + tick;
                 if script.ends_at.is_some_and(|e| next >= e) {
                     tokio::time::sleep_until(t0 + script.ends_at.unwrap()).await;
-                    return Ok((base, false));
+                    return Ok(base);
                 }
                 if next > script.progress_for {
                     return std::future::pending().await;
                 }
                 tokio::time::sleep(tick).await;
-                live.activity.bump();
-                if t0.elapsed() >= live.hold && live.hold > Duration::ZERO {
-                    return Ok((base, true));
+                match script.paced {
+                    true => live.activity.paced(tick),
+                    false => live.activity.bump(),
                 }
             }
         }))
@@ -678,20 +678,17 @@ impl Transport for Scripted {
     fn streamed(&self) -> bool {
         false
     }
-    fn head_time_counts(head: &ScriptedHead) -> bool {
-        !head.1
-    }
-    fn is_success(_: &ScriptedHead) -> bool {
+    fn is_success(_: &String) -> bool {
         true
     }
-    fn judge_error(head: ScriptedHead) -> BoxFuture<Judged<ScriptedHead>> {
+    fn judge_error(head: String) -> BoxFuture<Judged<String>> {
         Box::pin(async move { Judged::Answer(head) })
     }
     fn went_down(&self, _: &Replica) {}
 }
 
 impl World {
-    async fn run_scripted(&self, plan: &Plan, t: &mut Scripted) -> Outcome<ScriptedHead> {
+    async fn run_scripted(&self, plan: &Plan, t: &mut Scripted) -> Outcome<String> {
         let ctx = Ctx {
             backend: &self.backend,
             balancer: &self.balancer,
@@ -707,11 +704,11 @@ impl World {
     }
 }
 
-fn scripted_winner(o: &mut Outcome<ScriptedHead>) -> (String, bool, bool) {
+fn scripted_winner(o: &mut Outcome<String>) -> (String, bool) {
     match o {
         Outcome::Answer { head, won, hedged, .. } => {
             won.guard.disarm();
-            (head.0.clone(), head.1, *hedged)
+            (head.clone(), *hedged)
         }
         Outcome::Failed { message, .. } => panic!("failed: {message}"),
     }
@@ -722,37 +719,57 @@ async fn a_long_read_with_steady_progress_is_never_hedged() {
     // Both replicas hang on a ping (as if too busy): only the progress reports show work.
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
     let mut w = World::new(&fake);
-    // No hold (a transport that sends nothing to the client before the end).
     w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(250));
-    let long = Script { progress_for: Duration::from_secs(9), ends_at: Some(Duration::from_secs(9)) };
+    let long = Script { progress_for: Duration::from_secs(9), ends_at: Some(Duration::from_secs(9)), paced: false };
     let mut t = Scripted { scripts: vec![long], sent: 0 };
     let p = w.plan(ROUTED_READ, BodyShape::Held);
+    let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
-    let (_, released, hedged) = scripted_winner(&mut o);
-    assert!(released, "let go at the hold, after its first progress past the deadline");
+    let (_, hedged) = scripted_winner(&mut o);
     assert!(!hedged);
+    assert_eq!(t0.elapsed(), Duration::from_secs(9), "held to its end");
     let m = &w.metrics;
     assert_eq!((m.hedges.get(), m.attempt.hedges_spared.get()), (0, 1));
     assert!(fake.pings.lock().unwrap().is_empty(), "progress alone showed it works");
 }
 
 #[tokio::test(start_paused = true)]
-async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_after() {
+async fn progress_at_its_pace_is_no_silence_under_a_shorter_deadline() {
+    // A 20 ms deadline against progress every 100 ms: a read that reports at its pace is
+    // pinged only before its first report (its replica at 10 ms, half the deadline; another
+    // replica at 20 ms, when its own ping is still out), never after, and not hedged; one whose
+    // reports carry no pace looks silent between them and is pinged all along.
+    for paced in [true, false] {
+        let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+        let mut w = World::new(&fake);
+        w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(20));
+        let long = Script { progress_for: Duration::from_secs(3), ends_at: Some(Duration::from_secs(3)), paced };
+        let mut t = Scripted { scripts: vec![long], sent: 0 };
+        let p = w.plan(ROUTED_READ, BodyShape::Held);
+        let mut o = w.run_scripted(&p, &mut t).await;
+        scripted_winner(&mut o);
+        let pings = fake.pings.lock().unwrap().len();
+        match paced {
+            true => assert_eq!(pings, 2),
+            false => assert!(pings >= 20, "{pings} pings"),
+        }
+        assert_eq!(w.metrics.hedges.get(), 0);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_falls_silent_after_long_progress_is_hedged() {
+    // Progress for 3 s, 12 deadlines, then silence (SIGSTOP before its answer's first byte to
+    // the client): the read still moves.
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
-    let w = World::new(&fake);
-    // Progress for 1 s, then silence: but by then the answer went to the client.
-    let s = Script { progress_for: Duration::from_secs(1), ends_at: None };
-    let mut t = Scripted { scripts: vec![s], sent: 0 };
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
-    let t0 = tokio::time::Instant::now();
-    let mut o = w.run_scripted(&p, &mut t).await;
-    // The cold deadline is 100 ms: the first progress at 100 ms lets the answer go.
-    assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY);
-    let (_, released, hedged) = scripted_winner(&mut o);
-    assert!(released && !hedged);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(w.metrics.hedges.get(), 0, "nothing is hedged once bytes went to the client");
-    assert_eq!(w.head_times.deadline(&w.cfg.hedging), Some(crate::attempt::hedge::COLD_DELAY), "no head time recorded");
+    let (w, hedged, took) = silent_after(&fake, 250, 3000).await;
+    assert!(hedged, "the replica that fell silent was hedged");
+    // Silent from 3000 ms: pinged at 3125 ms (half a deadline), looked at 3250 ms with the
+    // ping still out, hedged at its bound (3375 ms); the hedge ends 300 ms later.
+    assert_eq!(took, Duration::from_millis(3375 + 300));
+    assert_eq!(w.metrics.attempt.hedges_spared.get(), 1, "left alone while it progressed");
+    settle().await;
+    assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
 }
 
 /// A routed read under a fixed per-try deadline of `deadline_ms`, whose first copy shows
@@ -761,13 +778,14 @@ async fn progress_past_the_deadline_lets_the_answer_go_and_nothing_is_hedged_aft
 async fn silent_after(fake: &Arc<Fake>, deadline_ms: u64, progress_ms: u64) -> (World, bool, Duration) {
     let mut w = World::new(fake);
     w.cfg.hedging.delay = HedgeDelay::Fixed(Duration::from_millis(deadline_ms));
-    let first = Script { progress_for: Duration::from_millis(progress_ms), ends_at: None };
-    let hedge = Script { progress_for: Duration::from_secs(9), ends_at: None };
+    let first = Script { progress_for: Duration::from_millis(progress_ms), ends_at: None, paced: false };
+    let hedge =
+        Script { progress_for: Duration::from_secs(9), ends_at: Some(Duration::from_millis(300)), paced: false };
     let mut t = Scripted { scripts: vec![first, hedge], sent: 0 };
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     let t0 = tokio::time::Instant::now();
     let mut o = w.run_scripted(&p, &mut t).await;
-    let (_, _, hedged) = scripted_winner(&mut o);
+    let (_, hedged) = scripted_winner(&mut o);
     (w, hedged, t0.elapsed())
 }
 
@@ -775,14 +793,13 @@ async fn silent_after(fake: &Arc<Fake>, deadline_ms: u64, progress_ms: u64) -> (
 async fn a_replica_that_falls_silent_before_its_first_byte_to_the_client_is_hedged() {
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
     // The first copy: progress for 200 ms, then silence (SIGSTOP); the hedge progresses.
-    // A held answer is let go at the hold (250 ms) only on a packet; this one falls silent at
-    // 200 ms, is pinged at 325 ms (silent for half the deadline), and its ping goes unanswered
+    // It falls silent at 200 ms, is pinged at 325 ms (silent for half the deadline), and its ping goes unanswered
     // for 250 ms (here no replica answers a ping, so none proves it hung sooner): hedged at
     // 575 ms.
     let (w, hedged, took) = silent_after(&fake, 250, 200).await;
     assert!(hedged, "the silent replica was hedged");
     assert_eq!(w.metrics.attempt.hedge_reasons.get_or_create(&ReasonLabel { reason: "silent" }).get(), 1);
-    // The hedge itself progresses from 575 ms and is let go at its first progress past 250 ms.
+    // The hedge itself ends 300 ms later.
     assert_eq!(took, Duration::from_millis(575 + 300));
     settle().await;
     assert_eq!(fake.kills().len(), 1, "the silent copy is killed");
@@ -1013,9 +1030,9 @@ async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
     // The ping sent at 80 ms is dropped at the progress report (100 ms). Silent from 100 ms,
     // the copy is pinged again at 180 ms; at 260 ms that ping is still out, and so is the other
     // replica's (no replica answers a ping here), so it is hedged when its ping's bound ends
-    // (430 ms); the hedge is let go at its first progress past 160 ms (630 ms).
+    // (430 ms); the hedge ends 300 ms later.
     assert_eq!(ms_since(t0, &fake.pings_dropped.lock().unwrap()), vec![100, 430]);
     assert_eq!(ms_since(t0, &fake.ping_times.lock().unwrap()), vec![80, 180, 260]);
-    assert_eq!(took, Duration::from_millis(630));
+    assert_eq!(took, Duration::from_millis(730));
     assert_eq!(w.metrics.attempt.hedges_spared.get(), 1);
 }

@@ -29,7 +29,7 @@
 use super::backend::BackendConn;
 use super::client::{ClientConn, ClientPacket, Pinned, Shared};
 use super::client_io::ClientWrite;
-use super::transport::{read_server_packet, Native, NativeHead, Packet};
+use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Packet};
 use crate::attempt::Outcome;
 use crate::metrics::UNKNOWN_USER;
 use crate::query::admission::{admit_global, admit_user};
@@ -158,6 +158,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         settings: plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect(),
         readonly: user.cfg.readonly,
         ungranted: None,
+        progress: Default::default(),
     };
     // The client's own readonly (1 or 2, in the Query packet or SET) goes to the server as it
     // is; a read-only user's readonly = 1 comes after it and wins.
@@ -269,6 +270,10 @@ async fn answer(
     // Held on the connection's account, as the external tables are.
     let mut early: Vec<u8> = Vec::new();
     let mut _early_charge = conn.mem.charge();
+    // A held read's progress goes to the client as it runs.
+    let (progress, revision) = (transport.progress.clone(), conn.revision);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let outcome = {
         let attempts = crate::attempt::attempts(plan, transport, &ctx);
         tokio::pin!(attempts);
@@ -276,6 +281,13 @@ async fn answer(
             tokio::select! {
                 biased;
                 o = &mut attempts => break o,
+                _ = tick.tick() => {
+                    let sent = progress_then(&progress, revision, Vec::new());
+                    // Dropping the attempts cancels their queries (KILL QUERY by query_id).
+                    if !sent.is_empty() && conn.w.write_all(&sent).await.is_err() {
+                        return (499, false);
+                    }
+                }
                 _ = conn.ready() => match conn.read_packet().await {
                     ClientPacket::Data { raw, charge, .. } => {
                         early.extend_from_slice(&raw);
@@ -300,10 +312,12 @@ async fn answer(
         Outcome::Failed { status, message, .. } => {
             let code = http_exception_code(None, message.as_bytes()).unwrap_or(1002);
             let text = message.strip_prefix(&format!("Code: {code}. ")).unwrap_or(&message);
-            (status.as_u16(), say(&mut conn.w, exception_bytes(code, text)).await)
+            let out = progress_then(&progress, revision, exception_bytes(code, text));
+            (status.as_u16(), say(&mut conn.w, out).await)
         }
         Outcome::Answer { head, mut won, .. } => {
-            let NativeHead { conn: backend, code, exception, raw, .. } = head;
+            let NativeHead { conn: backend, code, exception, raw } = head;
+            let raw = progress_then(&progress, revision, raw);
             let Some(mut backend) = backend else {
                 // The server refused the Hello (no such database, a bad login): no query ran.
                 won.guard.disarm();
@@ -440,6 +454,15 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
             return End::Done { clean, server_ended: true, status: if exc.is_some() { 500 } else { 200 } };
         }
     }
+}
+
+/// The progress added up since the last one sent, as one Progress packet, then `rest`.
+fn progress_then(progress: &HeldProgress, revision: u64, rest: Vec<u8>) -> Vec<u8> {
+    let Some(p) = progress.take() else { return rest };
+    let mut out = Vec::with_capacity(16 + rest.len());
+    p.encode(&mut out, revision);
+    out.extend_from_slice(&rest);
+    out
 }
 
 /// An EndOfStream packet: the answer to a statement without rows.

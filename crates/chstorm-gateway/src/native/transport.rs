@@ -3,30 +3,28 @@
 //! held external tables, and resolves at the answer's first packet, its *head*. So the native
 //! port hedges, re-issues on down and retries through the very loop the HTTP port uses.
 //!
-//! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB) and up to the
-//! per-try deadline: the packets are held, not relayed, until EndOfStream, an exception, that
-//! much has come, or the first Progress packet after the per-try deadline ([`Live::hold`];
-//! 18.16 sends a Progress packet every 100 ms of a running read, so a working read is let go
-//! within about 100 ms of the deadline, and its progress reaches the client from then on, while
-//! the attempt loop hedges no more). A slow small answer's blocks arriving after the deadline do
-//! not let it go: its replica stopping before EndOfStream would hold it for as long as it is
-//! stopped (a lookup on a loaded machine outlives a 20 ms deadline). Every packet read is a sign of work ([`Live::activity`]): a
-//! replica that sends Progress is never hedged. So, as
-//! over HTTP, a read whose replica dies or hangs before its answer is whole can still move to
-//! another replica, and the per-try deadline (the hedge) and `head_timeout` run to the end of a
-//! small answer. Without it, a replica stopped between a lookup's first block and its
-//! EndOfStream (18.16 sends a SELECT's header block once the query is analysed, its blocks as
-//! they come, then Progress, ProfileInfo and EndOfStream, each in its own write) held that query
-//! for as long as it was stopped: 3 s in a test. A larger answer is relayed from 256 KiB on, as it
-//! comes. A write's head is its first packet: an INSERT's header block asks the client for its
-//! data. The native port keeps its own head-time window per route
-//! (`ClusterRt::native_head_times`), since its answers come in another rhythm than HTTP ones.
+//! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB): its packets are
+//! held, not relayed, until EndOfStream, an exception, or that much has come. Its Progress
+//! packets are not held: they are added up in the request's [`HeldProgress`], which the session
+//! sends to the client every 100 ms while the read runs and before its answer (18.16 sends one
+//! every `interactive_delay`, 100 ms, of a running read, even one that has no rows yet), so a
+//! long read's progress reaches the client from its first 100 ms on. Every packet is a sign of
+//! work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long
+//! its read takes. So, as over HTTP, a read whose replica dies or hangs before its answer is
+//! whole (the moment a client could tell two replicas apart) can still move to another
+//! replica, even one that worked for minutes first: a replica stopped between a lookup's first
+//! packet and its EndOfStream does not hold the query for as long as it is stopped. The client
+//! of a read that moved has seen the progress of both copies. A larger answer is relayed from
+//! 256 KiB on, as it comes; from then on it stays with its replica. A write's head is its first
+//! packet: an INSERT's header block asks the client for its data. The native port keeps its own
+//! head-time window per route (`ClusterRt::native_head_times`), since its answers come in another
+//! rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
 use crate::attempt::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
 use crate::cluster::upstream::{BackendError, BoxFuture};
 use crate::query::plan::Plan;
-use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress};
+use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress, Progress};
 use chstorm_proto::native::server::block::{skip_block, Scratch};
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::native::wire::Io;
@@ -48,10 +46,26 @@ pub struct NativeHead {
     pub code: u64,
     /// Its exception code, when it is an Exception.
     pub exception: Option<i32>,
-    /// The packets' bytes, to relay as they are.
+    /// The packets' bytes, to relay as they are (a held read's Progress packets are not among
+    /// them: they went to the request's [`HeldProgress`]).
     pub raw: Vec<u8>,
-    /// Let go at the per-try deadline before the answer ended: not an answer-head time.
-    pub partial: bool,
+}
+
+/// The Progress packets of a held read's attempts, added up until the session sends them to
+/// the client.
+#[derive(Debug, Default)]
+pub struct HeldProgress(std::sync::Mutex<Option<Progress>>);
+
+impl HeldProgress {
+    fn add(&self, p: &Progress) {
+        let mut sum = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        sum.get_or_insert_with(Progress::default).add(p);
+    }
+
+    /// The progress added up since the last take, if a Progress packet came.
+    pub fn take(&self) -> Option<Progress> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
 }
 
 /// One server packet, as read by [`read_server_packet`].
@@ -65,6 +79,18 @@ pub struct Packet {
 /// A read's answer is held until it ends or reaches this size (256 KiB) before it goes to the
 /// client.
 pub const HOLD_AT: usize = 256 << 10;
+
+/// The longest pace between Progress packets a read's silence is forgiven (1 s): a client's
+/// larger `interactive_delay` does not keep a hung replica from being hedged.
+pub const MAX_PACE: Duration = Duration::from_secs(1);
+
+/// How often a working replica sends a Progress packet for a query with `settings`: its
+/// `interactive_delay` (microseconds; 18.16's default 100 ms), at most [`MAX_PACE`].
+fn pace(settings: &[(String, String)]) -> Duration {
+    let set = settings.iter().rev().find(|(k, _)| k == "interactive_delay");
+    let us = set.and_then(|(_, v)| v.trim().parse::<u64>().ok()).unwrap_or(100_000);
+    Duration::from_micros(us).min(MAX_PACE)
+}
 
 /// Where and how the attempts of one native query connect.
 pub struct Native<'a> {
@@ -89,6 +115,8 @@ pub struct Native<'a> {
     /// The Query packet without a thread grant, built once when the settings were checked
     /// ([`Native::check`]): an attempt without a grant sends a copy instead of encoding again.
     pub ungranted: Option<Vec<u8>>,
+    /// Where the attempts of a read put its Progress packets for the client.
+    pub progress: Arc<HeldProgress>,
 }
 
 impl Native<'_> {
@@ -97,6 +125,10 @@ impl Native<'_> {
     pub fn check(&mut self) -> Result<(), super::settings::SettingError> {
         self.ungranted = Some(self.query_packet(None)?);
         Ok(())
+    }
+
+    fn pace(&self) -> Duration {
+        pace(&self.settings)
     }
 
     /// The Query packet for one attempt, with `threads` granted as a real `max_threads`
@@ -145,6 +177,7 @@ impl Transport for Native<'_> {
         let hold = self.plan.latitude.retry;
         let (database, user, password) = (self.database.to_string(), self.user.to_string(), self.password.to_string());
         let (connect_timeout, label) = (self.connect_timeout, replica.label().to_string());
+        let (progress, replica, pace) = (self.progress.clone(), replica.clone(), self.pace());
         Some(Box::pin(async move {
             let pooled = pool.take(&native, &database, revision);
             let was_pooled = pooled.is_some();
@@ -159,13 +192,7 @@ impl Transport for Native<'_> {
                             let (code, message) = e.refused.unwrap_or_default();
                             let mut raw = Vec::new();
                             packets::exception(&mut raw, code, &message);
-                            return Ok(NativeHead {
-                                conn: None,
-                                code: server::EXCEPTION,
-                                exception: Some(code),
-                                raw,
-                                partial: false,
-                            });
+                            return Ok(NativeHead { conn: None, code: server::EXCEPTION, exception: Some(code), raw });
                         }
                         Err(e) => return Err(BackendError { connect: true, message: e.message }),
                     }
@@ -183,28 +210,26 @@ impl Transport for Native<'_> {
                 message: format!("{what} {native}{}: {e}", if was_pooled { " (pooled connection)" } else { "" }),
             };
             conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
-            let sent = tokio::time::Instant::now();
             let mut scratch = Scratch::default();
             let mut held = Vec::new();
             loop {
                 let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
                 let p = read.map_err(|e| lost("reading the answer from", &e))?;
-                live.activity.bump();
+                // A sign of work: the replica is not stalled (`Replica::is_stalled`).
+                replica.answered();
+                if p.code != server::PROGRESS {
+                    live.activity.bump();
+                } else {
+                    live.activity.paced(pace);
+                    if let Some(one) = Progress::decode(&raw, revision).filter(|_| hold) {
+                        progress.add(&one);
+                        continue;
+                    }
+                }
                 held.extend_from_slice(&raw);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
-                // The deadline lets go on a Progress packet, the sign of a read still at work; the
-                // answer's own blocks (a slow lookup's) stay held, so it can still move if its
-                // replica stops before EndOfStream.
-                let due = p.code == server::PROGRESS && sent.elapsed() >= live.hold;
-                if !hold || end || held.len() >= HOLD_AT || due {
-                    let partial = hold && !end && held.len() < HOLD_AT;
-                    return Ok(NativeHead {
-                        conn: Some(conn),
-                        code: p.code,
-                        exception: p.exception,
-                        raw: held,
-                        partial,
-                    });
+                if !hold || end || held.len() >= HOLD_AT {
+                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held });
                 }
             }
         }))
@@ -212,10 +237,6 @@ impl Transport for Native<'_> {
 
     fn streamed(&self) -> bool {
         false
-    }
-
-    fn head_time_counts(head: &NativeHead) -> bool {
-        !head.partial
     }
 
     fn is_success(head: &NativeHead) -> bool {
@@ -277,4 +298,121 @@ pub async fn read_server_packet(
     }
     .await;
     (r, io.tee_take())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attempt::hedge::Activity;
+    use crate::config::{Config, ReplicaAddr};
+    use crate::query::request::QueryRequest;
+    use chstorm_proto::native::packets::empty_data;
+    use chstorm_proto::native::server::packets::server_hello;
+    use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
+    use tokio::io::AsyncReadExt;
+
+    const REV: u64 = 54412;
+
+    /// An empty server Data block: a SELECT's header (no columns here).
+    fn header() -> Vec<u8> {
+        let mut h = empty_data(REV);
+        h[0] = server::DATA as u8;
+        h
+    }
+
+    /// A replica's native port for one query: its Hello, then for the query its header block,
+    /// 20 Progress packets 20 ms apart, 300 ms of silence (a stopped server), and EndOfStream.
+    async fn slow_replica() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 64 << 10];
+            let _ = s.read(&mut buf).await.unwrap();
+            let info = ServerInfo {
+                name: "ClickHouse".into(),
+                version_major: 18,
+                version_minor: 16,
+                version_patch: 1,
+                revision: REV,
+                timezone: "UTC".into(),
+                display_name: "r1".into(),
+            };
+            let mut hello = Vec::new();
+            server_hello(&mut hello, &info, REV);
+            s.write_all(&hello).await.unwrap();
+            let _ = s.read(&mut buf).await.unwrap();
+            s.write_all(&header()).await.unwrap();
+            for _ in 0..20 {
+                let mut p = Vec::new();
+                Progress { rows: 10, bytes: 80, total_rows: 1000, ..Progress::default() }.encode(&mut p, REV);
+                s.write_all(&p).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            s.write_all(&[server::END_OF_STREAM as u8]).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        });
+        addr
+    }
+
+    #[test]
+    fn the_pace_is_the_query_s_interactive_delay_within_a_second() {
+        let set = |v: &str| vec![("interactive_delay".to_string(), v.to_string())];
+        assert_eq!(pace(&[]), Duration::from_millis(100));
+        assert_eq!(pace(&set("20000")), Duration::from_millis(20));
+        assert_eq!(pace(&set("3600000000")), MAX_PACE);
+        assert_eq!(pace(&set("soon")), Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn a_held_read_sends_its_progress_apart_and_is_held_to_its_end() {
+        let native = slow_replica().await;
+        let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
+        let sql = "SELECT count() FROM items";
+        let plan = crate::query::plan::plan(
+            QueryRequest::held(vec![], sql, 300),
+            &cfg.users["default"],
+            &cfg.clusters["storm"],
+            None,
+            || "qid".into(),
+        )
+        .unwrap();
+        assert!(plan.latitude.retry, "a read");
+        let replica = Arc::new(Replica::new(ReplicaAddr { base: "http://r1".into(), https: false }, 1, 1));
+        let natives = BTreeMap::from([("http://r1".to_string(), native)]);
+        let q = Query { query_id: "qid".into(), sql: sql.into(), stage: 2, ..Query::default() };
+        let mut t = Native {
+            pool: Pool::new(1),
+            natives: &natives,
+            database: "default",
+            revision: REV.min(CLIENT_REVISION),
+            user: "default",
+            password: "",
+            connect_timeout: Duration::from_secs(5),
+            q: &q,
+            plan: &plan,
+            sql,
+            held: &[],
+            settings: Vec::new(),
+            readonly: false,
+            ungranted: None,
+            progress: Default::default(),
+        };
+        let activity = Arc::new(Activity::default());
+        let head = t.send(&replica, None, Live { activity: activity.clone() }).unwrap();
+        tokio::pin!(head);
+        // 20 Progress packets in 400 ms: signs of work, kept apart, and the read stays held.
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(550), &mut head).await {
+            panic!("let go early: {:?}", r.map(|h| h.raw));
+        }
+        let sum = t.progress.take().expect("progress was added up");
+        assert_eq!((sum.rows, sum.bytes, sum.total_rows), (200, 1600, 20_000));
+        assert!(activity.silent_for() < Duration::from_millis(300));
+        let head = head.await.unwrap();
+        // The answer: the header block and EndOfStream, without the Progress packets.
+        assert_eq!(head.code, server::END_OF_STREAM);
+        assert_eq!(head.raw, [header(), vec![server::END_OF_STREAM as u8]].concat());
+        assert_eq!(t.progress.take(), None);
+    }
 }

@@ -224,6 +224,67 @@ pub async fn skip_progress<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) 
     Ok(())
 }
 
+/// A Progress packet's counters, each an increment since the server's previous Progress
+/// packet (clients add them up). `total_rows` is sent from revision 51554, the `written_*`
+/// pair from 54420; an older revision leaves them zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    pub rows: u64,
+    pub bytes: u64,
+    pub total_rows: u64,
+    pub written_rows: u64,
+    pub written_bytes: u64,
+}
+
+impl Progress {
+    /// Decodes a whole Progress packet (its code first) spoken at `revision`; None when `packet`
+    /// is not one.
+    pub fn decode(packet: &[u8], revision: u64) -> Option<Progress> {
+        let mut fields = [0u64; 6];
+        let n = match revision {
+            r if r >= rev::CLIENT_WRITE_INFO => 6,
+            r if r >= rev::TOTAL_ROWS_IN_PROGRESS => 4,
+            _ => 3,
+        };
+        let mut at = 0;
+        for f in fields.iter_mut().take(n) {
+            let (v, len) = super::wire::decode_varuint(&packet[at..]).ok()??;
+            *f = v;
+            at += len;
+        }
+        (fields[0] == server::PROGRESS && at == packet.len()).then_some(Progress {
+            rows: fields[1],
+            bytes: fields[2],
+            total_rows: fields[3],
+            written_rows: fields[4],
+            written_bytes: fields[5],
+        })
+    }
+
+    /// Adds another packet's increments.
+    pub fn add(&mut self, o: &Progress) {
+        self.rows = self.rows.saturating_add(o.rows);
+        self.bytes = self.bytes.saturating_add(o.bytes);
+        self.total_rows = self.total_rows.saturating_add(o.total_rows);
+        self.written_rows = self.written_rows.saturating_add(o.written_rows);
+        self.written_bytes = self.written_bytes.saturating_add(o.written_bytes);
+    }
+
+    /// Appends it as a Progress packet spoken at `revision`.
+    pub fn encode(&self, out: &mut Vec<u8>, revision: u64) {
+        put_varuint(out, server::PROGRESS);
+        put_varuint(out, self.rows);
+        put_varuint(out, self.bytes);
+        if revision >= rev::TOTAL_ROWS_IN_PROGRESS {
+            put_varuint(out, self.total_rows);
+        }
+        if revision >= rev::CLIENT_WRITE_INFO {
+            put_varuint(out, self.written_rows);
+            put_varuint(out, self.written_bytes);
+        }
+    }
+}
+
 /// Skips a ProfileInfo packet's body.
 pub async fn skip_profile_info<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<(), ProtoError> {
     io.varuint().await?; // rows
@@ -258,6 +319,31 @@ mod tests {
     #[test]
     fn empty_data_block_bytes() {
         assert_eq!(empty_data(54412), [2, 0, 1, 0, 2, 0xff, 0xff, 0xff, 0xff, 0, 0, 0]);
+    }
+
+    #[test]
+    fn progress_round_trips_at_every_revision_and_skip_agrees() {
+        let p = Progress { rows: 1, bytes: 300, total_rows: 1 << 40, written_rows: 7, written_bytes: 128 };
+        for (revision, kept) in [(51000u64, 2usize), (54412, 3), (54420, 5)] {
+            let mut out = Vec::new();
+            p.encode(&mut out, revision);
+            let got = Progress::decode(&out, revision).expect("a Progress packet");
+            let fields = [got.rows, got.bytes, got.total_rows, got.written_rows, got.written_bytes];
+            let want = [p.rows, p.bytes, p.total_rows, p.written_rows, p.written_bytes];
+            assert_eq!(&fields[..kept], &want[..kept], "revision {revision}");
+            assert!(fields[kept..].iter().all(|f| *f == 0), "revision {revision}");
+            // A truncated packet, a longer one and another packet are not Progress.
+            assert_eq!(Progress::decode(&out[..out.len() - 1], revision), None);
+            assert_eq!(Progress::decode(&[out.as_slice(), &[0]].concat(), revision), None);
+            let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+            let mut io = Io::new(&out[1..]);
+            rt.block_on(skip_progress(&mut io, revision)).unwrap();
+        }
+        assert_eq!(Progress::decode(&[server::PONG as u8], 54412), None);
+        let mut sum = Progress::default();
+        sum.add(&p);
+        sum.add(&Progress { rows: u64::MAX, ..p });
+        assert_eq!((sum.rows, sum.bytes), (u64::MAX, 600));
     }
 
     #[test]
