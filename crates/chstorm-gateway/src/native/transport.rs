@@ -5,10 +5,12 @@
 //!
 //! The head of a native read is its whole answer, up to [`HOLD_AT`] (256 KiB): its packets are
 //! held, not relayed, until EndOfStream, an exception, or that much has come. Its Progress
-//! packets are not held: they are added up in the request's [`HeldProgress`], which the session
-//! sends to the client every 100 ms while the read runs and before its answer (18.16 sends one
-//! every `interactive_delay`, 100 ms, of a running read, even one that has no rows yet), so a
-//! long read's progress reaches the client from its first 100 ms on. Every packet is a sign of
+//! packets are held in place for its first 100 ms ([`PROGRESS_APART_AFTER`]), so a short read's
+//! answer leaves byte for byte as its replica sent it; a read still running then has them taken
+//! out and added up in the request's [`HeldProgress`], which the session sends to the client
+//! every 100 ms while the read runs and before its answer (18.16 sends one every
+//! `interactive_delay`, 100 ms, of a running read, even one that has no rows yet), so a long
+//! read's progress reaches the client from its first 200 ms on, ahead of its header block. Every packet is a sign of
 //! work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long
 //! its read takes. So, as over HTTP, a read whose replica dies or hangs before its answer is
 //! whole (the moment a client could tell two replicas apart) can still move to another
@@ -51,8 +53,62 @@ pub struct NativeHead {
     pub raw: Vec<u8>,
 }
 
-/// The Progress packets of a held read's attempts, added up until the session sends them to
-/// the client.
+/// A read's Progress packets are held in place for this long (100 ms, 18.16's default
+/// `interactive_delay`): a short read's answer leaves exactly as the replica sent it. From then
+/// on they go to the client apart ([`HeldProgress`]).
+pub const PROGRESS_APART_AFTER: Duration = Duration::from_millis(100);
+
+/// One attempt's held answer.
+struct Held {
+    raw: Vec<u8>,
+    revision: u64,
+    /// Where its Progress packets are in `raw`, while they are held in place.
+    progress_at: Vec<(usize, usize)>,
+    /// Its Progress packets go to the client apart.
+    apart: bool,
+    since: tokio::time::Instant,
+}
+
+impl Held {
+    fn new(revision: u64) -> Held {
+        Held { raw: Vec::new(), revision, progress_at: Vec::new(), apart: false, since: tokio::time::Instant::now() }
+    }
+
+    /// Holds a packet. A Progress packet [`PROGRESS_APART_AFTER`] into the read takes the
+    /// Progress packets held so far out of the answer into `apart`, and from then on each goes
+    /// there.
+    fn push(&mut self, code: u64, raw: Vec<u8>, apart: &HeldProgress) {
+        let progress = (code == server::PROGRESS).then(|| Progress::decode(&raw, self.revision)).flatten();
+        let Some(one) = progress else {
+            self.raw.extend_from_slice(&raw);
+            return;
+        };
+        if !self.apart && self.since.elapsed() >= PROGRESS_APART_AFTER {
+            self.apart = true;
+            let mut kept = Vec::with_capacity(self.raw.len());
+            let mut from = 0;
+            for &(at, len) in &self.progress_at {
+                kept.extend_from_slice(&self.raw[from..at]);
+                if let Some(p) = Progress::decode(&self.raw[at..at + len], self.revision) {
+                    apart.add(&p);
+                }
+                from = at + len;
+            }
+            kept.extend_from_slice(&self.raw[from..]);
+            self.raw = kept;
+            self.progress_at.clear();
+        }
+        if self.apart {
+            apart.add(&one);
+        } else {
+            self.progress_at.push((self.raw.len(), raw.len()));
+            self.raw.extend_from_slice(&raw);
+        }
+    }
+}
+
+/// The Progress packets of a held read's attempts taken out of their answers, added up until
+/// the session sends them to the client.
 #[derive(Debug, Default)]
 pub struct HeldProgress(std::sync::Mutex<Option<Progress>>);
 
@@ -211,25 +267,24 @@ impl Transport for Native<'_> {
             };
             conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
             let mut scratch = Scratch::default();
-            let mut held = Vec::new();
+            let mut held = Held::new(revision);
             loop {
                 let (read, raw) = read_server_packet(&mut conn.io, revision, compressed, &mut scratch).await;
                 let p = read.map_err(|e| lost("reading the answer from", &e))?;
                 // A sign of work: the replica is not stalled (`Replica::is_stalled`).
                 replica.answered();
-                if p.code != server::PROGRESS {
-                    live.activity.bump();
-                } else {
+                if p.code == server::PROGRESS {
                     live.activity.paced(pace);
-                    if let Some(one) = Progress::decode(&raw, revision).filter(|_| hold) {
-                        progress.add(&one);
-                        continue;
-                    }
+                } else {
+                    live.activity.bump();
                 }
-                held.extend_from_slice(&raw);
+                if !hold {
+                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw });
+                }
+                held.push(p.code, raw, &progress);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
-                if !hold || end || held.len() >= HOLD_AT {
-                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held });
+                if end || held.raw.len() >= HOLD_AT {
+                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held.raw });
                 }
             }
         }))
@@ -320,9 +375,15 @@ mod tests {
         h
     }
 
-    /// A replica's native port for one query: its Hello, then for the query its header block,
-    /// 20 Progress packets 20 ms apart, 300 ms of silence (a stopped server), and EndOfStream.
-    async fn slow_replica() -> String {
+    fn progress() -> Vec<u8> {
+        let mut p = Vec::new();
+        Progress { rows: 10, bytes: 80, total_rows: 1000, ..Progress::default() }.encode(&mut p, REV);
+        p
+    }
+
+    /// A replica's native port for one query: its Hello, then for the query each packet of
+    /// `answer` in turn, each followed by its pause.
+    async fn replica(answer: Vec<(Vec<u8>, Duration)>) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
@@ -342,32 +403,21 @@ mod tests {
             server_hello(&mut hello, &info, REV);
             s.write_all(&hello).await.unwrap();
             let _ = s.read(&mut buf).await.unwrap();
-            s.write_all(&header()).await.unwrap();
-            for _ in 0..20 {
-                let mut p = Vec::new();
-                Progress { rows: 10, bytes: 80, total_rows: 1000, ..Progress::default() }.encode(&mut p, REV);
-                s.write_all(&p).await.unwrap();
-                tokio::time::sleep(Duration::from_millis(20)).await;
+            for (packet, pause) in answer {
+                s.write_all(&packet).await.unwrap();
+                tokio::time::sleep(pause).await;
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            s.write_all(&[server::END_OF_STREAM as u8]).await.unwrap();
             tokio::time::sleep(Duration::from_secs(5)).await;
         });
         addr
     }
 
-    #[test]
-    fn the_pace_is_the_query_s_interactive_delay_within_a_second() {
-        let set = |v: &str| vec![("interactive_delay".to_string(), v.to_string())];
-        assert_eq!(pace(&[]), Duration::from_millis(100));
-        assert_eq!(pace(&set("20000")), Duration::from_millis(20));
-        assert_eq!(pace(&set("3600000000")), MAX_PACE);
-        assert_eq!(pace(&set("soon")), Duration::from_millis(100));
-    }
-
-    #[tokio::test]
-    async fn a_held_read_sends_its_progress_apart_and_is_held_to_its_end() {
-        let native = slow_replica().await;
+    /// Sends a read to a replica answering `answer`; (its head's future, the transport's
+    /// progress taken apart, the attempt's signs of work).
+    async fn read_from(
+        answer: Vec<(Vec<u8>, Duration)>,
+    ) -> (BoxFuture<Result<NativeHead, BackendError>>, Arc<HeldProgress>, Arc<Activity>) {
+        let native = replica(answer).await;
         let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
         let sql = "SELECT count() FROM items";
         let plan = crate::query::plan::plan(
@@ -401,18 +451,48 @@ mod tests {
         };
         let activity = Arc::new(Activity::default());
         let head = t.send(&replica, None, Live { activity: activity.clone() }).unwrap();
-        tokio::pin!(head);
-        // 20 Progress packets in 400 ms: signs of work, kept apart, and the read stays held.
+        (head, t.progress.clone(), activity)
+    }
+
+    #[test]
+    fn the_pace_is_the_query_s_interactive_delay_within_a_second() {
+        let set = |v: &str| vec![("interactive_delay".to_string(), v.to_string())];
+        assert_eq!(pace(&[]), Duration::from_millis(100));
+        assert_eq!(pace(&set("20000")), Duration::from_millis(20));
+        assert_eq!(pace(&set("3600000000")), MAX_PACE);
+        assert_eq!(pace(&set("soon")), Duration::from_millis(100));
+    }
+
+    #[tokio::test]
+    async fn a_short_read_leaves_as_its_replica_sent_it() {
+        let eos = vec![server::END_OF_STREAM as u8];
+        let answer = [header(), progress(), header(), progress(), eos];
+        let (head, apart, _) = read_from(answer.iter().map(|p| (p.clone(), Duration::ZERO)).collect()).await;
+        let head = head.await.unwrap();
+        assert_eq!(head.raw, answer.concat(), "byte for byte, its Progress packets in place");
+        assert_eq!(apart.take(), None);
+    }
+
+    #[tokio::test]
+    async fn a_long_read_sends_its_progress_apart_and_is_held_to_its_end() {
+        // Its header block, 20 Progress packets 20 ms apart, 300 ms of silence (a stopped
+        // server), and EndOfStream.
+        let mut answer = vec![(header(), Duration::ZERO)];
+        answer.extend((0..20).map(|_| (progress(), Duration::from_millis(20))));
+        answer.push((vec![], Duration::from_millis(300)));
+        answer.push((vec![server::END_OF_STREAM as u8], Duration::ZERO));
+        let (mut head, apart, activity) = read_from(answer).await;
+        // Signs of work, and the read stays held through the silence.
         if let Ok(r) = tokio::time::timeout(Duration::from_millis(550), &mut head).await {
             panic!("let go early: {:?}", r.map(|h| h.raw));
         }
-        let sum = t.progress.take().expect("progress was added up");
+        // The packets held in place for the first 100 ms were taken out with the rest.
+        let sum = apart.take().expect("progress was added up");
         assert_eq!((sum.rows, sum.bytes, sum.total_rows), (200, 1600, 20_000));
         assert!(activity.silent_for() < Duration::from_millis(300));
         let head = head.await.unwrap();
-        // The answer: the header block and EndOfStream, without the Progress packets.
         assert_eq!(head.code, server::END_OF_STREAM);
         assert_eq!(head.raw, [header(), vec![server::END_OF_STREAM as u8]].concat());
-        assert_eq!(t.progress.take(), None);
+        assert_eq!(apart.take(), None);
     }
 }
