@@ -272,8 +272,8 @@ async fn answer(
     let mut _early_charge = conn.mem.charge();
     // A held read's progress goes to the client as it runs.
     let (progress, revision) = (transport.progress.clone(), conn.revision);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The earliest time of the next Progress write: at most one every PROGRESS_EVERY.
+    let mut next_progress = tokio::time::Instant::now();
     let outcome = {
         let attempts = crate::attempt::attempts(plan, transport, &ctx);
         tokio::pin!(attempts);
@@ -281,7 +281,8 @@ async fn answer(
             tokio::select! {
                 biased;
                 o = &mut attempts => break o,
-                _ = tick.tick() => {
+                _ = progress.ready(next_progress) => {
+                    next_progress = tokio::time::Instant::now() + PROGRESS_EVERY;
                     let sent = progress_then(&progress, revision, Vec::new());
                     // Dropping the attempts cancels their queries (KILL QUERY by query_id).
                     if !sent.is_empty() && conn.w.write_all(&sent).await.is_err() {

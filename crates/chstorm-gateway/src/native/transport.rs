@@ -8,9 +8,9 @@
 //! packets are held in place for its first 100 ms ([`PROGRESS_APART_AFTER`]), so a short read's
 //! answer leaves byte for byte as its replica sent it; a read still running then has them taken
 //! out and added up in the request's [`HeldProgress`], which the session sends to the client
-//! every 100 ms while the read runs and before its answer (18.16 sends one every
+//! as it comes, at most every 100 ms, and before its answer (18.16 sends one every
 //! `interactive_delay`, 100 ms, of a running read, even one that has no rows yet), so a long
-//! read's progress reaches the client from its first 200 ms on, ahead of its header block. Every packet is a sign of
+//! read's progress reaches the client from its first 100 ms on, ahead of its header block. Every packet is a sign of
 //! work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long
 //! its read takes. So, as over HTTP, a read whose replica dies or hangs before its answer is
 //! whole (the moment a client could tell two replicas apart) can still move to another
@@ -110,17 +110,28 @@ impl Held {
 /// The Progress packets of a held read's attempts taken out of their answers, added up until
 /// the session sends them to the client.
 #[derive(Debug, Default)]
-pub struct HeldProgress(std::sync::Mutex<Option<Progress>>);
+pub struct HeldProgress {
+    sum: std::sync::Mutex<Option<Progress>>,
+    added: tokio::sync::Notify,
+}
 
 impl HeldProgress {
     fn add(&self, p: &Progress) {
-        let mut sum = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        sum.get_or_insert_with(Progress::default).add(p);
+        self.sum.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(Progress::default).add(p);
+        self.added.notify_one();
     }
 
     /// The progress added up since the last take, if a Progress packet came.
     pub fn take(&self) -> Option<Progress> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.sum.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Resolves once progress was added, and not before `not_before`. (Dropped while it waits
+    /// for `not_before`, it loses its wake-up: the progress then goes with the next one added,
+    /// or before the answer.)
+    pub async fn ready(&self, not_before: tokio::time::Instant) {
+        self.added.notified().await;
+        tokio::time::sleep_until(not_before).await;
     }
 }
 
