@@ -19,9 +19,24 @@ const MAX_ERROR_BODY: usize = 64 << 10;
 /// Longest wait for the rest of an error answer once its head came: 10 s.
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The backend request's method and headers, from the HTTP front; POST and none by default.
+#[derive(Debug, Clone)]
+pub struct HttpParts {
+    pub method: http::Method,
+    /// The client's headers that go on.
+    pub headers: http::HeaderMap,
+}
+
+impl Default for HttpParts {
+    fn default() -> Self {
+        HttpParts { method: http::Method::POST, headers: http::HeaderMap::new() }
+    }
+}
+
 /// The HTTP transport: one request per attempt through [`Backend`].
 pub struct Http<'a> {
     pub(super) plan: &'a Plan,
+    pub(super) parts: HttpParts,
     pub(super) body: SendBody,
     pub(super) backend: Arc<dyn Backend>,
     pub(super) auth: &'a str,
@@ -40,7 +55,7 @@ impl Transport for Http<'_> {
         let uri = format!("{}{}", replica.addr.base, plan.path_and_query(threads));
         // An empty body still says so: 18.16 answers a POST without Content-Length or
         // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
-        let empty_post = plan.method == http::Method::POST
+        let empty_post = self.parts.method == http::Method::POST
             && match &self.body {
                 SendBody::Held(b) => plan.replace_body.as_ref().map_or(b.is_empty(), |t| t.is_empty()),
                 SendBody::Once(_) => false,
@@ -53,8 +68,8 @@ impl Transport for Http<'_> {
             },
             SendBody::Once(b) => b.take()?,
         };
-        let mut req = Request::builder().method(plan.method.clone()).uri(uri).body(req_body).ok()?;
-        *req.headers_mut() = plan.headers.clone();
+        let mut req = Request::builder().method(self.parts.method.clone()).uri(uri).body(req_body).ok()?;
+        *req.headers_mut() = self.parts.headers.clone();
         if empty_post {
             req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
         }

@@ -49,7 +49,7 @@
 //! * [`quarantine`]: queries of death;
 //! * `kill`: the KILL guard ([`KillGuard`]);
 //! * `exits`: the client's one-line errors when no answer comes;
-//! * `http_transport`: the HTTP [`Transport`] ([`Http`], [`SendBody`]).
+//! * `http_transport`: the HTTP [`Transport`] ([`Http`], [`HttpParts`], [`SendBody`]).
 
 mod exits;
 mod http_transport;
@@ -62,7 +62,7 @@ mod watch;
 pub mod hedge;
 pub mod quarantine;
 
-pub use http_transport::SendBody;
+pub use http_transport::{HttpParts, SendBody};
 pub use kill::KillGuard;
 
 use crate::cluster::balancer::Balancer;
@@ -158,9 +158,9 @@ pub enum Outcome<H = Response<GBody>> {
     Failed { status: StatusCode, message: String, replica: Option<Arc<Replica>>, retries: u32 },
 }
 
-/// Runs the attempts for `plan` over HTTP.
-pub async fn run(plan: &Plan, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
-    let mut http = Http { plan, body, backend: ctx.backend.clone(), auth: ctx.auth };
+/// Runs the attempts for `plan` over HTTP, each a `parts` request carrying `body`.
+pub async fn run(plan: &Plan, parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth: ctx.auth };
     attempts(plan, &mut http, ctx).await
 }
 

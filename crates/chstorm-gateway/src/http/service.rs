@@ -30,14 +30,13 @@ use super::body::Guarded;
 use super::client_fin::ClientFin;
 use super::read::ClientBody;
 use super::respond::{reply, Answer};
-use crate::attempt::SendBody;
+use crate::attempt::{HttpParts, SendBody};
 use crate::cluster::upstream::{BoxError, GBody};
 use crate::config::User;
 use crate::metrics::UNKNOWN_USER;
 use crate::query::admission::{admit_global, admit_user};
 use crate::query::auth::authenticate;
 use crate::query::exit::Exit;
-use crate::query::plan::Plan;
 use crate::query::refusal::{Kind, Refusal};
 use crate::query::request::{new_query_id, BodyShape, QueryRequest};
 use crate::request::{HOP_BY_HOP, SHARD_KEY_HEADER};
@@ -161,11 +160,11 @@ where
     let _held = read.charge;
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
-    let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
+    let plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
         Err(refusal) => return refused(&exit, &refusal),
     };
-    for_http(&mut plan, &parts, u.readonly, read.shape);
+    let http = for_http(&parts, u.readonly, plan.replace_body.is_some() || read.shape == BodyShape::Held);
     let body = match read.body {
         ClientBody::Held(b) => SendBody::Held(b),
         ClientBody::Streamed { head, rest } => SendBody::Once(Some(super::body::Prefixed::wrap(head, rest))),
@@ -177,10 +176,10 @@ where
     let fin = parts.extensions.get::<ClientFin>().filter(|_| plan.kind == StatementKind::Read);
     let outcome = match fin {
         Some(fin) => tokio::select! {
-            o = crate::attempt::run(&plan, body, &ctx) => o,
+            o = crate::attempt::run(&plan, http, body, &ctx) => o,
             _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)),
         },
-        None => crate::attempt::run(&plan, body, &ctx).await,
+        None => crate::attempt::run(&plan, http, body, &ctx).await,
     };
     let mut resp =
         Answer { exit: &exit }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
@@ -225,10 +224,11 @@ fn query_request<'a>(
 
 /// The HTTP parts of the backend request: the client's method, except that a read-only user's
 /// GET goes as a POST (18.16 refuses `readonly=1` on a GET, which runs with `readonly=2`), and
-/// the client's headers that go on (a held or rewritten body goes decompressed).
-fn for_http(plan: &mut Plan, parts: &Parts, readonly: bool, body: BodyShape) {
-    plan.method = if readonly && parts.method == Method::GET { Method::POST } else { parts.method.clone() };
-    plan.headers = forwarded(&parts.headers, plan.replace_body.is_some() || body == BodyShape::Held);
+/// the client's headers that go on (without `content-encoding` when the body goes `decoded`:
+/// held or rewritten).
+fn for_http(parts: &Parts, readonly: bool, decoded: bool) -> HttpParts {
+    let method = if readonly && parts.method == Method::GET { Method::POST } else { parts.method.clone() };
+    HttpParts { method, headers: forwarded(&parts.headers, decoded) }
 }
 
 /// The client's `headers` a backend gets; without `content-encoding` when `decoded`.

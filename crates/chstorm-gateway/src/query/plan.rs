@@ -19,7 +19,6 @@ use crate::request::{encode_params, is_setting, SHARD_KEY_PARAM};
 use chstorm_proto::rules::{statement_kind, StatementKind};
 use chstorm_sql::route::changes_distributed_result;
 use chstorm_sql::rules::{settings_in_sql, table_functions};
-use http::{HeaderMap, Method};
 use std::time::Duration;
 
 /// How long the gateway waits for a backend's answer head when the user has no
@@ -73,10 +72,6 @@ pub struct Latitude {
 /// The decision for one request.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    /// The backend request's method: POST from the plan; the HTTP front sets the client's,
-    /// except that a read-only user's GET goes as a POST (18.16 refuses `readonly=1` on a GET,
-    /// which runs with `readonly=2`).
-    pub method: Method,
     pub target: Target,
     /// The query_id the backend runs the query under: the client's, in its user's namespace
     /// ([`backend_id`]), or one the gateway made.
@@ -93,8 +88,6 @@ pub struct Plan {
     /// The backend parameters in order, before the thread grant, `query_id` and `readonly`
     /// (which [`Plan::path_and_query`] adds): what the native path sends as settings.
     pub params: Vec<(String, String)>,
-    /// Headers to forward: none from the plan; the HTTP front sets the client's that go on.
-    pub headers: HeaderMap,
     /// The text to send as the body instead of the client's (a routed query's rewritten text).
     pub replace_body: Option<String>,
     /// The client's own `max_threads` wish, lowered to the budget's maximum; None without a
@@ -454,14 +447,12 @@ fn assemble(
     let in_session = matches!(target, Target::Session(_));
     let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
     Plan {
-        method: Method::POST,
         target,
         query_id: ids.query_id,
         client_query_id: ids.client_query_id,
         path_and_params,
         tail,
         params,
-        headers: HeaderMap::new(),
         replace_body,
         want_threads,
         head_timeout: user.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1)),
@@ -479,6 +470,7 @@ fn assemble(
 mod tests {
     use super::*;
     use crate::config::Config;
+    use http::{HeaderMap, Method};
     use std::path::Path;
 
     const EXAMPLE: &str = include_str!("../../../../docs/gateway.example.yaml");
