@@ -232,5 +232,26 @@ def check_old_revisions():
     print("ok: old revisions refused at once, no replica down")
 
 
+# 9. A read past 100 ms: the client sees its progress while it runs, and the node's answer; a
+#    short one after it on the same connection still answers.
+@check
+def check_long_read_progress():
+    def run(port):
+        c = Client(H, port=port)
+        sql = "SELECT count(), sum(sipHash64(number) % 7) FROM numbers(30000000)"
+        t, first = time.monotonic(), None
+        progress = c.execute_with_progress(sql)
+        for _ in progress:
+            first = first or time.monotonic() - t
+        result = progress.get_result()
+        took = time.monotonic() - t
+        after = c.execute("SELECT 1")
+        c.disconnect()
+        return result, first is not None and first < took, after
+
+    same("a long read, its progress before its end, and a query after it", run)
+    print("ok: a long read's progress came while it ran, its answer as direct")
+
+
 if FAILED:
     sys.exit(f"failed: {', '.join(FAILED)}")
