@@ -28,3 +28,20 @@ pub mod cityhash;
 pub mod lexer;
 pub mod route;
 pub mod rules;
+
+/// The inputs of the no-panic tests over SQL-ish text: `count` strings from `seed`, each of
+/// fewer than `max` pieces drawn from `pieces`.
+#[cfg(test)]
+pub(crate) fn random_texts<'a>(
+    pieces: &'a [&'a str],
+    seed: u64,
+    count: usize,
+    max: usize,
+) -> impl Iterator<Item = String> + 'a {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    (0..count).map(move |_| {
+        let n = rng.gen_range(0..max);
+        (0..n).map(|_| pieces[rng.gen_range(0..pieces.len())]).collect()
+    })
+}

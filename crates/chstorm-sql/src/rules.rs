@@ -498,7 +498,6 @@ fn in_from_function(toks: &[Tok<'_>], i: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
 
     fn settings(sql: &str) -> Vec<(String, String)> {
         settings_in_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
@@ -777,10 +776,7 @@ mod tests {
             "é",
             "#",
         ];
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(17);
-        for _ in 0..20_000 {
-            let n = rng.gen_range(0..20);
-            let s: String = (0..n).map(|_| pieces[rng.gen_range(0..pieces.len())]).collect();
+        for s in crate::random_texts(&pieces, 17, 20_000, 20) {
             if let Ok(found) = table_functions(&s) {
                 for f in found {
                     assert!(s.contains(&f) && s.contains('('), "{s:?}: {f}");

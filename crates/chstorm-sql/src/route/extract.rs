@@ -293,7 +293,6 @@ fn hex_digits(text: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
 
     fn w(sql: &str) -> Option<KeyValue> {
         extract_key(sql, None, None, Some("shop_id"))
@@ -564,13 +563,7 @@ mod tests {
             "PREWHERE ",
             "NOT ",
         ];
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
-        for _ in 0..10_000 {
-            let n = rng.gen_range(0..20);
-            let mut s = String::new();
-            for _ in 0..n {
-                s.push_str(pieces[rng.gen_range(0..pieces.len())]);
-            }
+        for s in crate::random_texts(&pieces, 11, 10_000, 20) {
             let got = w(&s);
             if got.is_some() {
                 assert!(s.contains("shop_id"), "{s}");

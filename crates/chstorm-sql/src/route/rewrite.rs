@@ -376,7 +376,6 @@ fn quote(name: &str, like: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
 
     fn map(pairs: &[(&str, &str)]) -> RoutedTables {
         let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
@@ -674,13 +673,7 @@ mod tests {
             "extract(",
             "t ",
         ];
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(5);
-        for _ in 0..10_000 {
-            let n = rng.gen_range(0..16);
-            let mut s = String::new();
-            for _ in 0..n {
-                s.push_str(pieces[rng.gen_range(0..pieces.len())]);
-            }
+        for s in crate::random_texts(&pieces, 5, 10_000, 16) {
             if let Some(out) = rw(&s) {
                 let strip = |t: &str| t.replace("items_local", "items");
                 assert_eq!(strip(&out), strip(&s), "{s:?} -> {out:?}");
