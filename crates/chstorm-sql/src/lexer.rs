@@ -124,7 +124,7 @@ impl<'a> Iterator for Lexer<'a> {
                     }
                     TokenKind::Word
                 }
-                b'0'..=b'9' => match lex_number(b, i) {
+                _ if starts_number(b, i, self.prev.as_ref()) => match lex_number(b, i) {
                     Some(end) => {
                         i = end;
                         TokenKind::Number
@@ -134,18 +134,6 @@ impl<'a> Iterator for Lexer<'a> {
                         TokenKind::Error
                     }
                 },
-                b'.' if i + 1 < b.len() && b[i + 1].is_ascii_digit() && !after_operand(self.prev.as_ref()) => {
-                    match lex_number(b, i) {
-                        Some(end) => {
-                            i = end;
-                            TokenKind::Number
-                        }
-                        None => {
-                            i = b.len();
-                            TokenKind::Error
-                        }
-                    }
-                }
                 b'\'' | b'`' | b'"' => match find_closing_quote(b, i) {
                     Some(end) => {
                         i = end;
@@ -211,6 +199,12 @@ fn utf8_prefix(b: &[u8]) -> &str {
 
 fn is_word_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Does a number start at `b[i]`: a digit, or `.5` where no operand comes before it (`t.5` is
+/// a tuple element, see [`after_operand`])?
+fn starts_number(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> bool {
+    b[i].is_ascii_digit() || (b[i] == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) && !after_operand(prev))
 }
 
 /// ClickHouse reads `.5` as a number unless it follows something that can be
