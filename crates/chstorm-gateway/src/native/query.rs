@@ -52,7 +52,7 @@ const FLUSH_AT: usize = 256 << 10;
 /// Progress and ProfileInfo packets alone are written at most this often (100 ms, 18.16's
 /// `interactive_delay`); held ones go with the next packet. A small answer's trailing Progress,
 /// ProfileInfo, Progress and EndOfStream then cost the client one write, not four.
-const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+const PROGRESS_EVERY: std::time::Duration = chstorm_proto::native::packets::DEFAULT_INTERACTIVE_DELAY;
 
 /// Tells the client why its packet ends the session (when it is owed a word); false.
 async fn refuse_packet(conn: &mut ClientConn, p: ClientPacket) -> bool {

@@ -26,8 +26,9 @@ use tokio::task::JoinHandle;
 /// Longest wait for any answer of the session: none of them needs a backend.
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The backends' Hello the gateway tells its clients (as if fetched from a replica).
-fn backend_info() -> ServerInfo {
+/// The backends' Hello the gateway tells its clients (as if fetched from a replica); an 18.16
+/// replica's Hello, for the transport's tests too.
+pub(super) fn backend_info() -> ServerInfo {
     ServerInfo {
         name: "ClickHouse".into(),
         version_major: 18,

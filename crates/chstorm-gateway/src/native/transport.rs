@@ -25,7 +25,9 @@ use crate::attempt::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
 use crate::cluster::upstream::{BackendError, BoxFuture};
 use crate::query::plan::Plan;
-use chstorm_proto::native::packets::{read_exception, rev, server, skip_profile_info, skip_progress, Progress};
+use chstorm_proto::native::packets::{
+    read_exception, rev, server, skip_profile_info, skip_progress, Progress, DEFAULT_INTERACTIVE_DELAY,
+};
 use chstorm_proto::native::server::block::{skip_block, Scratch};
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::native::wire::Io;
@@ -55,14 +57,15 @@ pub struct NativeHead {
 /// A read's Progress packets are held in place for this long (100 ms, 18.16's default
 /// `interactive_delay`): a short read's answer leaves exactly as the replica sent it. From then
 /// on they go to the client apart ([`HeldProgress`]).
-pub const PROGRESS_APART_AFTER: Duration = Duration::from_millis(100);
+pub const PROGRESS_APART_AFTER: Duration = DEFAULT_INTERACTIVE_DELAY;
 
 /// One attempt's held answer.
 struct Held {
     raw: Vec<u8>,
     revision: u64,
-    /// Where its Progress packets are in `raw`, while they are held in place.
+    /// Where its Progress packets are in `raw`, while they are held in place, and their sum.
     progress_at: Vec<(usize, usize)>,
+    in_place: Progress,
     /// Its Progress packets go to the client apart.
     apart: bool,
     since: tokio::time::Instant,
@@ -70,7 +73,14 @@ struct Held {
 
 impl Held {
     fn new(revision: u64) -> Held {
-        Held { raw: Vec::new(), revision, progress_at: Vec::new(), apart: false, since: tokio::time::Instant::now() }
+        Held {
+            raw: Vec::new(),
+            revision,
+            progress_at: Vec::new(),
+            in_place: Progress::default(),
+            apart: false,
+            since: tokio::time::Instant::now(),
+        }
     }
 
     /// Holds a packet. A Progress packet [`PROGRESS_APART_AFTER`] into the read takes the
@@ -88,19 +98,18 @@ impl Held {
             let mut from = 0;
             for &(at, len) in &self.progress_at {
                 kept.extend_from_slice(&self.raw[from..at]);
-                if let Some(p) = Progress::decode(&self.raw[at..at + len], self.revision) {
-                    apart.add(&p);
-                }
                 from = at + len;
             }
             kept.extend_from_slice(&self.raw[from..]);
             self.raw = kept;
             self.progress_at.clear();
-        }
-        if self.apart {
+            self.in_place.add(&one);
+            apart.add(&self.in_place);
+        } else if self.apart {
             apart.add(&one);
         } else {
             self.progress_at.push((self.raw.len(), raw.len()));
+            self.in_place.add(&one);
             self.raw.extend_from_slice(&raw);
         }
     }
@@ -154,8 +163,8 @@ pub const MAX_PACE: Duration = Duration::from_secs(1);
 /// `interactive_delay` (microseconds; 18.16's default 100 ms), at most [`MAX_PACE`].
 fn pace(settings: &[(String, String)]) -> Duration {
     let set = settings.iter().rev().find(|(k, _)| k == "interactive_delay");
-    let us = set.and_then(|(_, v)| v.trim().parse::<u64>().ok()).unwrap_or(100_000);
-    Duration::from_micros(us).min(MAX_PACE)
+    let us = set.and_then(|(_, v)| v.trim().parse::<u64>().ok());
+    us.map_or(DEFAULT_INTERACTIVE_DELAY, Duration::from_micros).min(MAX_PACE)
 }
 
 /// Where and how the attempts of one native query connect.
@@ -373,7 +382,7 @@ mod tests {
     use crate::query::request::QueryRequest;
     use chstorm_proto::native::packets::empty_data;
     use chstorm_proto::native::server::packets::server_hello;
-    use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
+    use chstorm_proto::native::CLIENT_REVISION;
     use tokio::io::AsyncReadExt;
 
     const REV: u64 = 54412;
@@ -400,15 +409,7 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = vec![0; 64 << 10];
             let _ = s.read(&mut buf).await.unwrap();
-            let info = ServerInfo {
-                name: "ClickHouse".into(),
-                version_major: 18,
-                version_minor: 16,
-                version_patch: 1,
-                revision: REV,
-                timezone: "UTC".into(),
-                display_name: "r1".into(),
-            };
+            let info = crate::native::tests::backend_info();
             let mut hello = Vec::new();
             server_hello(&mut hello, &info, REV);
             s.write_all(&hello).await.unwrap();

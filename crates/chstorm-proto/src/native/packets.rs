@@ -224,6 +224,10 @@ pub async fn skip_progress<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) 
     Ok(())
 }
 
+/// How often a server sends a Progress packet during a query by default: every 100 ms, the
+/// `interactive_delay` setting (microseconds) of 18.16 and of current releases.
+pub const DEFAULT_INTERACTIVE_DELAY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A Progress packet's counters, each an increment since the server's previous Progress
 /// packet (clients add them up). `total_rows` is sent from revision 51554, the `written_*`
 /// pair from 54420; an older revision leaves them zero.
