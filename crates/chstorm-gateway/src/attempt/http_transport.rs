@@ -1,7 +1,9 @@
 //! The HTTP transport of the attempt loop: one request per attempt through [`Backend`], the
-//! client's body held (a copy per attempt) or streamed (the first attempt only), and an error
-//! answer read (at most [`MAX_ERROR_BODY`], within [`ERROR_BODY_TIMEOUT`]) to find its code.
+//! client's body held (a copy per attempt) or streamed (the first attempt only), a successful
+//! answer held ([`super::held`]) before it counts as the head, and an error answer read (at most
+//! [`MAX_ERROR_BODY`], within [`ERROR_BODY_TIMEOUT`]) to find its code.
 
+use super::held::{hold, Whole, HOLD_AT};
 use super::quarantine::fingerprint;
 use super::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
@@ -40,6 +42,9 @@ pub struct Http<'a> {
     pub(super) body: SendBody,
     pub(super) backend: Arc<dyn Backend>,
     pub(super) auth: &'a str,
+    /// How long a successful answer is held after its head ([`super::held`]); None for a
+    /// `HEAD` request, whose answer has no body.
+    pub(super) hold_for: Option<Duration>,
 }
 
 impl Transport for Http<'_> {
@@ -49,7 +54,7 @@ impl Transport for Http<'_> {
         &mut self,
         replica: &Arc<Replica>,
         threads: Option<usize>,
-        _live: Live,
+        live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
         let plan = self.plan;
         let uri = format!("{}{}", replica.addr.base, plan.path_and_query(threads));
@@ -77,7 +82,14 @@ impl Transport for Http<'_> {
             "authorization",
             http::HeaderValue::from_str(self.auth).unwrap_or(http::HeaderValue::from_static("")),
         );
-        Some(self.backend.send(&replica.addr, req))
+        let (head, hold_for) = (self.backend.send(&replica.addr, req), self.hold_for);
+        Some(Box::pin(async move {
+            let head = head.await?;
+            match hold_for {
+                Some(d) if head.status().is_success() => hold(head, HOLD_AT, d, || live.activity.bump()).await,
+                _ => Ok(head),
+            }
+        }))
     }
 
     fn streamed(&self) -> bool {
@@ -99,7 +111,11 @@ impl Transport for Http<'_> {
                 Some(code) if may_run_elsewhere(code) => {
                     Judged::Busy(code, String::from_utf8_lossy(&text).trim().to_string())
                 }
-                _ => Judged::Answer(Response::from_parts(parts, full(text))),
+                _ => {
+                    let mut parts = parts;
+                    parts.extensions.insert(Whole(text.len() as u64));
+                    Judged::Answer(Response::from_parts(parts, full(text)))
+                }
             }
         })
     }

@@ -26,7 +26,9 @@
 //! * **retry**: after a failure that proves the query did not run (connect refused, ClickHouse
 //!   codes 202, 209, 210, 279) or, for reads, whose outcome is unknown (reset before the head);
 //! * never for writes after they may have run, never in a session, never after the first byte
-//!   of an answer went to the client (the loop ends at the first answer head);
+//!   of an answer went to the client (the loop ends at the first answer head; over HTTP that
+//!   head comes with its answer held, [`held`], so an answer cut before its end is retried
+//!   like a reset before its head);
 //! * never for a read whose replica died while running it, unless reads of its shape succeeded
 //!   lately: the read is held to be a *query of death*, its client gets a one-line error, and
 //!   its shape is refused for `limits.query_of_death_ttl` ([`quarantine`]).
@@ -49,7 +51,8 @@
 //! * [`quarantine`]: queries of death;
 //! * `kill`: the KILL guard ([`KillGuard`]);
 //! * `exits`: the client's one-line errors when no answer comes;
-//! * `http_transport`: the HTTP [`Transport`] ([`Http`], [`HttpParts`], [`SendBody`]).
+//! * `http_transport`: the HTTP [`Transport`] ([`Http`], [`HttpParts`], [`SendBody`]);
+//! * [`held`]: the HTTP answer hold.
 
 mod exits;
 mod http_transport;
@@ -60,8 +63,10 @@ mod running;
 mod watch;
 
 pub mod hedge;
+pub mod held;
 pub mod quarantine;
 
+pub use held::Whole;
 pub use http_transport::{HttpParts, SendBody};
 pub use kill::KillGuard;
 
@@ -160,7 +165,10 @@ pub enum Outcome<H = Response<GBody>> {
 
 /// Runs the attempts for `plan` over HTTP, each a `parts` request carrying `body`.
 pub async fn run(plan: &Plan, parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
-    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth: ctx.auth };
+    // A successful answer is held for at most the per-try deadline after its head.
+    let hold_for = (parts.method != ::http::Method::HEAD)
+        .then(|| ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0));
+    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth: ctx.auth, hold_for };
     attempts(plan, &mut http, ctx).await
 }
 

@@ -33,6 +33,9 @@ enum Behave {
     Refuse,
     /// Breaks the connection after a delay.
     Reset(Duration),
+    /// Sends a 200 head and part of its answer after a delay, then breaks the connection (a
+    /// server killed between its head and its last byte).
+    BreakAfterHead(Duration, &'static str),
 }
 
 #[derive(Default)]
@@ -50,6 +53,23 @@ struct Fake {
     ping_delay: Mutex<HashMap<&'static str, Duration>>,
     /// When pings were dropped before their answer.
     pings_dropped: Arc<Mutex<Vec<tokio::time::Instant>>>,
+}
+
+/// An answer body that yields its bytes, then breaks.
+struct CutAfter(Option<Bytes>);
+
+impl http_body::Body for CutAfter {
+    type Data = Bytes;
+    type Error = crate::cluster::upstream::BoxError;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(Some(match self.0.take() {
+            Some(b) => Ok(http_body::Frame::data(b)),
+            None => Err("connection reset".into()),
+        }))
+    }
 }
 
 /// Notes when a ping is dropped before its answer.
@@ -109,6 +129,11 @@ impl Backend for Fake {
                     tokio::time::sleep(d).await;
                     Err(BackendError { connect: false, message: "connection reset".into() })
                 }
+                Behave::BreakAfterHead(d, part) => {
+                    tokio::time::sleep(d).await;
+                    let body = CutAfter(Some(Bytes::from(part)));
+                    Ok(Response::new(http_body_util::BodyExt::boxed_unsync(body)))
+                }
             }
         })
     }
@@ -129,7 +154,7 @@ impl Backend for Fake {
         let found = set.unwrap_or(match b {
             Behave::Hang => Probe::Silent,
             Behave::Refuse => Probe::Dead,
-            Behave::Answer(..) | Behave::Reset(_) => Probe::Alive,
+            Behave::Answer(..) | Behave::Reset(_) | Behave::BreakAfterHead(..) => Probe::Alive,
         });
         Box::pin(async move {
             if found == Probe::Silent {
@@ -173,8 +198,8 @@ impl World {
 
     /// Marks the shape of `plan` (held, empty body) as having run fine lately.
     fn known_good(&self, plan: &Plan) {
-        let http =
-            Http { plan, parts: HttpParts::default(), body: held(), backend: self.backend.clone(), auth: "Basic x" };
+        let backend = self.backend.clone();
+        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, auth: "Basic x", hold_for: None };
         self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
     }
 
@@ -867,6 +892,79 @@ async fn a_read_of_a_shape_known_good_is_resent_when_its_replica_dies() {
         }
     }
     panic!("no read went to the dead replica");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_whose_answer_breaks_after_its_head_is_resent_and_none_of_it_leaves() {
+    // A replica killed (kill -9) between its answer's head and its last byte: the answer is
+    // held, so the read goes elsewhere and the client gets the other replica's whole answer.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    answered(&mut w.run(&p, held()).await);
+    let dead = fake.sent_to()[0].clone();
+    let dead = if dead == R21 { R21 } else { R22 };
+    let other = if dead == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(dead, Behave::BreakAfterHead(Duration::from_millis(2), "1\t"));
+    fake.ping_finds(dead, Probe::Dead);
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\t2\n"));
+    for _ in 0..20 {
+        let before = fake.sent_to().len();
+        let mut o = w.run(&p, held()).await;
+        assert_eq!(answered(&mut o).0, other);
+        let Outcome::Answer { head, .. } = o else { unreachable!() };
+        assert_eq!(head.extensions().get::<Whole>().map(|w| w.0), Some(4), "the whole answer, held");
+        let body = http_body_util::BodyExt::collect(head.into_body()).await.unwrap().to_bytes();
+        assert_eq!(body, "1\t2\n", "nothing of the broken answer");
+        if fake.sent_to()[before] == dead {
+            assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
+            assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
+            return;
+        }
+    }
+    panic!("no read went to the replica that breaks");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_replica_that_dies_mid_answer_of_a_new_shape_is_a_query_of_death() {
+    let fake = Fake::with(&[
+        (R21, Behave::BreakAfterHead(Duration::from_millis(10), "1\n")),
+        (R22, Behave::BreakAfterHead(Duration::from_millis(10), "1\n")),
+    ]);
+    fake.ping_finds(R21, Probe::Dead);
+    fake.ping_finds(R22, Probe::Dead);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::BAD_GATEWAY);
+            assert!(message.contains("died while running this query"), "{message}");
+            assert!(message.contains("the answer broke after 2 bytes"), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("a cut answer went to the client"),
+    }
+    assert_eq!(fake.sent_to().len(), 1, "sent once: not retried, not hedged");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_write_whose_answer_breaks_after_its_head_fails_in_one_line() {
+    // A write is never sent twice; the client learns its outcome is unknown, not a cut answer.
+    let cut = Behave::BreakAfterHead(Duration::from_millis(1), "");
+    let fake = Fake::with(&[(R11, cut), (R12, cut), (R21, cut), (R22, cut)]);
+    let w = World::new(&fake);
+    let p = w.plan("INSERT INTO t VALUES (1)", BodyShape::Held);
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::BAD_GATEWAY, "{message}");
+            assert!(message.contains("the answer broke after 0 bytes"), "{message}");
+        }
+        Outcome::Answer { .. } => panic!("a cut answer went to the client"),
+    }
+    assert_eq!(fake.sent_to().len(), 1, "a write is sent once");
 }
 
 #[tokio::test(start_paused = true)]

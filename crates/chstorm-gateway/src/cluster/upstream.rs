@@ -12,6 +12,7 @@
 use crate::config::{IdleTimeout, PoolCfg, ReplicaAddr};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use http_body::{Body, Frame};
 use http_body_util::combinators::UnsyncBoxBody;
 use http_body_util::{BodyExt, Empty};
 use hyper::body::Incoming;
@@ -22,6 +23,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -39,6 +41,33 @@ pub fn empty() -> GBody {
 
 pub fn full(b: impl Into<Bytes>) -> GBody {
     http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
+}
+
+/// A body that yields `head` first, then `rest`: a streamed client body whose head the gateway
+/// read to classify it, or an answer whose head was held.
+pub struct Prefixed {
+    head: Option<Bytes>,
+    rest: GBody,
+}
+
+impl Prefixed {
+    pub fn wrap(head: Bytes, rest: GBody) -> GBody {
+        Prefixed { head: Some(head).filter(|h| !h.is_empty()), rest }.boxed_unsync()
+    }
+}
+
+impl Body for Prefixed {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(h) = self.head.take() {
+            return Poll::Ready(Some(Ok(Frame::data(h))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.head.is_none() && self.rest.is_end_stream()
+    }
 }
 
 type Connector = crate::cluster::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;

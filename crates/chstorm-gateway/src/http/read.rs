@@ -237,7 +237,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
                 sql: url_query,
                 params,
                 shape: BodyShape::Opaque,
-                body: ClientBody::Opaque(super::body::Prefixed::wrap(head, body)),
+                body: ClientBody::Opaque(crate::cluster::upstream::Prefixed::wrap(head, body)),
                 form_read: false,
                 charge,
             });

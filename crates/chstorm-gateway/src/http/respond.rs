@@ -5,7 +5,7 @@
 //! retries and hedges are logged here.
 
 use super::body::{Guarded, Streamed};
-use crate::attempt::Outcome;
+use crate::attempt::{Outcome, Whole};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
@@ -52,10 +52,16 @@ impl Answer<'_, '_> {
                 set_ids(r.headers_mut(), query_id, route, None, None);
                 r
             }
-            Outcome::Answer { head: resp, won, retries, hedged } => {
+            Outcome::Answer { head: resp, mut won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
                 note_backend_spelling(&mut parts);
                 strip_hop(&mut parts.headers);
+                // An answer read whole leaves in one write, with its length; its query has
+                // ended on the server, so nothing is left to KILL.
+                if let Some(Whole(len)) = parts.extensions.get::<Whole>() {
+                    parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(*len));
+                    won.guard.disarm();
+                }
                 let threads = won.grant.as_ref().map(|g| g.threads());
                 set_ids(&mut parts.headers, query_id, route, Some(won.replica.label()), threads);
                 self.record(parts.status, route);

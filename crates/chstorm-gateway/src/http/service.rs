@@ -167,11 +167,12 @@ where
     let http = for_http(&parts, u.readonly, plan.replace_body.is_some() || read.shape == BodyShape::Held);
     let body = match read.body {
         ClientBody::Held(b) => SendBody::Held(b),
-        ClientBody::Streamed { head, rest } => SendBody::Once(Some(super::body::Prefixed::wrap(head, rest))),
+        ClientBody::Streamed { head, rest } => {
+            SendBody::Once(Some(crate::cluster::upstream::Prefixed::wrap(head, rest)))
+        }
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
-    let hold_for = ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0);
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = parts.extensions.get::<ClientFin>().filter(|_| plan.kind == StatementKind::Read);
     let outcome = match fin {
@@ -181,15 +182,11 @@ where
         },
         None => crate::attempt::run(&plan, http, body, &ctx).await,
     };
-    let mut resp =
-        Answer { exit: &exit }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
-    if let Some(fin) = fin {
-        resp = resp.map(|b| fin.cut(b));
+    let resp = Answer { exit: &exit }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
+    match fin {
+        Some(fin) => resp.map(|b| fin.cut(b)),
+        None => resp,
     }
-    if parts.method == Method::HEAD {
-        return resp;
-    }
-    super::body::hold_small(resp, super::body::HOLD_AT, hold_for).await
 }
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's

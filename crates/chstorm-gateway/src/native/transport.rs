@@ -386,6 +386,8 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     const REV: u64 = 54412;
+    /// How long a fake replica keeps its connection open after its answer.
+    const LINGER: Duration = Duration::from_secs(5);
 
     /// An empty server Data block: a SELECT's header (no columns here).
     fn header() -> Vec<u8> {
@@ -401,8 +403,8 @@ mod tests {
     }
 
     /// A replica's native port for one query: its Hello, then for the query each packet of
-    /// `answer` in turn, each followed by its pause.
-    async fn replica(answer: Vec<(Vec<u8>, Duration)>) -> String {
+    /// `answer` in turn, each followed by its pause; it closes the connection `linger` later.
+    async fn replica(answer: Vec<(Vec<u8>, Duration)>, linger: Duration) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(async move {
@@ -418,7 +420,7 @@ mod tests {
                 s.write_all(&packet).await.unwrap();
                 tokio::time::sleep(pause).await;
             }
-            tokio::time::sleep(Duration::from_secs(5)).await;
+            tokio::time::sleep(linger).await;
         });
         addr
     }
@@ -427,8 +429,9 @@ mod tests {
     /// progress taken apart, the attempt's signs of work).
     async fn read_from(
         answer: Vec<(Vec<u8>, Duration)>,
+        linger: Duration,
     ) -> (BoxFuture<Result<NativeHead, BackendError>>, Arc<HeldProgress>, Arc<Activity>) {
-        let native = replica(answer).await;
+        let native = replica(answer, linger).await;
         let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
         let sql = "SELECT count() FROM items";
         let plan = crate::query::plan::plan(
@@ -478,7 +481,7 @@ mod tests {
     async fn a_short_read_leaves_as_its_replica_sent_it() {
         let eos = vec![server::END_OF_STREAM as u8];
         let answer = [header(), progress(), header(), progress(), eos];
-        let (head, apart, _) = read_from(answer.iter().map(|p| (p.clone(), Duration::ZERO)).collect()).await;
+        let (head, apart, _) = read_from(answer.iter().map(|p| (p.clone(), Duration::ZERO)).collect(), LINGER).await;
         let head = head.await.unwrap();
         assert_eq!(head.raw, answer.concat(), "byte for byte, its Progress packets in place");
         assert_eq!(apart.take(), None);
@@ -492,7 +495,7 @@ mod tests {
         answer.extend((0..20).map(|_| (progress(), Duration::from_millis(20))));
         answer.push((vec![], Duration::from_millis(300)));
         answer.push((vec![server::END_OF_STREAM as u8], Duration::ZERO));
-        let (mut head, apart, activity) = read_from(answer).await;
+        let (mut head, apart, activity) = read_from(answer, LINGER).await;
         // Signs of work, and the read stays held through the silence.
         if let Ok(r) = tokio::time::timeout(Duration::from_millis(550), &mut head).await {
             panic!("let go early: {:?}", r.map(|h| h.raw));
@@ -505,5 +508,16 @@ mod tests {
         assert_eq!(head.code, server::END_OF_STREAM);
         assert_eq!(head.raw, [header(), vec![server::END_OF_STREAM as u8]].concat());
         assert_eq!(apart.take(), None);
+    }
+
+    #[tokio::test]
+    async fn a_read_cut_before_its_end_is_the_attempt_s_failure() {
+        // A replica killed after its header block and a Progress: nothing of the answer is
+        // handed on; the attempt fails (and the attempt loop may send the read elsewhere).
+        let answer = vec![(header(), Duration::ZERO), (progress(), Duration::ZERO)];
+        let (head, _, _) = read_from(answer, Duration::ZERO).await;
+        let e = tokio::time::timeout(Duration::from_secs(5), head).await.expect("the break is seen").err().unwrap();
+        assert!(!e.connect, "the query was sent: its outcome is unknown");
+        assert!(e.message.starts_with("reading the answer from"), "{}", e.message);
     }
 }

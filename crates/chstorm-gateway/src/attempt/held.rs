@@ -1,0 +1,205 @@
+//! The HTTP answer hold: an attempt's successful answer is read before it counts as the
+//! attempt's head, until it ends, reaches [`HOLD_AT`] (64 KiB), or the per-try deadline passes
+//! after its head, whichever comes first ([`hold`]).
+//!
+//! Two reasons, one mechanism:
+//! * **Nothing is lost while no byte went out.** A replica that dies between its head and its
+//!   last byte (a kill -9, an OOM kill, a crash) breaks the held answer inside the attempt
+//!   loop, where a read is retried or hedged as if the break came before the head (and a
+//!   query of death is told apart the same way). Were the head let go first, the client would
+//!   get a cut answer that nothing can mend.
+//! * **One write.** 18.16 writes even a one-row answer as three segments (the head, the data,
+//!   the last chunk); an answer read whole leaves in one write with a `Content-Length`
+//!   ([`Whole`]), where three writes each pay the loopback peer's receive and wake-up (about
+//!   11 µs apiece on 2 cores, `docs/PERFORMANCE.md`).
+//!
+//! Holding costs no latency a client could see: 18.16 holds its answer in its output buffer
+//! (1 MiB) and sends the segments back to back at the query's end. An answer longer than
+//! 64 KiB, or still coming one per-try deadline after its head, streams from there, its held
+//! bytes first: its first bytes reach the client about as they would direct, and from then on
+//! the answer belongs to its replica.
+
+use crate::cluster::upstream::{full, BackendError, BoxError, GBody, Prefixed};
+use bytes::Bytes;
+use http::Response;
+use http_body::{Body, Frame};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// The most of an answer [`hold`] holds before it lets the head go: 64 KiB.
+pub const HOLD_AT: usize = 64 * 1024;
+
+/// Marks an answer read whole: its length goes out as its `Content-Length`.
+#[derive(Debug, Clone, Copy)]
+pub struct Whole(pub u64);
+
+/// Reads `resp`'s body until it ends (the answer becomes whole, marked [`Whole`]), passes
+/// `hold_at` bytes, or `hold_for` passes (it streams from there, what was held first). Every
+/// frame is a sign of work (`bump`). A body that breaks while held is the attempt's failure:
+/// nothing of it went to the client.
+pub async fn hold(
+    resp: Response<GBody>,
+    hold_at: usize,
+    hold_for: Duration,
+    bump: impl Fn(),
+) -> Result<Response<GBody>, BackendError> {
+    use http_body_util::BodyExt;
+    let (mut parts, mut body) = resp.into_parts();
+    let mut held = bytes::BytesMut::new();
+    let until = tokio::time::Instant::now() + hold_for;
+    loop {
+        if held.len() > hold_at {
+            return Ok(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body)));
+        }
+        // Waiting for a frame loses nothing when it is given up (`frame` only polls the body).
+        let Ok(frame) = tokio::time::timeout_at(until, body.frame()).await else {
+            return Ok(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body)));
+        };
+        bump();
+        match frame {
+            None => {
+                parts.extensions.insert(Whole(held.len() as u64));
+                return Ok(Response::from_parts(parts, full(held.freeze())));
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => held.extend_from_slice(&data),
+                // Trailers (ClickHouse sends none): stream from here, the trailers included.
+                Err(frame) => {
+                    let rest = Prefixed::wrap(held.freeze(), Replay::wrap(frame, body));
+                    return Ok(Response::from_parts(parts, rest));
+                }
+            },
+            Some(Err(e)) => {
+                let message = format!("the answer broke after {} bytes: {e}", held.len());
+                return Err(BackendError { connect: false, message });
+            }
+        }
+    }
+}
+
+/// A body that yields one frame taken out of `rest` ahead of time, then `rest`.
+struct Replay {
+    first: Option<Frame<Bytes>>,
+    rest: GBody,
+}
+
+impl Replay {
+    fn wrap(first: Frame<Bytes>, rest: GBody) -> GBody {
+        use http_body_util::BodyExt;
+        Replay { first: Some(first), rest }.boxed_unsync()
+    }
+}
+
+impl Body for Replay {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some(f) = self.first.take() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.first.is_none() && self.rest.is_end_stream()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::collections::VecDeque;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A backend body: these frames, then the end.
+    struct Frames(VecDeque<Result<Frame<Bytes>, BoxError>>);
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+            Poll::Ready(self.0.pop_front())
+        }
+    }
+    fn answer(parts: &[&str], error_at_end: bool) -> Response<GBody> {
+        let mut f: VecDeque<_> = parts.iter().map(|p| Ok(Frame::data(Bytes::from(p.to_string())))).collect();
+        if error_at_end {
+            f.push_back(Err("the backend went away".into()));
+        }
+        Response::new(Frames(f).boxed_unsync())
+    }
+    const LONG: Duration = Duration::from_secs(3600);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_answer_streams_from_the_per_try_deadline_on() {
+        // The first bytes at once, the rest only after 3 s (a long read).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        tx.send(Ok(Frame::data(Bytes::from("first\n")))).await.unwrap();
+        let body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed_unsync();
+        let t0 = tokio::time::Instant::now();
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(100), "held only to the deadline");
+        assert!(r.extensions().get::<Whole>().is_none(), "it streams");
+        let mut body = r.into_body();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "first\n");
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            tx.send(Ok(Frame::data(Bytes::from("last\n")))).await.unwrap();
+        });
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "last\n");
+        assert!(body.frame().await.is_none());
+    }
+
+    /// A stream of the frames sent on `rx`.
+    fn tokio_stream_from(
+        rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>,
+    ) -> impl futures_core::Stream<Item = Result<Frame<Bytes>, BoxError>> {
+        struct S(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, BoxError>>);
+        impl futures_core::Stream for S {
+            type Item = Result<Frame<Bytes>, BoxError>;
+            fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+                self.0.poll_recv(cx)
+            }
+        }
+        S(rx)
+    }
+
+    #[tokio::test]
+    async fn a_small_answer_is_whole_in_one_frame_and_each_frame_is_a_sign_of_work() {
+        let bumps = AtomicUsize::new(0);
+        let r = hold(answer(&["1\n", "2\n", "3\n"], false), 1024, LONG, || {
+            bumps.fetch_add(1, Ordering::Relaxed);
+        })
+        .await
+        .unwrap();
+        assert_eq!(r.extensions().get::<Whole>().map(|w| w.0), Some(6));
+        assert_eq!(bumps.load(Ordering::Relaxed), 4, "three frames and the end");
+        let mut body = r.into_body();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "1\n2\n3\n", "one frame, one write");
+        assert!(body.frame().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_long_answer_streams_after_what_was_held() {
+        let r = hold(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5, LONG, || ()).await.unwrap();
+        assert!(r.extensions().get::<Whole>().is_none(), "a long answer keeps streaming");
+        let all = r.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(all, "aaaabbbbccccdddd");
+    }
+
+    #[tokio::test]
+    async fn a_break_while_held_fails_the_attempt() {
+        let e = hold(answer(&["1\n", "2\n"], true), 1024, LONG, || ()).await.unwrap_err();
+        assert!(!e.connect, "the query was sent: its outcome is unknown");
+        assert_eq!(e.message, "the answer broke after 4 bytes: the backend went away");
+    }
+
+    #[tokio::test]
+    async fn a_break_after_the_hold_reaches_the_client_after_what_was_held() {
+        let r = hold(answer(&["aaaa", "bbbb", "cccc"], true), 5, LONG, || ()).await.unwrap();
+        let mut body = r.into_body();
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "aaaabbbb");
+        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "cccc");
+        assert_eq!(body.frame().await.unwrap().unwrap_err().to_string(), "the backend went away");
+    }
+}
