@@ -9,7 +9,6 @@
 
 use chstorm_local::{ClusterSpec, LocalCluster};
 use chstorm_testenv::{curl, post};
-use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -17,36 +16,15 @@ use std::time::{Duration, Instant};
 
 /// Serves one connection of the fake replica: `/ping` answers `Ok.`, a query gets a 200 head
 /// and one chunk of `1\n`, then the connection is closed (counted in `cut`).
-fn serve(mut conn: TcpStream, cut: &AtomicUsize) {
+fn serve(conn: TcpStream, cut: &AtomicUsize) {
     let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse().unwrap_or(0)))
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                buf.drain(..end + 4 + len);
-                if head.starts_with("get /ping") {
-                    let ok = b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=3\r\nContent-Length: 4\r\n\r\nOk.\n";
-                    if conn.write_all(ok).is_err() {
-                        return;
-                    }
-                    continue;
-                }
-                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n1\n\r\n");
-                cut.fetch_add(1, Ordering::SeqCst);
-                return;
-            }
+    chstorm_testenv::serve_http(conn, |head| {
+        if head.starts_with("get /ping") {
+            return (b"HTTP/1.1 200 OK\r\nKeep-Alive: timeout=3\r\nContent-Length: 4\r\n\r\nOk.\n".to_vec(), true);
         }
-        match conn.read(&mut chunk) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
+        cut.fetch_add(1, Ordering::SeqCst);
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n1\n\r\n".to_vec(), false)
+    });
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Test environments shared by the gateway's integration tests (in `chstorm-gateway` and
 //! `chstorm`): a real 2x2 ClickHouse cluster with the `items` dataset, the gateway config that
-//! `chstorm local up` writes for it, and curl helpers; and [`answer_ones`], the fake HTTP server
-//! of the load engine's and colocate's fault tests. Dev-only (`publish = false`).
+//! `chstorm local up` writes for it, and curl helpers; and fake HTTP servers for faults a real
+//! server cannot produce ([`serve_http`], and [`answer_ones`] on it, the load engine's and
+//! colocate's). Dev-only (`publish = false`).
 //!
 //! This crate does not depend on `chstorm-gateway` (which uses it as a dev-dependency): it hands
 //! out the gateway config's path and the test starts `chstorm_gateway::Gateway` itself, on
@@ -112,7 +113,18 @@ pub fn post(url: &str, sql: &str) -> (u16, String) {
 /// `Content-Length` body) is answered `200` with the body `1\n`, after `before_answer` runs (a
 /// test's fault: a stall, a count). Returns when the client closes or a write fails. For faults
 /// a real server cannot produce; used by the load engine's and colocate's tests.
-pub fn answer_ones(mut conn: std::net::TcpStream, mut before_answer: impl FnMut()) {
+pub fn answer_ones(conn: std::net::TcpStream, mut before_answer: impl FnMut()) {
+    serve_http(conn, |_| {
+        before_answer();
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n".to_vec(), true)
+    })
+}
+
+/// Serves a fake HTTP server on `conn`: each complete request (its head and its
+/// `Content-Length` body) gets the bytes `answer` makes of its head (lower-cased), and the
+/// connection stays open while `answer` says so. Returns when the client closes, a write
+/// fails, or the connection is given up.
+pub fn serve_http(mut conn: std::net::TcpStream, mut answer: impl FnMut(&str) -> (Vec<u8>, bool)) {
     use std::io::{Read, Write};
     let _ = conn.set_nonblocking(false);
     let _ = conn.set_nodelay(true);
@@ -129,8 +141,8 @@ pub fn answer_ones(mut conn: std::net::TcpStream, mut before_answer: impl FnMut(
                 break;
             }
             buf.drain(..end + 4 + len);
-            before_answer();
-            if conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n").is_err() {
+            let (bytes, keep_open) = answer(&head);
+            if conn.write_all(&bytes).is_err() || !keep_open {
                 return;
             }
         }

@@ -867,37 +867,20 @@ async fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_ref
 #[tokio::test(start_paused = true)]
 async fn a_read_of_a_shape_known_good_is_resent_when_its_replica_dies() {
     // A replica killed by something else (kill -9) with lookups in flight: they go elsewhere.
-    let fake = Fake::with(&[
-        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
-        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
-    ]);
-    let w = World::new(&fake);
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
-    answered(&mut w.run(&p, held()).await);
-    let first = fake.sent_to()[0].clone();
-    let dead = if first == R21 { R21 } else { R22 };
-    let other = if dead == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(dead, Behave::Reset(Duration::from_millis(10)));
-    fake.ping_finds(dead, Probe::Dead);
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\n"));
-    // Send until one goes to the dead replica (P2C), at most 20 reads.
-    for _ in 0..20 {
-        let before = fake.sent_to().len();
-        let mut o = w.run(&p, held()).await;
-        assert_eq!(answered(&mut o).0, other);
-        if fake.sent_to()[before] == dead {
-            assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
-            assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
-            return;
-        }
-    }
-    panic!("no read went to the dead replica");
+    resent_past_a_death(Behave::Reset(Duration::from_millis(10)), "1\n").await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_read_whose_answer_breaks_after_its_head_is_resent_and_none_of_it_leaves() {
     // A replica killed (kill -9) between its answer's head and its last byte: the answer is
     // held, so the read goes elsewhere and the client gets the other replica's whole answer.
+    resent_past_a_death(Behave::BreakAfterHead(Duration::from_millis(2), "1\t"), "1\t2\n").await;
+}
+
+/// A read of a shape known good, on a shard whose replica it first went to then dies as `death`
+/// (its ping refused) while the other answers `answer`: reads are sent until one meets the
+/// death (P2C, at most 20), and each gets the other replica's whole answer.
+async fn resent_past_a_death(death: Behave, answer: &'static str) {
     let fake = Fake::with(&[
         (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
@@ -905,27 +888,26 @@ async fn a_read_whose_answer_breaks_after_its_head_is_resent_and_none_of_it_leav
     let w = World::new(&fake);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     answered(&mut w.run(&p, held()).await);
-    let dead = fake.sent_to()[0].clone();
-    let dead = if dead == R21 { R21 } else { R22 };
+    let dead = if fake.sent_to()[0] == R21 { R21 } else { R22 };
     let other = if dead == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(dead, Behave::BreakAfterHead(Duration::from_millis(2), "1\t"));
+    fake.behave.lock().unwrap().insert(dead, death);
     fake.ping_finds(dead, Probe::Dead);
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\t2\n"));
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, answer));
     for _ in 0..20 {
         let before = fake.sent_to().len();
         let mut o = w.run(&p, held()).await;
         assert_eq!(answered(&mut o).0, other);
         let Outcome::Answer { head, .. } = o else { unreachable!() };
-        assert_eq!(head.extensions().get::<Whole>().map(|w| w.0), Some(4), "the whole answer, held");
+        assert_eq!(head.extensions().get::<Whole>().map(|w| w.0), Some(answer.len() as u64), "held whole");
         let body = http_body_util::BodyExt::collect(head.into_body()).await.unwrap().to_bytes();
-        assert_eq!(body, "1\t2\n", "nothing of the broken answer");
+        assert_eq!(body, answer, "nothing of a broken answer");
         if fake.sent_to()[before] == dead {
             assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
             assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
             return;
         }
     }
-    panic!("no read went to the replica that breaks");
+    panic!("no read went to the replica that dies");
 }
 
 #[tokio::test(start_paused = true)]
