@@ -8,6 +8,13 @@
 //! - `http`: a hyper HTTP/1 server whose every request is sent as-is through a hyper-util pooled
 //!   client and whose answer is streamed back. The least an HTTP proxy that can route by request
 //!   does: one parse each way, one pool.
+//! - `h1`: the same work without hyper: each request and answer framed with `httparse` (a
+//!   `Content-Length` or chunked body, its bytes passed on as they came), the backend exchange
+//!   inside the client connection's own task (no connection task, no channel), one write each
+//!   way for a small exchange, idle backend connections in one shared pool. What an HTTP/1 path
+//!   of the gateway's own could cost. It holds each answer whole (fine for `SELECT 1`, not a
+//!   proxy); a pooled connection the server closed while idle gets the request once more on a
+//!   new connection.
 //!
 //! Both run on one current-thread runtime, as the gateway's `workers: 1` does.
 //!
@@ -31,9 +38,9 @@ use tokio::net::{TcpListener, TcpStream};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, listen, backend) = match args.as_slice() {
-        [m, l, b] if m == "l4" || m == "http" => (m.clone(), l.clone(), b.clone()),
+        [m, l, b] if ["l4", "http", "h1"].contains(&m.as_str()) => (m.clone(), l.clone(), b.clone()),
         _ => {
-            eprintln!("usage: floor_relay l4|http LISTEN_ADDR BACKEND_ADDR (e.g. l4 127.0.0.1:9100 127.0.0.1:8123)");
+            eprintln!("usage: floor_relay l4|http|h1 LISTEN_ADDR BACKEND_ADDR (e.g. l4 127.0.0.1:9100 127.0.0.1:8123)");
             std::process::exit(2);
         }
     };
@@ -52,10 +59,10 @@ fn main() {
             std::process::exit(1)
         });
         eprintln!("floor_relay {mode} listening on {listen}, backend {backend}");
-        if mode == "l4" {
-            l4(listener, backend).await
-        } else {
-            http(listener, backend).await
+        match mode.as_str() {
+            "l4" => l4(listener, backend).await,
+            "h1" => h1(listener, backend).await,
+            _ => http(listener, backend).await,
         }
     });
 }
@@ -99,5 +106,130 @@ async fn http(listener: TcpListener, backend: SocketAddr) {
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
         });
+    }
+}
+
+/// Idle backend connections of the `h1` relay.
+type Pool = std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>;
+
+async fn h1(listener: TcpListener, backend: SocketAddr) {
+    let pool = Pool::default();
+    loop {
+        let Ok((client, _)) = listener.accept().await else { continue };
+        let _ = client.set_nodelay(true);
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            if let Err(e) = h1_conn(client, backend, &pool).await {
+                eprintln!("floor_relay h1: {e}");
+            }
+        });
+    }
+}
+
+/// Relays one client connection's requests, one at a time, each over a pooled backend connection.
+async fn h1_conn(mut client: TcpStream, backend: SocketAddr, pool: &Pool) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut req = bytes::BytesMut::with_capacity(16 << 10);
+    let mut ans = bytes::BytesMut::with_capacity(16 << 10);
+    loop {
+        let Some(len) = read_framed(&mut client, &mut req, request_len).await? else { return Ok(()) };
+        // A pooled connection the server closed while idle answers nothing: the request goes
+        // once more on a new connection, as hyper's pool does.
+        let mut pooled = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let (up, alen) = loop {
+            let was_pooled = pooled.is_some();
+            let mut up = match pooled.take() {
+                Some(c) => c,
+                None => {
+                    let c = TcpStream::connect(backend).await?;
+                    c.set_nodelay(true)?;
+                    c
+                }
+            };
+            let answer = match up.write_all(&req[..len]).await {
+                Ok(()) => read_framed(&mut up, &mut ans, answer_len).await,
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(Some(alen)) => break (up, alen),
+                _ if was_pooled && ans.is_empty() => continue,
+                Ok(None) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the backend closed")),
+                Err(e) => return Err(e),
+            }
+        };
+        let _ = req.split_to(len);
+        client.write_all(&ans[..alen]).await?;
+        let _ = ans.split_to(alen);
+        pool.lock().unwrap_or_else(|e| e.into_inner()).push(up);
+    }
+}
+
+/// Reads into `buf` until it holds one whole message as `len_of` frames it; its length, or
+/// None when the peer closed first.
+async fn read_framed(
+    io: &mut TcpStream,
+    buf: &mut bytes::BytesMut,
+    len_of: fn(&[u8]) -> std::io::Result<Option<usize>>,
+) -> std::io::Result<Option<usize>> {
+    use tokio::io::AsyncReadExt;
+    loop {
+        if let Some(n) = len_of(buf)?.filter(|n| buf.len() >= *n) {
+            return Ok(Some(n));
+        }
+        if io.read_buf(buf).await? == 0 {
+            return Ok(None);
+        }
+    }
+}
+
+fn bad(what: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string())
+}
+
+fn content_length(headers: &[httparse::Header]) -> std::io::Result<Option<usize>> {
+    let Some(h) = headers.iter().find(|h| h.name.eq_ignore_ascii_case("content-length")) else { return Ok(None) };
+    std::str::from_utf8(h.value)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map(Some)
+        .ok_or_else(|| bad("a bad Content-Length"))
+}
+
+/// A request's whole length (head and `Content-Length` body), once its head is in `buf`.
+fn request_len(buf: &[u8]) -> std::io::Result<Option<usize>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(buf).map_err(bad)? {
+        httparse::Status::Partial => Ok(None),
+        httparse::Status::Complete(head) => Ok(Some(head + content_length(r.headers)?.unwrap_or(0))),
+    }
+}
+
+/// An answer's whole length (head and a `Content-Length` or chunked body), once it can be told.
+fn answer_len(buf: &[u8]) -> std::io::Result<Option<usize>> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut headers);
+    let head = match r.parse(buf).map_err(bad)? {
+        httparse::Status::Partial => return Ok(None),
+        httparse::Status::Complete(head) => head,
+    };
+    if let Some(len) = content_length(r.headers)? {
+        return Ok(Some(head + len));
+    }
+    // Chunked: size lines and their chunks, up to the last chunk and the empty line after it.
+    let mut at = head;
+    loop {
+        let (size_len, size) = match httparse::parse_chunk_size(&buf[at..]).map_err(|_| bad("a bad chunk size"))? {
+            httparse::Status::Partial => return Ok(None),
+            httparse::Status::Complete(c) => c,
+        };
+        at += size_len;
+        if size == 0 {
+            return Ok((buf.len() >= at + 2).then_some(at + 2));
+        }
+        at += size as usize + 2;
+        if at > buf.len() {
+            return Ok(None);
+        }
     }
 }
