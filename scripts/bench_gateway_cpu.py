@@ -29,13 +29,14 @@ more CPU per query than HAProxy in HTTP mode and at least its share of direct QP
 port no more CPU per query than HAProxy in TCP mode; with many clients at least HAProxy's QPS and
 no worse P99; 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
 
-The floor: in the same alternation, three relays with nothing of the gateway in them
+The floor: in the same alternation, four relays with nothing of the gateway in them
 (crates/chstorm-gateway/examples/floor_relay.rs, one current-thread runtime like `workers: 1`):
 `l4` copies bytes between a client connection and its own backend connection, `http` is a bare
 hyper server in front of a pooled hyper client, `h1` frames requests and answers with httparse
-and does the backend exchange in the client connection's own task. Their CPU per query is what
-any proxy, any hyper-based proxy, and an HTTP/1 path without hyper cost on this machine; the
-gateway's figure is printed beside them.
+and does the backend exchange in the client connection's own task, `hfront` is hyper's server in
+front of h1's backend exchange. Their CPU per query is what any proxy, any hyper-based proxy, and
+an HTTP/1 path without hyper (or without hyper's client) cost on this machine; the gateway's
+figure is printed beside them.
 --no-floors leaves them out.
 
 The peers: in the same alternation, HAProxy and nginx in front of the same server, each one
@@ -276,7 +277,7 @@ def main():
     ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
-    ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper, httparse)")
+    ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper, httparse, hyper front)")
     ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
     ap.add_argument("--many", type=int, default=256,
                     help="keep-alive clients of the many-connections rows (wrk -t2; default 256; 0 leaves them out)")
@@ -296,7 +297,7 @@ def main():
             relay = os.path.abspath(args.floor_relay)
             if not os.path.exists(relay):
                 sh(["cargo", "build", "--release", "-p", "chstorm-gateway", "--example", "floor_relay"])
-            for mode in ("l4", "http", "h1"):
+            for mode in ("l4", "http", "h1", "hfront"):
                 p = free_port()
                 proc = subprocess.Popen([relay, mode, f"127.0.0.1:{p}", url.removeprefix("http://")],
                                         stderr=subprocess.DEVNULL)
@@ -429,7 +430,8 @@ def main():
           f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}"
           + (f"; HAProxy HTTP mode {hp['qps_ratio']:.3f}, target: at least HAProxy's)" if hp else ")"))
     for mode, f in res["floors"].items():
-        what = {"l4": "l4 byte relay", "http": "bare hyper relay", "h1": "httparse relay, in-task backend"}[mode]
+        what = {"l4": "l4 byte relay", "http": "bare hyper relay", "h1": "httparse relay, in-task backend",
+                "hfront": "hyper server, httparse in-task backend"}[mode]
         print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
              "nginx": "nginx, proxy_pass, upstream keepalive"}

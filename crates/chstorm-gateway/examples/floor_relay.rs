@@ -15,6 +15,8 @@
 //!   of the gateway's own could cost. It holds each answer whole (fine for `SELECT 1`, not a
 //!   proxy); a pooled connection the server closed while idle gets the request once more on a
 //!   new connection.
+//! - `hfront`: hyper's server in front of `h1`'s backend exchange: which half of the hyper
+//!   floor's cost is its server, and which its client.
 //!
 //! Both run on one current-thread runtime, as the gateway's `workers: 1` does.
 //!
@@ -38,9 +40,11 @@ use tokio::net::{TcpListener, TcpStream};
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let (mode, listen, backend) = match args.as_slice() {
-        [m, l, b] if ["l4", "http", "h1"].contains(&m.as_str()) => (m.clone(), l.clone(), b.clone()),
+        [m, l, b] if ["l4", "http", "h1", "hfront"].contains(&m.as_str()) => (m.clone(), l.clone(), b.clone()),
         _ => {
-            eprintln!("usage: floor_relay l4|http|h1 LISTEN_ADDR BACKEND_ADDR (e.g. l4 127.0.0.1:9100 127.0.0.1:8123)");
+            eprintln!(
+                "usage: floor_relay l4|http|h1|hfront LISTEN_ADDR BACKEND_ADDR (e.g. l4 127.0.0.1:9100 127.0.0.1:8123)"
+            );
             std::process::exit(2);
         }
     };
@@ -62,6 +66,7 @@ fn main() {
         match mode.as_str() {
             "l4" => l4(listener, backend).await,
             "h1" => h1(listener, backend).await,
+            "hfront" => hfront(listener, backend).await,
             _ => http(listener, backend).await,
         }
     });
@@ -133,34 +138,125 @@ async fn h1_conn(mut client: TcpStream, backend: SocketAddr, pool: &Pool) -> std
     let mut ans = bytes::BytesMut::with_capacity(16 << 10);
     loop {
         let Some(len) = read_framed(&mut client, &mut req, request_len).await? else { return Ok(()) };
-        // A pooled connection the server closed while idle answers nothing: the request goes
-        // once more on a new connection, as hyper's pool does.
-        let mut pooled = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let (up, alen) = loop {
-            let was_pooled = pooled.is_some();
-            let mut up = match pooled.take() {
-                Some(c) => c,
-                None => {
-                    let c = TcpStream::connect(backend).await?;
-                    c.set_nodelay(true)?;
-                    c
-                }
-            };
-            let answer = match up.write_all(&req[..len]).await {
-                Ok(()) => read_framed(&mut up, &mut ans, answer_len).await,
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(Some(alen)) => break (up, alen),
-                _ if was_pooled && ans.is_empty() => continue,
-                Ok(None) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the backend closed")),
-                Err(e) => return Err(e),
-            }
-        };
+        let (up, alen) = exchange(&req[..len], backend, pool, &mut ans).await?;
         let _ = req.split_to(len);
         client.write_all(&ans[..alen]).await?;
         let _ = ans.split_to(alen);
         pool.lock().unwrap_or_else(|e| e.into_inner()).push(up);
+    }
+}
+
+async fn hfront(listener: TcpListener, backend: SocketAddr) {
+    let pool = Pool::default();
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let pool = pool.clone();
+                async move {
+                    let resp = match hfront_exchange(req, backend, &pool).await {
+                        Ok(r) => r,
+                        Err(_) => Response::builder().status(502).body(Bytes::new()).expect("a valid response"),
+                    };
+                    Ok::<Response<Body>, hyper::Error>(resp.map(full_body))
+                }
+            });
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+        });
+    }
+}
+
+fn full_body(b: Bytes) -> Body {
+    http_body_util::Full::new(b).map_err(|never| match never {}).boxed()
+}
+
+/// One request of `hfront`: written out as HTTP/1.1 bytes, exchanged, its answer parsed back
+/// (a chunked body joined) into a response for hyper's server.
+async fn hfront_exchange(req: Request<Incoming>, backend: SocketAddr, pool: &Pool) -> std::io::Result<Response<Bytes>> {
+    let (parts, body) = req.into_parts();
+    let body = body.collect().await.map_err(bad)?.to_bytes();
+    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut out = format!("{} {path} HTTP/1.1\r\n", parts.method).into_bytes();
+    for (k, v) in &parts.headers {
+        if k != http::header::CONTENT_LENGTH && k != http::header::TRANSFER_ENCODING {
+            out.extend_from_slice(k.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(v.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    out.extend_from_slice(format!("content-length: {}\r\n\r\n", body.len()).as_bytes());
+    out.extend_from_slice(&body);
+    let mut ans = bytes::BytesMut::with_capacity(16 << 10);
+    let (up, alen) = exchange(&out, backend, pool, &mut ans).await?;
+    pool.lock().unwrap_or_else(|e| e.into_inner()).push(up);
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut headers);
+    let httparse::Status::Complete(head) = r.parse(&ans[..alen]).map_err(bad)? else { return Err(bad("a cut head")) };
+    let mut resp = Response::builder().status(r.code.unwrap_or(502));
+    let mut chunked = false;
+    for h in r.headers.iter() {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = true;
+        } else if !h.name.eq_ignore_ascii_case("content-length") && !h.name.eq_ignore_ascii_case("connection") {
+            resp = resp.header(h.name, h.value);
+        }
+    }
+    let raw = &ans[head..alen];
+    let body = if chunked { dechunk(raw)? } else { Bytes::copy_from_slice(raw) };
+    resp.body(body).map_err(bad)
+}
+
+/// The data of a whole chunked body.
+fn dechunk(mut raw: &[u8]) -> std::io::Result<Bytes> {
+    let mut out = Vec::with_capacity(raw.len());
+    loop {
+        let Ok(httparse::Status::Complete((at, size))) = httparse::parse_chunk_size(raw) else {
+            return Err(bad("a bad chunk"));
+        };
+        if size == 0 {
+            return Ok(out.into());
+        }
+        let end = at + size as usize;
+        out.extend_from_slice(raw.get(at..end).ok_or_else(|| bad("a cut chunk"))?);
+        raw = raw.get(end + 2..).ok_or_else(|| bad("a cut chunk"))?;
+    }
+}
+
+/// Sends one request over a pooled backend connection (a new one when none is idle) and reads its
+/// whole answer into `ans`: the connection, and the answer's length.
+async fn exchange(
+    req: &[u8],
+    backend: SocketAddr,
+    pool: &Pool,
+    ans: &mut bytes::BytesMut,
+) -> std::io::Result<(TcpStream, usize)> {
+    use tokio::io::AsyncWriteExt;
+    // A pooled connection the server closed while idle answers nothing: the request goes once
+    // more on a new connection, as hyper's pool does.
+    let mut pooled = pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
+    loop {
+        let was_pooled = pooled.is_some();
+        let mut up = match pooled.take() {
+            Some(c) => c,
+            None => {
+                let c = TcpStream::connect(backend).await?;
+                c.set_nodelay(true)?;
+                c
+            }
+        };
+        let answer = match up.write_all(req).await {
+            Ok(()) => read_framed(&mut up, ans, answer_len).await,
+            Err(e) => Err(e),
+        };
+        match answer {
+            Ok(Some(alen)) => return Ok((up, alen)),
+            _ if was_pooled && ans.is_empty() => continue,
+            Ok(None) => return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the backend closed")),
+            Err(e) => return Err(e),
+        }
     }
 }
 
