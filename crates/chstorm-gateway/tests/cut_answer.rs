@@ -46,20 +46,11 @@ fn an_answer_cut_after_its_head_is_read_again_from_the_other_replica() {
     });
 
     // The generated config, with the fake as the shard's first replica.
-    let text = std::fs::read_to_string(&cluster.topology().gateway_config).unwrap();
-    let text: String = text
-        .lines()
-        .map(|l| match l.trim_start() {
-            t if t.starts_with("listen:") => "listen: 127.0.0.1:0".to_string(),
-            t if t.starts_with("listen_native:") => "listen_native: 127.0.0.1:0".to_string(),
-            t if t.starts_with("replicas: [") => l.replacen("[", &format!("[http://{fake_addr}, "), 1),
-            t if t.starts_with("native: [") => l.replacen("[", &format!("[{fake_addr}, "), 1),
-            _ => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text = chstorm_testenv::gateway_config_text(&cluster)
+        .replacen("replicas: [", &format!("replicas: [http://{fake_addr}, "), 1)
+        .replacen("native: [", &format!("native: [{fake_addr}, "), 1);
     let cfg = dir.path().join("gw.yaml");
-    std::fs::write(&cfg, text + "\n").unwrap();
+    std::fs::write(&cfg, text).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
     let url = format!("http://{}", gw.addr);

@@ -24,19 +24,14 @@ fn deep(depth: usize, literal: u32) -> String {
 /// The cluster's generated gateway config, listening on free ports, with `limits.max_query_depth`
 /// raised above the depth that crashes 18.16, so that the crash itself reaches a server.
 fn gateway_config(cluster: &LocalCluster, dir: &std::path::Path) -> std::path::PathBuf {
-    let text = std::fs::read_to_string(&cluster.topology().gateway_config).unwrap();
-    let text: String = text
-        .lines()
-        .map(|l| match l {
-            l if l.starts_with("listen:") => "listen: 127.0.0.1:0".to_string(),
-            l if l.starts_with("listen_native:") => "listen_native: 127.0.0.1:0".to_string(),
-            "limits:" => "limits:\n  max_query_depth: 5000".to_string(),
-            l => l.to_string(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let text = chstorm_testenv::gateway_config_text(cluster).replacen(
+        "\nlimits:\n",
+        "\nlimits:\n  max_query_depth: 5000\n",
+        1,
+    );
+    assert!(text.contains("max_query_depth: 5000"), "the generated config has a limits section:\n{text}");
     let path = dir.join("gw.yaml");
-    std::fs::write(&path, text + "\n").unwrap();
+    std::fs::write(&path, text).unwrap();
     path
 }
 

@@ -67,13 +67,7 @@ impl Env {
 
     /// The text [`Env::gateway_config`] writes.
     pub fn gateway_config_text(&self, edit: impl Fn(String) -> String) -> String {
-        let text = std::fs::read_to_string(&self.cluster.topology().gateway_config).unwrap();
-        let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
-        let mut text = text.replace(&listen, "listen: 127.0.0.1:0");
-        if let Some(native) = text.lines().find(|l| l.starts_with("listen_native:")).map(str::to_string) {
-            text = text.replace(&native, "listen_native: 127.0.0.1:0");
-        }
-        edit(text)
+        edit(gateway_config_text(&self.cluster))
     }
 
     /// `http://127.0.0.1:PORT` of a node (1-based shard and replica).
@@ -85,6 +79,18 @@ impl Env {
     pub fn node_urls(&self) -> Vec<String> {
         self.cluster.topology().nodes.iter().map(|n| n.http_url.clone()).collect()
     }
+}
+
+/// The gateway config `chstorm local up` wrote for `cluster`, listening on free ports
+/// (`127.0.0.1:0`, HTTP and native).
+pub fn gateway_config_text(cluster: &LocalCluster) -> String {
+    let text = std::fs::read_to_string(&cluster.topology().gateway_config).unwrap();
+    let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
+    let mut text = text.replace(&listen, "listen: 127.0.0.1:0");
+    if let Some(native) = text.lines().find(|l| l.starts_with("listen_native:")).map(str::to_string) {
+        text = text.replace(&native, "listen_native: 127.0.0.1:0");
+    }
+    text
 }
 
 fn next_id() -> u64 {
