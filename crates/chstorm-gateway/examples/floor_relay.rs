@@ -72,16 +72,26 @@ fn main() {
     });
 }
 
-async fn l4(listener: TcpListener, backend: SocketAddr) {
+/// Accepts connections forever, each (with TCP_NODELAY) served by `serve` in a task of its own.
+async fn accept_each<F, Fut>(listener: TcpListener, serve: F)
+where
+    F: Fn(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     loop {
-        let Ok((mut client, _)) = listener.accept().await else { continue };
-        tokio::spawn(async move {
-            let _ = client.set_nodelay(true);
-            let Ok(mut upstream) = TcpStream::connect(backend).await else { return };
-            let _ = upstream.set_nodelay(true);
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
-        });
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve(stream));
     }
+}
+
+async fn l4(listener: TcpListener, backend: SocketAddr) {
+    accept_each(listener, move |mut client| async move {
+        let Ok(mut upstream) = TcpStream::connect(backend).await else { return };
+        let _ = upstream.set_nodelay(true);
+        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+    })
+    .await
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -90,11 +100,9 @@ async fn http(listener: TcpListener, backend: SocketAddr) {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Client<HttpConnector, Incoming> = Client::builder(TokioExecutor::new()).build(connector);
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, move |stream| {
         let client = client.clone();
-        tokio::spawn(async move {
+        async move {
             let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
                 let client = client.clone();
                 async move {
@@ -110,8 +118,9 @@ async fn http(listener: TcpListener, backend: SocketAddr) {
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// Idle backend connections of the `h1` relay.
@@ -119,16 +128,15 @@ type Pool = std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>;
 
 async fn h1(listener: TcpListener, backend: SocketAddr) {
     let pool = Pool::default();
-    loop {
-        let Ok((client, _)) = listener.accept().await else { continue };
-        let _ = client.set_nodelay(true);
+    accept_each(listener, move |client| {
         let pool = pool.clone();
-        tokio::spawn(async move {
+        async move {
             if let Err(e) = h1_conn(client, backend, &pool).await {
                 eprintln!("floor_relay h1: {e}");
             }
-        });
-    }
+        }
+    })
+    .await
 }
 
 /// Relays one client connection's requests, one at a time, each over a pooled backend connection.
@@ -148,11 +156,9 @@ async fn h1_conn(mut client: TcpStream, backend: SocketAddr, pool: &Pool) -> std
 
 async fn hfront(listener: TcpListener, backend: SocketAddr) {
     let pool = Pool::default();
-    loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, move |stream| {
         let pool = pool.clone();
-        tokio::spawn(async move {
+        async move {
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let pool = pool.clone();
                 async move {
@@ -164,8 +170,9 @@ async fn hfront(listener: TcpListener, backend: SocketAddr) {
                 }
             });
             let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-        });
-    }
+        }
+    })
+    .await
 }
 
 fn full_body(b: Bytes) -> Body {
