@@ -6,9 +6,10 @@
 //!   healthy (power of two choices with a seeded RNG; rendezvous hashing for sessions);
 //!   [`health`]: the active probes. They are joined by snapshots and down signals.
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
-//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait;
-//!   [`backend_io`]: its connections, reset when dropped mid-exchange so a server never takes a
-//!   cut-short body for a whole one. [`worker`]: the index of the worker thread running the
+//! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait:
+//!   [`h1`], the gateway's own HTTP/1 client, for `http://` replicas; hyper's for `https://`
+//!   ones, whose connections are [`backend_io`]'s. Both reset a connection dropped
+//!   mid-exchange, so a server never takes a cut-short body for a whole one. [`worker`]: the index of the worker thread running the
 //!   caller, which the per-worker pools key on.
 //!
 //! This layer names only the layers below it (`config`, `metrics`, `log`), never the query
@@ -17,7 +18,9 @@
 pub mod backend_io;
 pub mod balancer;
 pub mod budget;
+pub mod h1;
 pub mod health;
+pub mod message;
 pub mod replica;
 pub mod upstream;
 pub mod worker;

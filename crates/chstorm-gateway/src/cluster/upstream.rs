@@ -1,6 +1,7 @@
-//! Backend connections: one hyper client (and so one pool of kept-alive connections) per
-//! replica, behind the [`Backend`] trait so the attempt logic runs against a fake in unit tests.
-//! A replica marked down gets a fresh, empty pool ([`Backend::reset_pool`]): connections to a
+//! Backend connections, behind the [`Backend`] trait so the attempt logic runs against a fake
+//! in unit tests: for each `http://` replica and worker thread a pool of the gateway's own
+//! HTTP/1 client ([`super::h1`]); for `https://` replicas a hyper client per replica and worker.
+//! A replica marked down gets its pools emptied ([`Backend::reset_pool`]): connections to a
 //! server that is shutting down or hung are not handed out again.
 //!
 //! The pool's idle timeout must sit below the server's `keep_alive_timeout`, or the pool hands
@@ -9,82 +10,27 @@
 //! start-up and keeps idle connections 500 ms less (ClickHouse 18.16's package default is 3 s, so
 //! 2.5 s). TCP_NODELAY is set; the number of idle connections per replica is bounded.
 
+use super::h1::spelling::BackendSpelling;
+pub use super::message::{empty, full, BackendError, BoxError, BoxFuture, GBody, Prefixed};
 use crate::config::{IdleTimeout, PoolCfg, ReplicaAddr};
 use arc_swap::ArcSwap;
-use bytes::Bytes;
-use http_body::{Body, Frame};
-use http_body_util::combinators::UnsyncBoxBody;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// The body type of every request and response the gateway makes.
-pub type GBody = UnsyncBoxBody<Bytes, BoxError>;
 
 /// Margin kept below the server's keep-alive timeout.
 pub const KEEPALIVE_MARGIN: Duration = Duration::from_millis(500);
 /// Used when `auto` cannot learn the server's value (ClickHouse's default, 3 s, less the margin).
 pub const FALLBACK_IDLE: Duration = Duration::from_millis(2500);
 
-pub fn empty() -> GBody {
-    Empty::<Bytes>::new().map_err(|never| match never {}).boxed_unsync()
-}
-
-pub fn full(b: impl Into<Bytes>) -> GBody {
-    http_body_util::Full::new(b.into()).map_err(|never| match never {}).boxed_unsync()
-}
-
-/// A body that yields `head` first, then `rest`: a streamed client body whose head the gateway
-/// read to classify it, or an answer whose head was held.
-pub struct Prefixed {
-    head: Option<Bytes>,
-    rest: GBody,
-}
-
-impl Prefixed {
-    pub fn wrap(head: Bytes, rest: GBody) -> GBody {
-        Prefixed { head: Some(head).filter(|h| !h.is_empty()), rest }.boxed_unsync()
-    }
-}
-
-impl Body for Prefixed {
-    type Data = Bytes;
-    type Error = BoxError;
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if let Some(h) = self.head.take() {
-            return Poll::Ready(Some(Ok(Frame::data(h))));
-        }
-        Pin::new(&mut self.rest).poll_frame(cx)
-    }
-    fn is_end_stream(&self) -> bool {
-        self.head.is_none() && self.rest.is_end_stream()
-    }
-}
-
 type Connector = crate::cluster::backend_io::ResetIfAbandoned<hyper_rustls::HttpsConnector<HttpConnector>>;
 /// Its connections are reset, not closed, when dropped mid-exchange ([`crate::cluster::backend_io`]).
 type HttpsClient = Client<Connector, GBody>;
-/// A boxed future, as the [`Backend`] trait returns them.
-pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
-
-/// Why a backend request got no answer head.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct BackendError {
-    /// The connection could not be made: the query certainly did not run.
-    pub connect: bool,
-    pub message: String,
-}
-
 /// The backends as the attempt loop sees them.
 pub trait Backend: Send + Sync + 'static {
     /// Sends `req` to `replica` (on a pooled connection when there is one); resolves with the
@@ -115,9 +61,12 @@ pub enum Probe {
 }
 
 pub struct Upstream {
+    /// The `http://` replicas' pools per base URL: one per worker thread
+    /// ([`super::worker::current`]), so a connection stays on one thread.
+    h1: HashMap<String, Vec<Arc<super::h1::pool::Pool>>>,
     /// For KILL QUERY and the thread budget's polls.
     client: HttpsClient,
-    /// Pools per replica base URL (`http://host:port`): one per worker thread
+    /// The `https://` replicas' pools per base URL: one per worker thread
     /// ([`super::worker::current`]), so a pooled connection's task runs on the thread of the
     /// requests that use it. Each is swapped for a fresh one when the replica goes down.
     pools: HashMap<String, Vec<ArcSwap<HttpsClient>>>,
@@ -182,14 +131,23 @@ impl Upstream {
                 .build(crate::cluster::backend_io::ResetIfAbandoned(pooled.clone()))
         };
         let client = make_pool();
+        let h1 = replicas
+            .iter()
+            .filter(|r| !r.https)
+            .map(|r| {
+                let pool = || super::h1::pool::Pool::new(&r.base, idle_timeout, max_idle, cfg.connect_timeout.0);
+                Ok((r.base.clone(), (0..workers.max(1)).map(|_| pool().map(Arc::new)).collect::<Result<_, _>>()?))
+            })
+            .collect::<Result<_, String>>()?;
         let pools = replicas
             .iter()
+            .filter(|r| r.https)
             .map(|r| (r.base.clone(), (0..workers.max(1)).map(|_| ArcSwap::from_pointee(make_pool())).collect()))
             .collect();
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(crate::cluster::backend_io::ResetIfAbandoned(https));
-        Ok(Upstream { client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
+        Ok(Upstream { h1, client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
     }
 
     /// The idle timeout to use: fixed, or learned from the replicas' `Keep-Alive` headers.
@@ -257,10 +215,17 @@ impl Backend for Upstream {
         replica: &ReplicaAddr,
         req: hyper::Request<GBody>,
     ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>> {
+        if let Some(p) = self.h1.get(&replica.base) {
+            return Box::pin(super::h1::send(p[super::worker::current() % p.len()].clone(), req));
+        }
         let pool = self.pool(replica);
         Box::pin(async move {
             match pool.request(req).await {
-                Ok(resp) => Ok(resp.map(|b| b.map_err(|e| Box::new(e) as BoxError).boxed_unsync())),
+                Ok(resp) => {
+                    let (mut parts, body) = resp.into_parts();
+                    note_backend_spelling(&mut parts);
+                    Ok(hyper::Response::from_parts(parts, body.map_err(|e| Box::new(e) as BoxError).boxed_unsync()))
+                }
                 Err(e) => {
                     let source = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
                     Err(BackendError { connect: e.is_connect(), message: format!("{e}{source}") })
@@ -301,8 +266,23 @@ impl Backend for Upstream {
     }
 
     fn reset_pool(&self, replica: &ReplicaAddr) {
+        for pool in self.h1.get(&replica.base).into_iter().flatten() {
+            pool.reset();
+        }
         for slot in self.pools.get(&replica.base).into_iter().flatten() {
             slot.store(Arc::new((self.make_pool)()));
         }
+    }
+}
+
+/// Notes, on a hyper client's answer, whether its replica's header spelling (hyper's case map,
+/// in its extensions) is kept ([`BackendSpelling`]): when it sent an `X-ClickHouse-Query-Id`
+/// (the gateway's own replaces its value, not its name) or repeats an `X-ClickHouse-...` header
+/// (`X-ClickHouse-Progress`), which the front's canned spelling names only once.
+fn note_backend_spelling(parts: &mut http::response::Parts) {
+    let h = &parts.headers;
+    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
+    if h.contains_key("x-clickhouse-query-id") || repeated {
+        parts.extensions.insert(BackendSpelling);
     }
 }

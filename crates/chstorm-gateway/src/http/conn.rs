@@ -30,8 +30,9 @@
 use super::client_body::{ClientBody, IdleBody};
 use super::client_fin::ClientFin;
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
-use super::respond::{reply, BackendSpelling};
+use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
+use crate::cluster::h1::spelling::{case_map, BackendSpelling, CLICKHOUSE_NAMES};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel};
@@ -390,46 +391,11 @@ async fn spelling() -> Option<&'static http::Extensions> {
 }
 
 async fn parse_spelling() -> Result<http::Extensions, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    const NAMES: &[&str] = &[
-        "X-ClickHouse-Query-Id",
-        "X-ClickHouse-Format",
-        "X-ClickHouse-Timezone",
-        "X-ClickHouse-Summary",
-        "X-ClickHouse-Progress",
-        "X-ClickHouse-Exception-Code",
-        "X-ClickHouse-Server-Display-Name",
-        "X-ClickHouse-Database",
-        "X-ClickHouse-User",
-    ];
-    let (client, mut server) = tokio::io::duplex(4096);
-    let (mut send, conn) = hyper::client::conn::http1::Builder::new()
-        .preserve_header_case(true)
-        .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(client))
-        .await
-        .map_err(|e| e.to_string())?;
-    let driver = tokio::spawn(conn);
-    let mut canned = String::from("HTTP/1.1 200 OK\r\n");
-    for n in NAMES {
-        canned.push_str(&format!("{n}: x\r\n"));
+    let mut head = String::from("HTTP/1.1 200 OK\r\n");
+    for n in CLICKHOUSE_NAMES {
+        head.push_str(&format!("{n}: x\r\n"));
     }
-    canned.push_str("Content-Length: 0\r\n\r\n");
-    let answer = tokio::spawn(send.send_request(Request::new(http_body_util::Empty::new())));
-    // The request first (hyper's client takes an answer that comes before it for an error).
-    let mut got = Vec::new();
-    while !got.ends_with(b"\r\n\r\n") {
-        let mut b = [0u8; 512];
-        let n = server.read(&mut b).await.map_err(|e| e.to_string())?;
-        if n == 0 {
-            return Err("the canned client closed".into());
-        }
-        got.extend_from_slice(&b[..n]);
-    }
-    server.write_all(canned.as_bytes()).await.map_err(|e| e.to_string())?;
-    let resp = answer.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
-    driver.abort();
-    let (parts, _) = resp.into_parts();
-    Ok(parts.extensions)
+    case_map(format!("{head}\r\n").as_bytes()).await
 }
 
 /// Bytes read on a connection, and their count when its last answer had gone out.

@@ -54,7 +54,6 @@ impl Answer<'_, '_> {
             }
             Outcome::Answer { head: resp, mut won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
-                note_backend_spelling(&mut parts);
                 strip_hop(&mut parts.headers);
                 // An answer read whole leaves in one write, with its length; its query has
                 // ended on the server, so nothing is left to KILL.
@@ -99,21 +98,5 @@ fn set_ids(h: &mut HeaderMap, query_id: &str, route: &'static str, replica: Opti
 fn strip_hop(h: &mut HeaderMap) {
     for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
         h.remove(*name);
-    }
-}
-
-/// Marks an answer whose header names are best left as its replica spelled them: it sent an
-/// `X-ClickHouse-Query-Id` (the gateway's own replaces its value, not its name) or repeats an
-/// `X-ClickHouse-...` header (`X-ClickHouse-Progress`), which the connection's canned spelling
-/// (`super::conn`) names only once.
-#[derive(Clone, Copy)]
-pub(crate) struct BackendSpelling;
-
-/// Notes, on a replica's answer, whether its own header spelling is kept ([`BackendSpelling`]).
-pub(crate) fn note_backend_spelling(parts: &mut http::response::Parts) {
-    let h = &parts.headers;
-    let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
-    if h.contains_key("x-clickhouse-query-id") || repeated {
-        parts.extensions.insert(BackendSpelling);
     }
 }

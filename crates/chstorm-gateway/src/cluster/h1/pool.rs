@@ -1,0 +1,153 @@
+//! The kept-alive connections to one replica, for one worker thread: taken last in, first out
+//! (the connections in use stay few and warm; the others reach their idle timeout), at most
+//! `max_idle` of them, none kept past `idle_timeout` (a sweeper task closes them while no
+//! request comes), and none the server closed while it was idle.
+//!
+//! [`Pool::reset`] (the replica went down) closes the idle connections and keeps the busy ones
+//! from coming back: a server that is shutting down or hung gets no request on them again.
+
+use super::conn::Conn;
+use crate::cluster::message::BackendError;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+pub struct Pool {
+    /// `host:port` of the replica, for connects and the `Host` header.
+    pub authority: String,
+    host: String,
+    port: u16,
+    idle_timeout: Duration,
+    max_idle: usize,
+    connect_timeout: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    idle: Vec<Conn>,
+    /// Bumped by [`Pool::reset`]; a connection made before it is not taken back.
+    generation: u64,
+    /// A sweeper task runs (while idle connections wait).
+    sweeping: bool,
+}
+
+impl Pool {
+    /// A pool for `http://host:port`.
+    pub fn new(base: &str, idle_timeout: Duration, max_idle: usize, connect_timeout: Duration) -> Result<Pool, String> {
+        let uri: http::Uri = base.parse().map_err(|e| format!("replica {base}: {e}"))?;
+        let host = uri.host().ok_or_else(|| format!("replica {base}: no host"))?;
+        let port = uri.port_u16().unwrap_or(80);
+        Ok(Pool {
+            authority: format!("{host}:{port}"),
+            host: host.trim_start_matches('[').trim_end_matches(']').to_string(),
+            port,
+            idle_timeout,
+            max_idle,
+            connect_timeout,
+            state: Mutex::default(),
+        })
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An idle connection the server has not closed, or a new one.
+    pub async fn checkout(&self) -> Result<Conn, BackendError> {
+        let (found, stale) = {
+            let mut s = self.state();
+            let mut stale = Vec::new();
+            let found = loop {
+                match s.idle.pop() {
+                    Some(c) if c.idle_since.elapsed() < self.idle_timeout && !c.closed_while_idle() => break Some(c),
+                    Some(c) => stale.push(c),
+                    None => break None,
+                }
+            };
+            (found, stale)
+        };
+        drop(stale);
+        match found {
+            Some(c) => Ok(c),
+            None => self.connect().await,
+        }
+    }
+
+    async fn connect(&self) -> Result<Conn, BackendError> {
+        let generation = self.state().generation;
+        let fail = |e: String| BackendError { connect: true, message: format!("connect to {}: {e}", self.authority) };
+        let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect((self.host.as_str(), self.port)))
+            .await
+            .map_err(|_| fail(format!("no answer within {:?}", self.connect_timeout)))?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = tcp.set_nodelay(true);
+        Ok(Conn::new(tcp, generation))
+    }
+
+    /// Takes `c` back after a whole answer (when the pool has room, and it is of this
+    /// generation); else it closes.
+    pub fn put(self: &Arc<Self>, mut c: Conn) {
+        let mut s = self.state();
+        if c.generation != s.generation || s.idle.len() >= self.max_idle || !c.buf.is_empty() {
+            return;
+        }
+        c.idle_since = tokio::time::Instant::now();
+        s.idle.push(c);
+        if !s.sweeping {
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                s.sweeping = true;
+                rt.spawn(sweep(Arc::downgrade(self)));
+            }
+        }
+    }
+
+    /// Closes the idle connections; the busy ones close when done.
+    pub fn reset(&self) {
+        let idle = {
+            let mut s = self.state();
+            s.generation += 1;
+            std::mem::take(&mut s.idle)
+        };
+        drop(idle);
+    }
+
+    /// The idle connections now (for tests).
+    #[cfg(test)]
+    pub fn idle_count(&self) -> usize {
+        self.state().idle.len()
+    }
+}
+
+/// Closes `pool`'s connections as they pass their idle timeout; ends when none is idle.
+async fn sweep(pool: Weak<Pool>) {
+    loop {
+        let Some(next) = pool.upgrade().map(|p| {
+            let s = p.state();
+            s.idle.iter().map(|c| c.idle_since).min().map(|t| t + p.idle_timeout)
+        }) else {
+            return;
+        };
+        let Some(next) = next else {
+            if let Some(p) = pool.upgrade() {
+                let mut s = p.state();
+                if s.idle.is_empty() {
+                    s.sweeping = false;
+                    return;
+                }
+            }
+            continue;
+        };
+        tokio::time::sleep_until(next).await;
+        let Some(p) = pool.upgrade() else { return };
+        let expired: Vec<Conn> = {
+            let now = tokio::time::Instant::now();
+            let mut s = p.state();
+            let (old, keep) =
+                std::mem::take(&mut s.idle).into_iter().partition(|c| c.idle_since + p.idle_timeout <= now);
+            s.idle = keep;
+            old
+        };
+        drop(expired);
+    }
+}

@@ -1,0 +1,130 @@
+//! Header names as a replica spells them. The HTTP front writes a name in title case
+//! (`Content-Type`), or as ClickHouse spells its own ([`CLICKHOUSE_NAMES`]: the first
+//! `X-ClickHouse-Format` of an answer), unless the answer carries its replica's spelling: hyper's
+//! (private) header case map in its extensions, marked [`BackendSpelling`].
+//!
+//! hyper records a name's spelling only while its client parses a head, so the map is made by
+//! handing hyper's client a head of those names ([`case_map`]). That costs a connection task's
+//! worth of work, so the HTTP/1 client does it only for an answer that needs it
+//! ([`own_spelling`]): one whose names the front would spell otherwise (a repeated
+//! `X-ClickHouse-Progress`; a name in another case). An 18.16 answer never does.
+
+use hyper_util::rt::TokioIo;
+
+/// ClickHouse's own headers, as it spells them.
+pub const CLICKHOUSE_NAMES: &[&str] = &[
+    "X-ClickHouse-Query-Id",
+    "X-ClickHouse-Format",
+    "X-ClickHouse-Timezone",
+    "X-ClickHouse-Summary",
+    "X-ClickHouse-Progress",
+    "X-ClickHouse-Exception-Code",
+    "X-ClickHouse-Server-Display-Name",
+    "X-ClickHouse-Database",
+    "X-ClickHouse-User",
+];
+
+/// Marks an answer whose header names go out as its replica spelled them (its extensions hold
+/// hyper's case map of them).
+#[derive(Clone, Copy)]
+pub struct BackendSpelling;
+
+/// Would the front spell any of `headers`' names otherwise than they came: not in title case,
+/// and not ClickHouse's spelling of one of its own names at its first appearance?
+pub fn own_spelling(headers: &[httparse::Header]) -> bool {
+    let mut seen = [false; CLICKHOUSE_NAMES.len()];
+    headers.iter().any(|h| {
+        let own = CLICKHOUSE_NAMES.iter().position(|c| c.eq_ignore_ascii_case(h.name));
+        match own {
+            Some(i) if !seen[i] => {
+                seen[i] = true;
+                h.name != CLICKHOUSE_NAMES[i]
+            }
+            _ => !title_case(h.name.as_bytes()),
+        }
+    })
+}
+
+/// Is `name` in title case (as hyper's `title_case_headers` writes it)?
+fn title_case(name: &[u8]) -> bool {
+    let mut prev = b'-';
+    name.iter().all(|&c| {
+        let ok = if prev == b'-' { !c.is_ascii_lowercase() } else { !c.is_ascii_uppercase() };
+        prev = c;
+        ok
+    })
+}
+
+/// hyper's header case map of the names in `head` (an answer head, up to its blank line), in
+/// an extensions map to add to an answer's.
+pub async fn case_map(head: &[u8]) -> Result<http::Extensions, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut canned = b"HTTP/1.1 200 OK\r\n".to_vec();
+    for line in head.split(|b| *b == b'\n').skip(1) {
+        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
+        let name = &line[..colon];
+        if !name.eq_ignore_ascii_case(b"content-length") && !name.eq_ignore_ascii_case(b"transfer-encoding") {
+            canned.extend_from_slice(name);
+            canned.extend_from_slice(b": x\r\n");
+        }
+    }
+    canned.extend_from_slice(b"Content-Length: 0\r\n\r\n");
+    let (client, mut server) = tokio::io::duplex(canned.len() + 4096);
+    let (mut send, conn) = hyper::client::conn::http1::Builder::new()
+        .preserve_header_case(true)
+        .handshake::<_, http_body_util::Empty<bytes::Bytes>>(TokioIo::new(client))
+        .await
+        .map_err(|e| e.to_string())?;
+    let driver = tokio::spawn(conn);
+    let answer = tokio::spawn(send.send_request(http::Request::new(http_body_util::Empty::new())));
+    // The request first (hyper's client takes an answer that comes before it for an error).
+    let mut got = Vec::new();
+    while !got.ends_with(b"\r\n\r\n") {
+        let mut b = [0u8; 512];
+        let n = server.read(&mut b).await.map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("the canned client closed".into());
+        }
+        got.extend_from_slice(&b[..n]);
+    }
+    server.write_all(&canned).await.map_err(|e| e.to_string())?;
+    let resp = answer.await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    driver.abort();
+    Ok(resp.into_parts().0.extensions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn own(names: &[&str]) -> bool {
+        let h: Vec<_> = names.iter().map(|n| httparse::Header { name: n, value: b"x" }).collect();
+        own_spelling(&h)
+    }
+
+    #[test]
+    fn only_a_name_the_front_would_spell_otherwise_needs_the_replica_s_spelling() {
+        // An 18.16 answer.
+        assert!(!own(&[
+            "Date",
+            "Connection",
+            "Content-Type",
+            "X-ClickHouse-Server-Display-Name",
+            "Transfer-Encoding",
+            "Keep-Alive"
+        ]));
+        assert!(!own(&["X-ClickHouse-Query-Id", "X-ClickHouse-Summary", "Www-Authenticate"]));
+        assert!(own(&["X-ClickHouse-Progress", "X-ClickHouse-Progress"]), "a repeated ClickHouse name");
+        assert!(own(&["content-type"]));
+        assert!(own(&["X-Clickhouse-Format"]));
+        assert!(own(&["WWW-Authenticate"]));
+    }
+
+    #[tokio::test]
+    async fn a_case_map_is_made_from_a_head() {
+        let head =
+            b"HTTP/1.1 200 OK\r\nX-ClickHouse-Progress: 1\r\nX-ClickHouse-Progress: 2\r\nContent-Length: 1\r\n\r\n";
+        let e = case_map(head).await.unwrap();
+        assert!(!e.is_empty());
+    }
+}

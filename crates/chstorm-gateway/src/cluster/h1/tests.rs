@@ -1,0 +1,324 @@
+//! The HTTP/1 client against scripted loopback servers: framing both ways, reuse, and every way
+//! a connection ends.
+
+use super::pool::Pool;
+use super::*;
+use crate::cluster::message::{full, BoxError};
+use bytes::Bytes;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A scripted server: each request (read up to its head's end and the body its
+/// `content-length` or chunked framing says) gets the next answer; `close` closes the
+/// connection after it.
+struct Server {
+    base: String,
+    accepts: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+#[derive(Clone)]
+struct Answer {
+    bytes: &'static [u8],
+    close: bool,
+}
+
+fn keep(bytes: &'static [u8]) -> Answer {
+    Answer { bytes, close: false }
+}
+
+async fn server(script: Vec<Answer>) -> Server {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let (accepts, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(Mutex::new(Vec::new())));
+    let (a, r) = (accepts.clone(), requests.clone());
+    let script = Arc::new(Mutex::new(script.into_iter()));
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            a.fetch_add(1, Ordering::SeqCst);
+            let (r, script) = (r.clone(), script.clone());
+            tokio::spawn(async move {
+                while let Some(req) = read_request(&mut s).await {
+                    r.lock().unwrap().push(req);
+                    let Some(ans) = script.lock().unwrap().next() else { return };
+                    if s.write_all(ans.bytes).await.is_err() || ans.close {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Server { base, accepts, requests }
+}
+
+/// One request's bytes, or None at the client's close.
+async fn read_request(s: &mut TcpStream) -> Option<String> {
+    let mut got = Vec::new();
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let len = head.lines().find_map(|l| l.strip_prefix("content-length: ")).map_or(0, |n| n.parse().unwrap());
+            let whole = if head.contains("transfer-encoding: chunked") {
+                text.ends_with("0\r\n\r\n")
+            } else {
+                got.len() >= end + 4 + len
+            };
+            if whole {
+                return Some(text);
+            }
+        }
+        let mut b = [0u8; 4096];
+        match s.read(&mut b).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+        }
+    }
+}
+
+fn pool(base: &str, idle: Duration) -> Arc<Pool> {
+    Arc::new(Pool::new(base, idle, 8, Duration::from_secs(1)).unwrap())
+}
+
+fn post(base: &str, body: &'static str) -> http::Request<GBody> {
+    http::Request::post(format!("{base}/?query=x")).body(full(body)).unwrap()
+}
+
+async fn text(resp: http::Response<GBody>) -> Result<String, BoxError> {
+    Ok(String::from_utf8(resp.into_body().collect().await?.to_bytes().to_vec()).unwrap())
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n";
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_held_body_goes_with_its_length_and_the_connection_is_reused() {
+    let s = server(vec![keep(OK), keep(OK), keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    for _ in 0..3 {
+        let resp = send(p.clone(), post(&s.base, "SELECT 1")).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert_eq!(text(resp).await.unwrap(), "1\n");
+    }
+    assert_eq!(s.accepts.load(Ordering::SeqCst), 1, "one connection for the three");
+    assert_eq!(p.idle_count(), 1);
+    let req = s.requests.lock().unwrap()[0].clone();
+    let authority = s.base.strip_prefix("http://").unwrap();
+    assert_eq!(req, format!("POST /?query=x HTTP/1.1\r\nhost: {authority}\r\ncontent-length: 8\r\n\r\nSELECT 1"));
+}
+
+#[tokio::test]
+async fn a_chunked_answer_streams_and_ends_with_its_trailers() {
+    let chunked =
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n1\n\r\n3;ext=1\r\nab\n\r\n0\r\nX-T: 1\r\n\r\n";
+    let s = server(vec![keep(chunked), keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    assert_eq!(text(resp).await.unwrap(), "1\nab\n");
+    assert_eq!(p.idle_count(), 1, "whole: back in the pool");
+    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(s.accepts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn answers_that_end_their_connection_are_not_reused() {
+    for ans in [
+        b"HTTP/1.1 200 OK\r\n\r\nuntil the close" as &[u8],
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n1\n",
+        b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n1\n",
+    ] {
+        let s = server(vec![Answer { bytes: ans, close: true }, keep(OK)]).await;
+        let p = pool(&s.base, LONG);
+        let first = text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap();
+        assert!(first == "until the close" || first == "1\n", "{first:?}");
+        assert_eq!(p.idle_count(), 0, "{}", String::from_utf8_lossy(ans));
+        assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+        assert_eq!(s.accepts.load(Ordering::SeqCst), 2);
+    }
+}
+
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_not_handed_out() {
+    // The server closes after its answer, though the answer says nothing of it.
+    let s = server(vec![Answer { bytes: OK, close: true }, keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    tokio::time::sleep(Duration::from_millis(100)).await; // the FIN reaches the reactor
+    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(s.accepts.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_idle_connection_is_closed_at_its_idle_timeout() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let p = pool(&base, Duration::from_millis(200));
+    let exchange = tokio::spawn(send(p.clone(), post(&base, "q")));
+    let (mut srv, _) = l.accept().await.unwrap();
+    read_request(&mut srv).await.unwrap();
+    srv.write_all(OK).await.unwrap();
+    text(exchange.await.unwrap().unwrap()).await.unwrap();
+    assert_eq!(p.idle_count(), 1);
+    let t0 = std::time::Instant::now();
+    let n = tokio::time::timeout(Duration::from_secs(5), srv.read(&mut [0u8; 8])).await.unwrap().unwrap();
+    assert_eq!(n, 0, "a normal close");
+    assert!(t0.elapsed() >= Duration::from_millis(150), "closed at its timeout, not before: {:?}", t0.elapsed());
+    assert_eq!(p.idle_count(), 0);
+}
+
+/// A body whose frames come from `rx`.
+fn streamed(rx: tokio::sync::mpsc::Receiver<Bytes>) -> GBody {
+    struct S(tokio::sync::mpsc::Receiver<Bytes>);
+    impl http_body::Body for S {
+        type Data = Bytes;
+        type Error = BoxError;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+            self.0.poll_recv(cx).map(|b| b.map(|b| Ok(http_body::Frame::data(b))))
+        }
+    }
+    S(rx).boxed_unsync()
+}
+
+#[tokio::test]
+async fn a_streamed_body_goes_chunked_as_it_comes() {
+    let s = server(vec![keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let req = http::Request::post(format!("{}/", s.base)).body(streamed(rx)).unwrap();
+    let exchange = tokio::spawn(send(p.clone(), req));
+    tx.send(Bytes::from_static(b"INSERT ")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.send(Bytes::from_static(b"1\n")).await.unwrap();
+    drop(tx);
+    assert_eq!(text(exchange.await.unwrap().unwrap()).await.unwrap(), "1\n");
+    let req = s.requests.lock().unwrap()[0].clone();
+    assert!(req.ends_with("transfer-encoding: chunked\r\n\r\n7\r\nINSERT \r\n2\r\n1\n\r\n0\r\n\r\n"), "{req:?}");
+    assert_eq!(p.idle_count(), 1);
+}
+
+#[tokio::test]
+async fn an_answer_before_the_body_s_end_ends_the_sending() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let p = pool(&base, LONG);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from_static(b"INSERT ")).await.unwrap();
+    let req = http::Request::post(format!("{base}/")).body(streamed(rx)).unwrap();
+    let exchange = tokio::spawn(send(p.clone(), req));
+    let (mut srv, _) = l.accept().await.unwrap();
+    let mut b = [0u8; 1024];
+    let _ = srv.read(&mut b).await.unwrap();
+    srv.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 8\r\n\r\nCode: 62").await.unwrap();
+    let resp =
+        tokio::time::timeout(Duration::from_secs(5), exchange).await.expect("not stuck on the body").unwrap().unwrap();
+    assert_eq!(resp.status(), 400);
+    assert_eq!(text(resp).await.unwrap(), "Code: 62");
+    assert_eq!(p.idle_count(), 0, "its request was not whole: the connection is not reused");
+    drop(tx);
+}
+
+#[tokio::test]
+async fn an_exchange_dropped_mid_request_resets_its_connection() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    let p = pool(&base, LONG);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(Bytes::from_static(b"INSERT half")).await.unwrap();
+    let req = http::Request::post(format!("{base}/")).body(streamed(rx)).unwrap();
+    let exchange = tokio::spawn(send(p.clone(), req));
+    let (mut srv, _) = l.accept().await.unwrap();
+    let mut got = Vec::new();
+    while !String::from_utf8_lossy(&got).contains("INSERT half") {
+        let mut b = [0u8; 1024];
+        let n = srv.read(&mut b).await.unwrap();
+        got.extend_from_slice(&b[..n]);
+    }
+    exchange.abort();
+    let e = tokio::time::timeout(Duration::from_secs(5), srv.read(&mut [0u8; 8])).await.unwrap();
+    assert_eq!(e.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset, "a reset, never a FIN that ends the body");
+    drop(tx);
+}
+
+#[tokio::test]
+async fn a_reset_pool_takes_back_no_connection() {
+    let s = server(vec![keep(OK), keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap();
+    let busy = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    assert_eq!(p.idle_count(), 0, "the idle one is in use");
+    p.reset();
+    text(busy).await.unwrap();
+    assert_eq!(p.idle_count(), 0, "made before the reset: closed, not pooled");
+}
+
+#[tokio::test]
+async fn interim_heads_are_skipped_and_a_head_request_has_no_body() {
+    let s = server(vec![
+        keep(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n"),
+        keep(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"),
+        keep(OK),
+    ])
+    .await;
+    let p = pool(&s.base, LONG);
+    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    let head = http::Request::head(format!("{}/", s.base)).body(crate::cluster::message::empty()).unwrap();
+    let resp = send(p.clone(), head).await.unwrap();
+    assert_eq!(resp.headers()["content-length"], "9");
+    assert_eq!(text(resp).await.unwrap(), "");
+    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(s.accepts.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn bad_answers_fail_in_one_line() {
+    let big: &'static [u8] =
+        Box::leak(format!("HTTP/1.1 200 OK\r\nX: {}\r\n", "a".repeat(70 << 10)).into_bytes().into_boxed_slice());
+    for (ans, want) in [
+        (b"SSH-2.0-OpenSSH\r\n\r\n" as &[u8], "a malformed answer head"),
+        (big, "an answer head over 64 KiB"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "two different Content-Length headers"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n1\n", "the connection closed before the answer's end"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "a bad chunk size \"zz\""),
+        (b"", "the connection closed before the answer head"),
+    ] {
+        let s = server(vec![Answer { bytes: ans, close: true }]).await;
+        let p = pool(&s.base, LONG);
+        let e = match send(p.clone(), post(&s.base, "q")).await {
+            Err(e) => e.message,
+            Ok(resp) => text(resp).await.unwrap_err().to_string(),
+        };
+        assert!(e.starts_with(want), "{e:?} for {:?}", String::from_utf8_lossy(&ans[..ans.len().min(40)]));
+        assert!(!e.contains('\n'));
+        assert_eq!(p.idle_count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_refused_connect_is_a_connect_error() {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", l.local_addr().unwrap());
+    drop(l);
+    let e = send(pool(&base, LONG), post(&base, "q")).await.unwrap_err();
+    assert!(e.connect, "the query certainly did not run");
+    assert!(e.message.starts_with("connect to 127.0.0.1:"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_repeated_clickhouse_header_keeps_its_replica_s_spelling() {
+    let s = server(vec![
+        keep(b"HTTP/1.1 200 OK\r\nX-ClickHouse-Progress: 1\r\nX-ClickHouse-Progress: 2\r\nContent-Length: 0\r\n\r\n"),
+        keep(b"HTTP/1.1 200 OK\r\nX-ClickHouse-Progress: 1\r\nContent-Length: 0\r\n\r\n"),
+    ])
+    .await;
+    let p = pool(&s.base, LONG);
+    let twice = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    assert!(twice.extensions().get::<spelling::BackendSpelling>().is_some());
+    let once = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    assert!(once.extensions().get::<spelling::BackendSpelling>().is_none(), "the front's own spelling is the same");
+}
