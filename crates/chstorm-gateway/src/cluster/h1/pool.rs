@@ -5,6 +5,13 @@
 //!
 //! [`Pool::reset`] (the replica went down) closes the idle connections and keeps the busy ones
 //! from coming back: a server that is shutting down or hung gets no request on them again.
+//!
+//! A request that finds no idle connection connects, and also waits in line for one to come
+//! back ([`Pool::checkout`]), whichever comes first, as hyper's pool does: a burst of new client
+//! connections overflows the server's listen backlog (Poco's is 64), and a connect whose SYN was
+//! dropped waits for its retransmit (1 s, the default `pool.connect_timeout`) while the
+//! connections already made are free again within milliseconds. A connect that loses the race
+//! goes on in the background, and its connection joins the pool.
 
 use super::conn::Conn;
 use crate::cluster::message::BackendError;
@@ -26,6 +33,8 @@ pub struct Pool {
 #[derive(Default)]
 struct State {
     idle: Vec<Conn>,
+    /// Requests waiting for a connection to come back (while they connect), first come first.
+    waiters: std::collections::VecDeque<tokio::sync::oneshot::Sender<Conn>>,
     /// Bumped by [`Pool::reset`]; a connection made before it is not taken back.
     generation: u64,
     /// A sweeper task runs (while idle connections wait).
@@ -53,28 +62,46 @@ impl Pool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// An idle connection the server has not closed, or a new one.
-    pub async fn checkout(&self) -> Result<Conn, BackendError> {
-        let (found, stale) = {
-            let mut s = self.state();
-            let mut stale = Vec::new();
-            let found = loop {
-                match s.idle.pop() {
-                    Some(c) if c.idle_since.elapsed() < self.idle_timeout && !c.closed_while_idle() => break Some(c),
-                    Some(c) => stale.push(c),
-                    None => break None,
-                }
-            };
-            (found, stale)
+    /// An idle connection the server has not closed; else a new one, or one that comes back
+    /// while it is made, whichever comes first.
+    pub async fn checkout(self: &Arc<Self>) -> Result<Conn, BackendError> {
+        let back = match self.idle_or_wait() {
+            Ok(c) => return Ok(c),
+            Err(back) => back,
         };
-        drop(stale);
-        match found {
-            Some(c) => Ok(c),
-            None => self.connect().await,
+        let mut connect = Box::pin(self.clone().connect());
+        tokio::select! {
+            made = &mut connect => made,
+            Ok(c) = back => {
+                let pool = self.clone();
+                tokio::spawn(async move {
+                    if let Ok(made) = connect.await {
+                        pool.put(made);
+                    }
+                });
+                Ok(c)
+            }
         }
     }
 
-    async fn connect(&self) -> Result<Conn, BackendError> {
+    /// The last idle connection still open, else a place in line for one that comes back.
+    fn idle_or_wait(&self) -> Result<Conn, tokio::sync::oneshot::Receiver<Conn>> {
+        let mut stale = Vec::new();
+        let mut s = self.state();
+        while let Some(c) = s.idle.pop() {
+            if c.idle_since.elapsed() < self.idle_timeout && !c.closed_while_idle() {
+                drop(s);
+                return Ok(c);
+            }
+            stale.push(c);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        s.waiters.retain(|w| !w.is_closed());
+        s.waiters.push_back(tx);
+        Err(rx)
+    }
+
+    async fn connect(self: Arc<Self>) -> Result<Conn, BackendError> {
         let generation = self.state().generation;
         let fail = |e: String| BackendError { connect: true, message: format!("connect to {}: {e}", self.authority) };
         let tcp = tokio::time::timeout(self.connect_timeout, TcpStream::connect((self.host.as_str(), self.port)))
@@ -85,11 +112,20 @@ impl Pool {
         Ok(Conn::new(tcp, generation))
     }
 
-    /// Takes `c` back after a whole answer (when the pool has room, and it is of this
-    /// generation); else it closes.
+    /// Takes `c` back after a whole answer: to the first request waiting for one, else to the
+    /// idle ones (when there is room, and it is of this generation); else it closes.
     pub fn put(self: &Arc<Self>, mut c: Conn) {
         let mut s = self.state();
-        if c.generation != s.generation || s.idle.len() >= self.max_idle || !c.buf.is_empty() {
+        if c.generation != s.generation || !c.buf.is_empty() {
+            return;
+        }
+        while let Some(w) = s.waiters.pop_front() {
+            match w.send(c) {
+                Ok(()) => return,
+                Err(back) => c = back,
+            }
+        }
+        if s.idle.len() >= self.max_idle {
             return;
         }
         c.idle_since = tokio::time::Instant::now();
@@ -107,6 +143,7 @@ impl Pool {
         let idle = {
             let mut s = self.state();
             s.generation += 1;
+            s.waiters.clear();
             std::mem::take(&mut s.idle)
         };
         drop(idle);

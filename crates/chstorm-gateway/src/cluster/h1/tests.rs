@@ -322,3 +322,41 @@ async fn a_repeated_clickhouse_header_keeps_its_replica_s_spelling() {
     let once = send(p.clone(), post(&s.base, "q")).await.unwrap();
     assert!(once.extensions().get::<spelling::BackendSpelling>().is_none(), "the front's own spelling is the same");
 }
+
+#[tokio::test]
+async fn a_request_whose_connect_stalls_takes_a_connection_that_comes_back() {
+    // A server whose listen backlog is full: a new connect's SYN is dropped and waits for its
+    // retransmit, as under a burst of new client connections.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = sock.listen(1).unwrap();
+    let addr = l.local_addr().unwrap();
+    let base = format!("http://{addr}");
+    let p = Arc::new(Pool::new(&base, LONG, 8, Duration::from_secs(30)).unwrap());
+    let a = tokio::spawn(send(p.clone(), post(&base, "a")));
+    let (mut first, _) = l.accept().await.unwrap();
+    assert!(read_request(&mut first).await.unwrap().ends_with("\r\n\r\na"));
+    let _fill: Vec<TcpStream> = futures_fill(addr).await;
+    let b = tokio::spawn(send(p.clone(), post(&base, "b")));
+    tokio::time::sleep(Duration::from_millis(50)).await; // b is connecting, and waits in line
+    first.write_all(OK).await.unwrap();
+    assert_eq!(text(a.await.unwrap().unwrap()).await.unwrap(), "1\n");
+    // a's connection came back and went to b: b's request arrives on it.
+    let req = tokio::time::timeout(Duration::from_secs(10), read_request(&mut first))
+        .await
+        .expect("b came on a's connection");
+    assert!(req.unwrap().ends_with("\r\n\r\nb"));
+    first.write_all(OK).await.unwrap();
+    assert_eq!(text(b.await.unwrap().unwrap()).await.unwrap(), "1\n");
+}
+
+/// Connections that fill `addr`'s accept queue (nothing accepts them).
+async fn futures_fill(addr: std::net::SocketAddr) -> Vec<TcpStream> {
+    let mut v = Vec::new();
+    for _ in 0..2 {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+            v.push(s);
+        }
+    }
+    v
+}
