@@ -104,7 +104,13 @@ impl State {
         let replicas: Vec<_> =
             config.clusters.values().flat_map(|c| c.shards.iter().flat_map(|s| s.replicas.clone())).collect();
         let idle = Upstream::choose_idle_timeout(&config.pool, &replicas).await;
-        let upstream = Arc::new(Upstream::new(&config.pool, idle, &replicas, config.workers)?);
+        let upstream = Arc::new(Upstream::new(
+            &config.pool,
+            idle,
+            config.pool.max_idle(config.limits.max_concurrency),
+            &replicas,
+            config.workers,
+        )?);
         let mut state = State::new(config, metrics, upstream.clone(), upstream);
         state.start().await;
         Ok(state)

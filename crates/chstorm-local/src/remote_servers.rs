@@ -78,7 +78,7 @@ retries:
   min_per_second: 10
 pool:
   idle_timeout: auto
-  max_idle_per_replica: 64
+  max_idle_per_replica: auto
 clusters:
 ",
     );

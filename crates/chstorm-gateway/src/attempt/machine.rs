@@ -256,7 +256,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
                 shard.is_none_or(|s| s == r.shard) && r.is_healthy() && !exclude.contains(&(r.shard, r.index))
             });
         if let Some(r) = peer {
-            self.watch.peer = Some(self.ctx.backend.alive(&r.addr, self.window().max(MIN_PROBE)));
+            self.watch.peer = Some(self.ctx.backend.alive_shared(&r.addr, self.window().max(MIN_PROBE)));
         }
     }
 
@@ -265,7 +265,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     fn ping(&mut self) {
         let timeout = self.window().max(MIN_PROBE);
         let probes: Vec<_> =
-            self.running.iter().map(|a| self.ctx.backend.alive(&a.inflight.replica().addr, timeout)).collect();
+            self.running.iter().map(|a| self.ctx.backend.alive_shared(&a.inflight.replica().addr, timeout)).collect();
         self.watch.ping_now(Box::pin(any_alive(probes)));
     }
 

@@ -47,7 +47,22 @@ pub trait Backend: Send + Sync + 'static {
     fn reset_pool(&self, replica: &ReplicaAddr);
     /// Is `replica` alive? `GET /ping` on a new connection, bounded by `timeout`.
     fn alive(&self, replica: &ReplicaAddr, timeout: Duration) -> BoxFuture<Probe>;
+    /// [`Backend::alive`], for a silent read's watch: a probe of `replica` started less than
+    /// [`SHARE_PROBE`] ago, with a bound within a quarter of `timeout`, is shared, so the reads
+    /// silent at once on one replica (every read of a loaded server) send one ping, not one
+    /// each. The query-of-death test, which must see the replica after its connection broke,
+    /// calls [`Backend::alive`].
+    fn alive_shared(&self, replica: &ReplicaAddr, timeout: Duration) -> BoxFuture<Probe> {
+        self.alive(replica, timeout)
+    }
 }
+
+/// How recent a probe [`Backend::alive_shared`] joins must be: 25 ms, the order of the
+/// shortest per-try deadline (`hedging.min_delay`, 20 ms).
+pub const SHARE_PROBE: Duration = Duration::from_millis(25);
+
+/// A probe that later callers may join: when it started, its bound, its outcome.
+type SharedProbe = (tokio::time::Instant, Duration, futures_util::future::Shared<BoxFuture<Probe>>);
 
 /// What a liveness probe ([`Backend::alive`]) found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +91,8 @@ pub struct Upstream {
     /// graceful shutdown closes its listener but still answers on open connections; a probe over
     /// a pooled connection would call it healthy.
     probe_client: HttpsClient,
+    /// The last probe of each replica, for [`Backend::alive_shared`].
+    probes: std::sync::Mutex<HashMap<String, SharedProbe>>,
     pub idle_timeout: Duration,
 }
 
@@ -102,10 +119,12 @@ fn webpki_roots_list() -> Vec<rustls::pki_types::TrustAnchor<'static>> {
 }
 
 impl Upstream {
-    /// `workers` pools for each of `replicas`, plus the shared client for kills and budget polls.
+    /// `workers` pools for each of `replicas`, each keeping at most `max_idle` idle connections,
+    /// plus the shared client for kills and budget polls.
     pub fn new(
         cfg: &PoolCfg,
         idle_timeout: Duration,
+        max_idle: usize,
         replicas: &[ReplicaAddr],
         workers: usize,
     ) -> Result<Upstream, String> {
@@ -118,7 +137,6 @@ impl Upstream {
             .https_or_http()
             .enable_http1()
             .wrap_connector(http);
-        let max_idle = cfg.max_idle_per_replica;
         let pooled = https.clone();
         let make_pool = move || {
             Client::builder(TokioExecutor::new())
@@ -147,7 +165,15 @@ impl Upstream {
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .build(crate::cluster::backend_io::ResetIfAbandoned(https));
-        Ok(Upstream { h1, client, pools, make_pool: Box::new(make_pool), probe_client, idle_timeout })
+        Ok(Upstream {
+            h1,
+            client,
+            pools,
+            make_pool: Box::new(make_pool),
+            probe_client,
+            probes: Default::default(),
+            idle_timeout,
+        })
     }
 
     /// The idle timeout to use: fixed, or learned from the replicas' `Keep-Alive` headers.
@@ -155,7 +181,7 @@ impl Upstream {
         match cfg.idle_timeout {
             IdleTimeout::Fixed(d) => d,
             IdleTimeout::Auto => {
-                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), &[], 1) else { return FALLBACK_IDLE };
+                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), 1, &[], 1) else { return FALLBACK_IDLE };
                 let mut learned: Option<Duration> = None;
                 for r in replicas {
                     if let Some(t) = probe.keepalive_timeout(r).await {
@@ -265,6 +291,20 @@ impl Backend for Upstream {
         })
     }
 
+    fn alive_shared(&self, replica: &ReplicaAddr, timeout: Duration) -> BoxFuture<Probe> {
+        use futures_util::FutureExt;
+        let now = tokio::time::Instant::now();
+        let mut probes = self.probes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((started, bound, probe)) = probes.get(&replica.base) {
+            if now.duration_since(*started) < SHARE_PROBE && bound.abs_diff(timeout) <= timeout / 4 {
+                return Box::pin(probe.clone());
+            }
+        }
+        let probe = self.alive(replica, timeout).shared();
+        probes.insert(replica.base.clone(), (now, timeout, probe.clone()));
+        Box::pin(probe)
+    }
+
     fn reset_pool(&self, replica: &ReplicaAddr) {
         for pool in self.h1.get(&replica.base).into_iter().flatten() {
             pool.reset();
@@ -284,5 +324,53 @@ fn note_backend_spelling(parts: &mut http::response::Parts) {
     let repeated = h.keys().any(|k| k.as_str().starts_with("x-clickhouse-") && h.get_all(k).iter().nth(1).is_some());
     if h.contains_key("x-clickhouse-query-id") || repeated {
         parts.extensions.insert(BackendSpelling);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A replica that answers every connection's `/ping` with `Ok.` after 50 ms, counting its
+    /// connections.
+    async fn replica() -> (ReplicaAddr, Arc<AtomicUsize>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = ReplicaAddr { base: format!("http://{}", l.local_addr().unwrap()), https: false };
+        let n = Arc::new(AtomicUsize::new(0));
+        let count = n.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let _ = s.read(&mut [0u8; 1024]).await;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nOk.\n").await;
+                });
+            }
+        });
+        (addr, n)
+    }
+
+    #[tokio::test]
+    async fn reads_silent_at_once_share_one_ping_and_the_query_of_death_test_gets_its_own() {
+        let (r, connections) = replica().await;
+        let up = Upstream::new(&PoolCfg::default(), Duration::from_secs(1), 1, std::slice::from_ref(&r), 1).unwrap();
+        let t = Duration::from_millis(500);
+        let shared: Vec<_> = (0..10).map(|i| up.alive_shared(&r, t + Duration::from_millis(i))).collect();
+        for p in shared {
+            assert_eq!(p.await, Probe::Alive);
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1, "ten silent reads, one ping");
+        assert_eq!(up.alive_shared(&r, Duration::from_millis(100)).await, Probe::Alive);
+        assert_eq!(
+            connections.load(Ordering::SeqCst),
+            2,
+            "a ping over 25 ms old is not joined, nor one of another bound"
+        );
+        let (a, b) = tokio::join!(up.alive(&r, t), up.alive(&r, t));
+        assert_eq!((a, b), (Probe::Alive, Probe::Alive));
+        assert_eq!(connections.load(Ordering::SeqCst), 4, "Backend::alive always pings afresh");
     }
 }

@@ -26,6 +26,31 @@ impl<'de> Deserialize<'de> for IdleTimeout {
     }
 }
 
+/// `pool.max_idle_per_replica`: a number, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxIdle {
+    /// `limits.max_concurrency`: the most connections one pool can have in use at once, so a
+    /// burst of answers never closes a connection the next burst of queries must make again.
+    Auto,
+    Fixed(usize),
+}
+
+impl<'de> Deserialize<'de> for MaxIdle {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(usize),
+            S(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::N(n) => Ok(MaxIdle::Fixed(n)),
+            Raw::S(s) if s == "auto" => Ok(MaxIdle::Auto),
+            Raw::S(s) => Err(de::Error::custom(format!("'{s}' is not auto or a number of connections"))),
+        }
+    }
+}
+
 /// Active health checks.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -126,8 +151,9 @@ impl Default for Hedging {
 pub struct PoolCfg {
     /// Idle connections are closed after this. Default `auto`.
     pub idle_timeout: IdleTimeout,
-    /// Idle connections kept per replica. Default 64.
-    pub max_idle_per_replica: usize,
+    /// Idle connections kept per replica, in each worker's pool. Default `auto`
+    /// ([`MaxIdle::Auto`]: `limits.max_concurrency`); they close at `idle_timeout` anyway.
+    pub max_idle_per_replica: MaxIdle,
     /// Connect timeout. Default 1 s.
     pub connect_timeout: Dur,
     /// A PEM file of CA certificates to trust for https:// replicas, besides the web roots.
@@ -138,9 +164,20 @@ impl Default for PoolCfg {
     fn default() -> Self {
         PoolCfg {
             idle_timeout: IdleTimeout::Auto,
-            max_idle_per_replica: 64,
+            max_idle_per_replica: MaxIdle::Auto,
             connect_timeout: Dur(Duration::from_secs(1)),
             tls_ca: None,
+        }
+    }
+}
+
+impl PoolCfg {
+    /// The idle connections a pool keeps, with `max_concurrency` the gateway's
+    /// `limits.max_concurrency`.
+    pub fn max_idle(&self, max_concurrency: usize) -> usize {
+        match self.max_idle_per_replica {
+            MaxIdle::Auto => max_concurrency,
+            MaxIdle::Fixed(n) => n,
         }
     }
 }

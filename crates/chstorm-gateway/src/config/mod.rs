@@ -26,7 +26,7 @@ mod users;
 
 // Every public item keeps its path `crate::config::X`; some are named only by docs and tests.
 #[allow(unused_imports)]
-pub use backend::{Health, HedgeDelay, Hedging, IdleTimeout, PoolCfg, Retries};
+pub use backend::{Health, HedgeDelay, Hedging, IdleTimeout, MaxIdle, PoolCfg, Retries};
 #[allow(unused_imports)]
 pub use clusters::{Cluster, ReplicaAddr, Shard};
 #[allow(unused_imports)]

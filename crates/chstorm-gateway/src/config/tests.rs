@@ -244,3 +244,17 @@ fn threads_section() {
     let e = bad(&with("      totl: 4\n"));
     assert!(e.contains("unknown field `totl`"), "{e}");
 }
+
+#[test]
+fn idle_connections_per_pool_are_auto_or_a_count() {
+    let c = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
+    assert_eq!(c.pool.max_idle_per_replica, MaxIdle::Auto);
+    assert_eq!(c.pool.max_idle(c.limits.max_concurrency), c.limits.max_concurrency, "auto: what can be in use at once");
+    let with = |v: &str| EXAMPLE.replace("max_idle_per_replica: auto", &format!("max_idle_per_replica: {v}"));
+    let c = Config::parse(&with("8"), Path::new("g.yaml")).unwrap();
+    assert_eq!(c.pool.max_idle(256), 8);
+    for v in ["many", "-1"] {
+        let e = bad(&with(v));
+        assert!(e.contains("max_idle_per_replica") || e.contains("not auto or a number of connections"), "{v}: {e}");
+    }
+}

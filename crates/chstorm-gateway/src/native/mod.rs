@@ -68,7 +68,10 @@ use tokio_rustls::TlsAcceptor;
 
 /// What both native listeners (plain and TLS) share: one backend pool, one server Hello.
 pub fn shared(state: Arc<ArcSwap<State>>, drain: Arc<Drain>) -> Arc<client::Shared> {
-    let max_idle = state.load().config.pool.max_idle_per_replica;
+    let max_idle = {
+        let c = &state.load().config;
+        c.pool.max_idle(c.limits.max_concurrency)
+    };
     Arc::new(client::Shared {
         state,
         pool: backend::Pool::new(max_idle),
