@@ -16,7 +16,7 @@ if ! command -v perf >/dev/null; then
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 scripts/bench_gateway_cpu.py --out "$tmp" --reps 1 --duration 10 --idle 10 --no-floors --many 0 \
+python3 scripts/bench_gateway_cpu.py --out "$tmp" --reps 1 --duration 10 --idle 10 --no-floors --no-peers --many 0 \
   --gateway-pid-file "$tmp/pid" > "$tmp/bench.out" 2>&1 &
 bench=$!
 for _ in $(seq 1 300); do [ -s "$tmp/pid" ] && break; sleep 0.1; done
