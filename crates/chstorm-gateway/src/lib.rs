@@ -20,9 +20,10 @@
 //!   [`cluster::balancer`] (selection over snapshots, with a seeded RNG) and [`cluster::health`]
 //!   (active probes), joined by snapshots and down signals; [`cluster::budget`]: the
 //!   per-replica thread budget (`threads:`), RAII grants; [`cluster::upstream`]: kept-alive
-//!   pools per replica (one per worker) behind the `Backend` trait; [`cluster::backend_io`]: its
-//!   connections, reset when dropped mid-exchange so a server never takes a cut-short body for
-//!   a whole one.
+//!   pools per replica (one per worker) behind the `Backend` trait: [`cluster::h1`], the
+//!   gateway's own HTTP/1 client, for `http://` replicas, hyper's for `https://` ones
+//!   ([`cluster::backend_io`]); both reset a connection dropped mid-exchange so a server never
+//!   takes a cut-short body for a whole one.
 //! * [`query`]: the query core both fronts call: a protocol-neutral request, authentication,
 //!   admission (limits with FIFO queues and fast rejection; RAII permits), the plan (pure: user
 //!   rules, routing, parameters), one refusal form (an HTTP status and a ClickHouse code), and
