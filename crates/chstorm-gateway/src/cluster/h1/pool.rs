@@ -154,6 +154,15 @@ impl Pool {
     pub fn idle_count(&self) -> usize {
         self.state().idle.len()
     }
+
+    /// Waits until the last idle connection is reported readable (for tests: its peer's close
+    /// has reached the reactor).
+    #[cfg(test)]
+    pub async fn idle_readable(self: &Arc<Self>) {
+        let c = self.state().idle.pop().expect("an idle connection");
+        let _ = c.tcp.readable().await;
+        self.state().idle.push(c);
+    }
 }
 
 /// Closes `pool`'s connections as they pass their idle timeout; ends when none is idle.
