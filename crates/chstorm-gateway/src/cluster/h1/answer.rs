@@ -28,9 +28,9 @@ pub struct Head {
     pub framing: Framing,
     /// The server keeps the connection alive after this answer.
     pub keep_alive: bool,
-    /// The head's bytes, when a header name is spelled otherwise than the front would spell it
+    /// The header names as spelled, when one is spelled otherwise than the front would spell it
     /// ([`super::spelling`]).
-    pub spelled: Option<Bytes>,
+    pub spelled: Option<Vec<String>>,
 }
 
 /// How an answer's body is framed.
@@ -63,7 +63,7 @@ pub async fn read_head(conn: &mut Conn, to_head: bool) -> Result<Head, BackendEr
                     }
                     let mut head = build(&r, to_head)?;
                     if super::spelling::own_spelling(r.headers) {
-                        head.spelled = Some(Bytes::copy_from_slice(&conn.buf[..n]));
+                        head.spelled = Some(r.headers.iter().map(|h| h.name.to_string()).collect());
                     }
                     conn.buf.advance(n);
                     return Ok(head);

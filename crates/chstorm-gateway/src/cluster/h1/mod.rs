@@ -39,8 +39,8 @@ pub async fn send(pool: Arc<Pool>, req: http::Request<GBody>) -> Result<http::Re
     let keep_alive = head.keep_alive && sent == request::Sent::Whole;
     let body = answer::Answer::new(conn, pool, keep_alive, head.framing);
     let mut resp = http::Response::from_parts(head.parts, body.boxed_unsync());
-    if let Some(raw) = head.spelled {
-        if let Ok(map) = spelling::case_map(&raw).await {
+    if let Some(names) = head.spelled {
+        if let Ok(map) = spelling::case_map(&names).await {
             resp.extensions_mut().extend(map);
             resp.extensions_mut().insert(spelling::BackendSpelling);
         }

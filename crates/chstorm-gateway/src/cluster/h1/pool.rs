@@ -89,7 +89,7 @@ impl Pool {
         let mut stale = Vec::new();
         let mut s = self.state();
         while let Some(c) = s.idle.pop() {
-            if c.idle_since.elapsed() < self.idle_timeout && !c.closed_while_idle() {
+            if !self.expired(&c, tokio::time::Instant::now()) && !c.closed_while_idle() {
                 drop(s);
                 return Ok(c);
             }
@@ -99,6 +99,11 @@ impl Pool {
         s.waiters.retain(|w| !w.is_closed());
         s.waiters.push_back(tx);
         Err(rx)
+    }
+
+    /// Has idle `c` passed the idle timeout at `now`?
+    fn expired(&self, c: &Conn, now: tokio::time::Instant) -> bool {
+        c.idle_since + self.idle_timeout <= now
     }
 
     async fn connect(self: Arc<Self>) -> Result<Conn, BackendError> {
@@ -168,29 +173,23 @@ impl Pool {
 /// Closes `pool`'s connections as they pass their idle timeout; ends when none is idle.
 async fn sweep(pool: Weak<Pool>) {
     loop {
-        let Some(next) = pool.upgrade().map(|p| {
-            let s = p.state();
-            s.idle.iter().map(|c| c.idle_since).min().map(|t| t + p.idle_timeout)
-        }) else {
-            return;
-        };
-        let Some(next) = next else {
-            if let Some(p) = pool.upgrade() {
-                let mut s = p.state();
-                if s.idle.is_empty() {
+        let next = {
+            let Some(p) = pool.upgrade() else { return };
+            let mut s = p.state();
+            match s.idle.iter().map(|c| c.idle_since).min() {
+                Some(oldest) => oldest + p.idle_timeout,
+                None => {
                     s.sweeping = false;
                     return;
                 }
             }
-            continue;
         };
         tokio::time::sleep_until(next).await;
         let Some(p) = pool.upgrade() else { return };
         let expired: Vec<Conn> = {
             let now = tokio::time::Instant::now();
             let mut s = p.state();
-            let (old, keep) =
-                std::mem::take(&mut s.idle).into_iter().partition(|c| c.idle_since + p.idle_timeout <= now);
+            let (old, keep) = std::mem::take(&mut s.idle).into_iter().partition(|c| p.expired(c, now));
             s.idle = keep;
             old
         };

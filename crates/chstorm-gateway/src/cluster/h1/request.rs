@@ -33,6 +33,9 @@ pub enum Sent {
     Early,
 }
 
+/// A body's next frame as `frame()` gives it: None at the body's end.
+type Next = Option<Result<http_body::Frame<Bytes>, crate::cluster::message::BoxError>>;
+
 fn failed(message: String) -> BackendError {
     BackendError { connect: false, message }
 }
@@ -155,7 +158,7 @@ fn add_data(out: &mut Vec<u8>, framing: Framing, data: &Bytes, sent: u64) -> Res
 }
 
 /// The body's next frame if it is ready now (a held body's always is).
-fn ready_now(body: &mut GBody) -> Option<Option<Result<http_body::Frame<Bytes>, crate::cluster::message::BoxError>>> {
+fn ready_now(body: &mut GBody) -> Option<Next> {
     match Pin::new(body).poll_frame(&mut Context::from_waker(std::task::Waker::noop())) {
         Poll::Ready(f) => Some(f),
         Poll::Pending => None,
@@ -173,10 +176,7 @@ async fn flush(conn: &mut Conn, out: &mut Vec<u8>) -> Result<(), BackendError> {
 }
 
 /// The body's next frame, or None when an answer came first.
-async fn next_or_answer(
-    conn: &mut Conn,
-    body: &mut GBody,
-) -> Result<Option<Option<Result<http_body::Frame<Bytes>, crate::cluster::message::BoxError>>>, BackendError> {
+async fn next_or_answer(conn: &mut Conn, body: &mut GBody) -> Result<Option<Next>, BackendError> {
     loop {
         tokio::select! {
             biased;

@@ -55,14 +55,12 @@ fn title_case(name: &[u8]) -> bool {
     })
 }
 
-/// hyper's header case map of the names in `head` (an answer head, up to its blank line), in
-/// an extensions map to add to an answer's.
-pub async fn case_map(head: &[u8]) -> Result<http::Extensions, String> {
+/// hyper's header case map of `names` (each as spelled), in an extensions map to add to an
+/// answer's.
+pub async fn case_map<N: AsRef<[u8]>>(names: &[N]) -> Result<http::Extensions, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut canned = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for line in head.split(|b| *b == b'\n').skip(1) {
-        let Some(colon) = line.iter().position(|b| *b == b':') else { continue };
-        let name = &line[..colon];
+    for name in names.iter().map(AsRef::as_ref) {
         if !name.eq_ignore_ascii_case(b"content-length") && !name.eq_ignore_ascii_case(b"transfer-encoding") {
             canned.extend_from_slice(name);
             canned.extend_from_slice(b": x\r\n");
@@ -121,10 +119,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_case_map_is_made_from_a_head() {
-        let head =
-            b"HTTP/1.1 200 OK\r\nX-ClickHouse-Progress: 1\r\nX-ClickHouse-Progress: 2\r\nContent-Length: 1\r\n\r\n";
-        let e = case_map(head).await.unwrap();
+    async fn a_case_map_is_made_from_names() {
+        let e = case_map(&["X-ClickHouse-Progress", "X-ClickHouse-Progress", "Content-Length"]).await.unwrap();
         assert!(!e.is_empty());
     }
 }
