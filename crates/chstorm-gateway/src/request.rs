@@ -2,8 +2,6 @@
 //! `query` parameter and the body make one statement. (Statement kinds are ClickHouse rules:
 //! `chstorm_proto::rules`.)
 
-use percent_encoding::percent_decode_str;
-
 /// URL parameters of ClickHouse's HTTP interface that are not settings.
 const NOT_SETTINGS: &[&str] = &[
     "query",
@@ -48,6 +46,23 @@ const BYTE_CHARS: u32 = 0x10FF00;
 /// invalid UTF-8 reaches the server unchanged rather than as U+FFFD. The rules see an invalid
 /// byte as one private-use character, which no rule matches.
 pub fn decode_bytes(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        // Valid UTF-8 without a 0xF4 byte (which every escaped character starts with) stays as it is.
+        Ok(s) if !bytes.contains(&0xF4) => s.to_owned(),
+        _ => decode_escaping(bytes),
+    }
+}
+
+/// [`decode_bytes`] of bytes held in a `Vec`: valid UTF-8 without an escaped character keeps
+/// the allocation.
+fn decode_owned(bytes: Vec<u8>) -> String {
+    if bytes.contains(&0xF4) {
+        return decode_escaping(&bytes);
+    }
+    String::from_utf8(bytes).unwrap_or_else(|e| decode_escaping(e.as_bytes()))
+}
+
+fn decode_escaping(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len());
     let escape = |out: &mut String, b: &[u8]| {
         out.extend(b.iter().map(|&x| char::from_u32(BYTE_CHARS + x as u32).expect("a private-use character")))
@@ -81,22 +96,95 @@ pub fn encode_bytes(text: &str) -> Vec<u8> {
 /// are not UTF-8 are kept ([`decode_bytes`]); [`encode_params`] sends them back unchanged.
 pub fn parse_params(query: Option<&str>) -> Vec<(String, String)> {
     let Some(q) = query else { return Vec::new() };
-    q.split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            let dec = |s: &str| decode_bytes(&percent_decode_str(&s.replace('+', " ")).collect::<Vec<u8>>());
-            (dec(k), dec(v))
-        })
-        .collect()
+    pairs(q).map(|(k, v)| (decode_component(k), decode_component(v))).collect()
 }
 
-/// Encodes pairs back into a query string, with the bytes [`parse_params`] read them from.
+/// The first parameter named `name` in a query string, decoded (what [`parse_params`] would
+/// find first), without decoding the others' values.
+pub fn first_param(query: Option<&str>, name: &str) -> Option<String> {
+    pairs(query?)
+        .find(|(k, _)| if plain(k) { *k == name } else { decode_component(k) == name })
+        .map(|(_, v)| decode_component(v))
+}
+
+/// A query string's raw (name, value) pairs, empty ones skipped.
+fn pairs(q: &str) -> impl Iterator<Item = (&str, &str)> {
+    q.split('&').filter(|p| !p.is_empty()).map(|p| p.split_once('=').unwrap_or((p, "")))
+}
+
+/// Nothing to decode: no `%`, no `+`, all ASCII.
+fn plain(s: &str) -> bool {
+    s.bytes().all(|b| b != b'%' && b != b'+' && b.is_ascii())
+}
+
+/// One name or value of a query string decoded: `+` is a space, `%XX` its byte (a `%` without
+/// two hex digits stays as it is), and the bytes are read by [`decode_bytes`].
+fn decode_component(s: &str) -> String {
+    if plain(s) {
+        return s.to_owned();
+    }
+    let b = s.as_bytes();
+    let hex = |i: usize| b.get(i).and_then(|c| (*c as char).to_digit(16));
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match (b[i], hex(i + 1), hex(i + 2)) {
+            (b'+', _, _) => out.push(b' '),
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 2;
+            }
+            (c, _, _) => out.push(c),
+        }
+        i += 1;
+    }
+    decode_owned(out)
+}
+
+/// Encodes pairs back into a query string, with the bytes [`parse_params`] read them from:
+/// letters, digits and `-._~` as they are, any other byte as `%XX`.
 pub fn encode_params(params: &[(String, String)]) -> String {
-    const SET: &percent_encoding::AsciiSet =
-        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
-    let enc = |s: &str| percent_encoding::percent_encode(&encode_bytes(s), SET).to_string();
-    params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
+    let mut out = String::with_capacity(params.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>() + 16);
+    encode_params_into(&mut out, params);
+    out
+}
+
+/// [`encode_params`], appended to `out`.
+pub fn encode_params_into(out: &mut String, params: &[(String, String)]) {
+    for (i, (k, v)) in params.iter().enumerate() {
+        if i > 0 {
+            out.push('&');
+        }
+        encode_param_into(out, k, v);
+    }
+}
+
+/// One pair of [`encode_params`] (`name=value`), appended to `out`.
+pub fn encode_param_into(out: &mut String, name: &str, value: &str) {
+    encode_component(out, name);
+    out.push('=');
+    encode_component(out, value);
+}
+
+/// Appends `text`'s bytes ([`encode_bytes`]) to `out`, percent-encoded as [`encode_params`] does.
+fn encode_component(out: &mut String, text: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut byte = |b: u8| {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.extend(['%', HEX[(b >> 4) as usize] as char, HEX[(b & 15) as usize] as char]);
+        }
+    };
+    if text.is_ascii() {
+        return text.bytes().for_each(byte);
+    }
+    for c in text.chars() {
+        match (c as u32).checked_sub(BYTE_CHARS) {
+            Some(b @ 0x80..=0xFF) => byte(b as u8),
+            _ => c.encode_utf8(&mut [0; 4]).bytes().for_each(&mut byte),
+        }
+    }
 }
 
 /// True when a URL parameter is a ClickHouse setting (not a request parameter, not a query
@@ -217,6 +305,85 @@ mod tests {
             "query=%F4%8F%BE%80",
         ] {
             assert_eq!(encode_params(&parse_params(Some(q))), q, "{q}");
+        }
+    }
+
+    /// The decoding and encoding as the `percent-encoding` crate does them, the reference for
+    /// the gateway's own.
+    fn reference_parse(q: &str) -> Vec<(String, String)> {
+        q.split('&')
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let (k, v) = p.split_once('=').unwrap_or((p, ""));
+                let dec = |s: &str| {
+                    decode_escaping(&percent_encoding::percent_decode_str(&s.replace('+', " ")).collect::<Vec<u8>>())
+                };
+                (dec(k), dec(v))
+            })
+            .collect()
+    }
+
+    fn reference_encode(params: &[(String, String)]) -> String {
+        const SET: &percent_encoding::AsciiSet =
+            &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+        let enc = |s: &str| percent_encoding::percent_encode(&encode_bytes(s), SET).to_string();
+        params.iter().map(|(k, v)| format!("{}={}", enc(k), enc(v))).collect::<Vec<_>>().join("&")
+    }
+
+    #[test]
+    fn parameters_decode_and_encode_as_the_reference_does() {
+        // Generated query strings over the characters that matter: escapes (good, cut, not hex),
+        // `+`, separators, ASCII, multi-byte UTF-8 and the escaped private-use range.
+        let alphabet: &[&str] = &[
+            "%",
+            "%2",
+            "%20",
+            "%2B",
+            "%FF",
+            "%f4",
+            "%8F",
+            "%BE",
+            "%zz",
+            "%C3%A9",
+            "+",
+            "&",
+            "=",
+            "a",
+            "Z",
+            "0",
+            "-",
+            ".",
+            "_",
+            "~",
+            "é",
+            "\u{10ff80}",
+            "\u{1f600}",
+            " ",
+            "'",
+            "/",
+            "?",
+            "%%",
+            "%4",
+            "x=y",
+            "&&",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..20_000 {
+            let len = next(12);
+            let q: String = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();
+            let got = parse_params(Some(&q));
+            assert_eq!(got, reference_parse(&q), "{q:?}");
+            assert_eq!(encode_params(&got), reference_encode(&got), "{q:?}");
+            for name in ["a", "x", "é", " ", ""] {
+                let first = got.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+                assert_eq!(first_param(Some(&q), name), first, "{q:?} {name:?}");
+            }
         }
     }
 

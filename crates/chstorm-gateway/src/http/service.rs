@@ -131,8 +131,7 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
         }
     }
     let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let params = crate::request::parse_params(req.uri().query());
-    let param = |n: &str| params.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let param = |n: &str| crate::request::first_param(req.uri().query(), n);
     let user = header("x-clickhouse-user").or_else(|| param("user")).unwrap_or_else(|| "default".into());
     let password = header("x-clickhouse-key").or_else(|| param("password")).unwrap_or_default();
     (user, password)
@@ -230,7 +229,8 @@ fn for_http(parts: &Parts, readonly: bool, decoded: bool) -> HttpParts {
 
 /// The client's `headers` a backend gets; without `content-encoding` when `decoded`.
 fn forwarded(headers: &HeaderMap, decoded: bool) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(headers.len());
+    // Room for the gateway's `Authorization`, and a `Content-Length` (an empty POST).
+    let mut out = HeaderMap::with_capacity(headers.len() + 2);
     for (k, v) in headers {
         if !NOT_FORWARDED.contains(&k.as_str()) && !HOP_BY_HOP.contains(&k.as_str()) {
             out.append(k.clone(), v.clone());

@@ -15,7 +15,7 @@
 use super::refusal::{Kind, Refusal};
 use super::request::{BodyShape, QueryRequest, MAX_HELD_BODY};
 use crate::config::{AllowedSettings, Cluster, User};
-use crate::request::{encode_params, is_setting, SHARD_KEY_PARAM};
+use crate::request::{encode_param_into, encode_params_into, is_setting, SHARD_KEY_PARAM};
 use chstorm_proto::rules::{statement_kind, StatementKind};
 use chstorm_sql::route::changes_distributed_result;
 use chstorm_sql::rules::{settings_in_sql, table_functions};
@@ -104,12 +104,25 @@ pub struct Plan {
 
 impl Plan {
     /// The path and query of one attempt, with its thread grant.
+    #[cfg(test)]
     pub fn path_and_query(&self, threads: Option<usize>) -> String {
-        let sep = if self.path_and_params.ends_with('?') { "" } else { "&" };
-        match threads {
-            Some(n) => format!("{}{sep}max_threads={n}&{}", self.path_and_params, self.tail),
-            None => format!("{}{sep}{}", self.path_and_params, self.tail),
+        let mut out = String::new();
+        self.path_and_query_into(&mut out, threads);
+        out
+    }
+
+    /// [`Self::path_and_query`], appended to `out`.
+    pub fn path_and_query_into(&self, out: &mut String, threads: Option<usize>) {
+        use std::fmt::Write as _;
+        out.reserve(self.path_and_params.len() + self.tail.len() + 20);
+        out.push_str(&self.path_and_params);
+        if !self.path_and_params.ends_with('?') {
+            out.push('&');
         }
+        if let Some(n) = threads {
+            let _ = write!(out, "max_threads={n}&");
+        }
+        out.push_str(&self.tail);
     }
 }
 
@@ -439,8 +452,12 @@ fn assemble(
         // The new text goes plain, not in ClickHouse's compressed frames.
         params.retain(|(k, _)| k != "decompress");
     }
-    let path_and_params = format!("{path}?{}", encode_params(&params));
-    let mut tail = encode_params(&[("query_id".to_string(), ids.query_id.clone())]);
+    let mut path_and_params = String::with_capacity(path.len() + 128);
+    path_and_params.push_str(path);
+    path_and_params.push('?');
+    encode_params_into(&mut path_and_params, &params);
+    let mut tail = String::with_capacity(ids.query_id.len() + 24);
+    encode_param_into(&mut tail, "query_id", &ids.query_id);
     if user.readonly {
         tail.push_str("&readonly=1");
     }

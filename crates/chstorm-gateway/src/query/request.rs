@@ -6,7 +6,13 @@
 
 /// A new query_id for a query whose client set none: `chgw-` and 24 random hex digits.
 pub fn new_query_id() -> String {
-    format!("chgw-{:016x}{:08x}", rand::random::<u64>(), rand::random::<u32>())
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let (hi, lo) = (rand::random::<u64>(), rand::random::<u32>());
+    let mut id = String::with_capacity(29);
+    id.push_str("chgw-");
+    let digits = |v: u64, n: u32| (0..n).rev().map(move |i| HEX[((v >> (4 * i)) & 15) as usize] as char);
+    id.extend(digits(hi, 16).chain(digits(lo as u64, 8)));
+    id
 }
 
 /// Largest body held whole (1 MiB), after decompression. Bigger bodies stream.
@@ -70,6 +76,24 @@ impl<'a> QueryRequest<'a> {
             shard_key: None,
             database: None,
             max_depth,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn query_ids_are_the_prefix_and_24_hex_digits() {
+        let ids: Vec<String> = (0..200).map(|_| super::new_query_id()).collect();
+        for id in &ids {
+            let hex = id.strip_prefix("chgw-").expect("the prefix");
+            assert_eq!(hex.len(), 24, "{id}");
+            assert!(hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{id}");
+        }
+        // Every hex digit's place takes more than one value (no digit is stuck).
+        for i in 0..24 {
+            let at: std::collections::HashSet<u8> = ids.iter().map(|id| id.as_bytes()[5 + i]).collect();
+            assert!(at.len() > 1, "place {i} is always {at:?}");
         }
     }
 }
