@@ -18,7 +18,7 @@ pub struct ClusterRt {
     pub cfg: Cluster,
     pub balancer: Arc<Balancer>,
     /// `Authorization` header value for the backends.
-    pub auth: String,
+    pub auth: crate::attempt::BackendAuth,
     /// The thread budget, when the cluster has a `threads` section.
     pub budget: Option<Arc<crate::cluster::budget::ClusterBudget>>,
     /// Recent answer-head times per route: one per shard, then fan-out and sessions.
@@ -121,10 +121,10 @@ impl State {
     pub fn new(config: Config, metrics: Arc<Metrics>, upstream: Arc<Upstream>, backend: Arc<dyn Backend>) -> State {
         let mut clusters = BTreeMap::new();
         for (name, c) in &config.clusters {
-            let auth = format!(
+            let auth = crate::attempt::BackendAuth::new(&format!(
                 "Basic {}",
                 base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password))
-            );
+            ));
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
             let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
@@ -170,8 +170,13 @@ impl State {
             self.health_tasks.push(task.abort_handle());
             if let Some(t) = self.config.threads.get(name) {
                 let b = Arc::new(crate::cluster::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
-                let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.auth).await;
-                self.health_tasks.extend(crate::cluster::budget::probe::spawn(&b, &self.upstream, &rt.auth, facts));
+                let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.auth.text).await;
+                self.health_tasks.extend(crate::cluster::budget::probe::spawn(
+                    &b,
+                    &self.upstream,
+                    &rt.auth.text,
+                    facts,
+                ));
                 rt.budget = Some(b);
             }
         }

@@ -48,9 +48,8 @@ pub struct HeadTimes {
 /// `q` of `samples` (nearest rank), in microseconds.
 fn quantile(samples: &[u32], q: f64) -> u64 {
     let mut v = samples.to_vec();
-    v.sort_unstable();
     let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1] as u64
+    *v.select_nth_unstable(rank - 1).1 as u64
 }
 
 impl HeadTimes {
@@ -140,6 +139,26 @@ mod tests {
 
     fn auto() -> Hedging {
         Hedging::default()
+    }
+
+    #[test]
+    fn quantile_is_the_nearest_rank_of_the_sorted_samples() {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for n in 1..=WINDOW {
+            let v: Vec<u32> = (0..n).map(|_| (next() % 1000) as u32).collect();
+            let mut sorted = v.clone();
+            sorted.sort_unstable();
+            for q in [0.0, 0.5, 0.9, 0.95, 0.99, 1.0] {
+                let rank = ((q * n as f64).ceil() as usize).clamp(1, n);
+                assert_eq!(quantile(&v, q), sorted[rank - 1] as u64, "n {n} q {q}");
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,7 @@ const MAX_ERROR_BODY: usize = 64 << 10;
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The backend request's method and headers, from the HTTP front; POST and none by default.
+/// [`super::run`] adds the gateway's `Authorization`.
 #[derive(Debug, Clone)]
 pub struct HttpParts {
     pub method: http::Method,
@@ -41,7 +42,6 @@ pub struct Http<'a> {
     pub(super) parts: HttpParts,
     pub(super) body: SendBody,
     pub(super) backend: Arc<dyn Backend>,
-    pub(super) auth: &'a str,
     /// How long a successful answer is held after its head ([`super::held`]); None for a
     /// `HEAD` request, whose answer has no body.
     pub(super) hold_for: Option<Duration>,
@@ -57,7 +57,8 @@ impl Transport for Http<'_> {
         live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
         let plan = self.plan;
-        let uri = format!("{}{}", replica.addr.base, plan.path_and_query(threads));
+        let mut uri = replica.addr.base.clone();
+        plan.path_and_query_into(&mut uri, threads);
         // An empty body still says so: 18.16 answers a POST without Content-Length or
         // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
         let empty_post = self.parts.method == http::Method::POST
@@ -78,10 +79,6 @@ impl Transport for Http<'_> {
         if empty_post {
             req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
         }
-        req.headers_mut().insert(
-            "authorization",
-            http::HeaderValue::from_str(self.auth).unwrap_or(http::HeaderValue::from_static("")),
-        );
         let (head, hold_for) = (self.backend.send(&replica.addr, req), self.hold_for);
         Some(Box::pin(async move {
             let head = head.await?;

@@ -6,18 +6,34 @@
 //! `chstorm_gateway_killed_queries_total{reason}` and logged. An attempt whose query has ended
 //! on the server (an error answer, a broken connection, the answer read to its end) disarms it.
 
+use crate::cluster::replica::Replica;
 use crate::cluster::upstream::Backend;
-use crate::config::ReplicaAddr;
 use crate::metrics::{KillLabel, Metrics};
 use std::sync::Arc;
+
+/// The backends' `Authorization` header value, as text (for `KILL QUERY`) and as a header value
+/// (for every attempt), both made once per config.
+#[derive(Clone, Debug)]
+pub struct BackendAuth {
+    pub text: Arc<str>,
+    pub header: http::HeaderValue,
+}
+
+impl BackendAuth {
+    pub fn new(text: &str) -> BackendAuth {
+        let header = http::HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(text.as_bytes()))
+            .unwrap_or(http::HeaderValue::from_static(""));
+        BackendAuth { text: Arc::from(text), header }
+    }
+}
 
 /// Sends `KILL QUERY` for `query_id` on `replica` if dropped while armed.
 pub struct KillGuard {
     pub armed: bool,
     pub reason: &'static str,
     pub query_id: String,
-    pub replica: ReplicaAddr,
-    pub auth: String,
+    pub replica: Arc<Replica>,
+    pub auth: Arc<str>,
     pub backend: Arc<dyn Backend>,
     pub metrics: Arc<Metrics>,
 }
@@ -56,12 +72,12 @@ impl Drop for KillGuard {
         );
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                let ok = up.kill(&r, &auth, &qid).await;
+                let ok = up.kill(&r.addr, &auth, &qid).await;
                 m.killed.get_or_create(&KillLabel { reason }).inc();
                 crate::log::log(
                     "info",
                     "killed query",
-                    serde_json::json!({"query_id": qid, "replica": r.base, "reason": reason, "ok": ok}),
+                    serde_json::json!({"query_id": qid, "replica": r.addr.base, "reason": reason, "ok": ok}),
                 );
             });
         }

@@ -57,6 +57,7 @@
 mod exits;
 mod http_transport;
 mod kill;
+pub use kill::BackendAuth;
 mod machine;
 mod policy;
 mod running;
@@ -91,7 +92,7 @@ pub struct Ctx<'a> {
     pub balancer: &'a Balancer,
     pub threads: Option<&'a Arc<ClusterBudget>>,
     /// The backends' `Authorization` header value.
-    pub auth: &'a str,
+    pub auth: &'a BackendAuth,
     pub retry_budget: &'a TpsBudget,
     pub metrics: &'a Arc<Metrics>,
     pub hedging: &'a Hedging,
@@ -164,11 +165,13 @@ pub enum Outcome<H = Response<GBody>> {
 }
 
 /// Runs the attempts for `plan` over HTTP, each a `parts` request carrying `body`.
-pub async fn run(plan: &Plan, parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+pub async fn run(plan: &Plan, mut parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
+    // The gateway's own credentials, the same for every attempt.
+    parts.headers.insert(::http::header::AUTHORIZATION, ctx.auth.header.clone());
     // A successful answer is held for at most the per-try deadline after its head.
     let hold_for = (parts.method != ::http::Method::HEAD)
         .then(|| ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0));
-    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth: ctx.auth, hold_for };
+    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), hold_for };
     attempts(plan, &mut http, ctx).await
 }
 

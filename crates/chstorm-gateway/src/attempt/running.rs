@@ -84,8 +84,8 @@ pub(super) async fn start<T: Transport>(
         armed: true,
         reason: "client_gone",
         query_id: plan.query_id.clone(),
-        replica: replica.addr.clone(),
-        auth: ctx.auth.to_string(),
+        replica: replica.clone(),
+        auth: ctx.auth.text.clone(),
         backend: ctx.backend.clone(),
         metrics: ctx.metrics.clone(),
     };

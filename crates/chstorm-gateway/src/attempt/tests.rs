@@ -171,6 +171,12 @@ impl Backend for Fake {
     }
 }
 
+/// The backends' credentials in these tests.
+fn test_auth() -> &'static BackendAuth {
+    static AUTH: std::sync::LazyLock<BackendAuth> = std::sync::LazyLock::new(|| BackendAuth::new("Basic x"));
+    &AUTH
+}
+
 struct World {
     cfg: Config,
     balancer: Balancer,
@@ -199,7 +205,7 @@ impl World {
     /// Marks the shape of `plan` (held, empty body) as having run fine lately.
     fn known_good(&self, plan: &Plan) {
         let backend = self.backend.clone();
-        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, auth: "Basic x", hold_for: None };
+        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, hold_for: None };
         self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
     }
 
@@ -217,7 +223,7 @@ impl World {
             backend: &self.backend,
             balancer: &self.balancer,
             threads: None,
-            auth: "Basic x",
+            auth: test_auth(),
             retry_budget: &self.budget,
             metrics: &self.metrics,
             hedging: &self.cfg.hedging,
@@ -719,7 +725,7 @@ impl World {
             backend: &self.backend,
             balancer: &self.balancer,
             threads: None,
-            auth: "Basic x",
+            auth: test_auth(),
             retry_budget: &self.budget,
             metrics: &self.metrics,
             hedging: &self.cfg.hedging,

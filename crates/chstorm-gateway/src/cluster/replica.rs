@@ -88,6 +88,8 @@ pub struct Replica {
     pub(crate) index: usize,
     /// `shard.replica`, 1-based, for logs and metrics.
     pub(crate) label: String,
+    /// `label` as a header value (`X-Chstorm-Replica`), made once.
+    label_value: http::HeaderValue,
     outstanding: AtomicUsize,
     /// Of those, attempts past their per-try deadline without an answer head ([`Overdue`]).
     overdue: AtomicUsize,
@@ -110,11 +112,14 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Replica {
     pub fn new(addr: ReplicaAddr, shard: usize, index: usize) -> Replica {
+        let label = format!("{}.{}", shard + 1, index + 1);
         Replica {
+            label_value: http::HeaderValue::from_maybe_shared(bytes::Bytes::from(label.clone()))
+                .expect("digits and a dot"),
             addr,
             shard,
             index,
-            label: format!("{}.{}", shard + 1, index + 1),
+            label,
             outstanding: AtomicUsize::new(0),
             overdue: AtomicUsize::new(0),
             created: tokio::time::Instant::now(),
@@ -133,6 +138,11 @@ impl Replica {
     /// `shard.replica`, 1-based.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// [`Self::label`] as a header value.
+    pub fn label_value(&self) -> http::HeaderValue {
+        self.label_value.clone()
     }
 
     /// Requests in flight on it through this gateway.

@@ -129,8 +129,9 @@ impl Listener {
             Some((f, w)) => (f, Some(w)),
             None => (ClientFin::default(), None),
         };
+        let keep_alive = keep_alive_value(header_timeout);
         let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-            let (this, marks) = (this.clone(), marks.clone());
+            let (this, marks, keep_alive) = (this.clone(), marks.clone(), keep_alive.clone());
             req.extensions_mut().insert(fin.clone());
             async move {
                 let (closing, version) = (wants_close(&req), req.version());
@@ -139,7 +140,7 @@ impl Listener {
                     // Stopping: the client reconnects for its next query (to the new gateway).
                     resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                as_clickhouse_sends_it(&mut resp, closing, version, header_timeout).await;
+                as_clickhouse_sends_it(&mut resp, closing, version, &keep_alive).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
@@ -204,7 +205,7 @@ impl Listener {
 
     async fn respond(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<GBody> {
         let state = self.state.load_full();
-        let target = req.uri().path_and_query().map_or("/", |p| p.as_str()).to_string();
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let get = req.method() == Method::GET || req.method() == Method::HEAD;
         let accept = || req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
         if self.role == Role::MetricsOnly {
@@ -217,7 +218,7 @@ impl Listener {
             );
         }
         let metrics_here = self.role == (Role::Main { metrics_here: true });
-        match endpoint(req.method(), &target, metrics_here) {
+        match endpoint(req.method(), target, metrics_here) {
             Endpoint::Root => {
                 let mut r = Response::new(full("Ok.\n"));
                 r.headers_mut()
@@ -230,7 +231,7 @@ impl Listener {
             }
             Endpoint::Ping => Response::new(full("Ok.\n")),
             Endpoint::ReplicasStatus => {
-                let (status, text) = replicas_status(state.clusters.values().map(|c| &*c.balancer), verbose(&target));
+                let (status, text) = replicas_status(state.clusters.values().map(|c| &*c.balancer), verbose(target));
                 let mut r = Response::new(full(text));
                 *r.status_mut() = status;
                 r
@@ -239,7 +240,7 @@ impl Listener {
             Endpoint::NotFound => {
                 // ClickHouse also closes the connection here, only because it sends this body
                 // without a length; this one has a length, so the connection stays open.
-                let mut r = Response::new(full(not_found_text(&target)));
+                let mut r = Response::new(full(not_found_text(target)));
                 *r.status_mut() = StatusCode::NOT_FOUND;
                 r
             }
@@ -337,10 +338,10 @@ fn wants_close<B>(req: &Request<B>) -> bool {
             .get_all(http::header::CONNECTION)
             .iter()
             .flat_map(|v| v.as_bytes().split(|b| *b == b','))
-            .map(|t| t.trim_ascii().to_ascii_lowercase())
+            .map(<[u8]>::trim_ascii)
     };
-    tokens().any(|t| t == b"close")
-        || (req.version() == http::Version::HTTP_10 && !tokens().any(|t| t == b"keep-alive"))
+    tokens().any(|t| t.eq_ignore_ascii_case(b"close"))
+        || (req.version() == http::Version::HTTP_10 && !tokens().any(|t| t.eq_ignore_ascii_case(b"keep-alive")))
 }
 
 /// The answer's connection headers and header names as 18.16 sends them: `Connection: Close`
@@ -354,7 +355,7 @@ async fn as_clickhouse_sends_it(
     resp: &mut Response<GBody>,
     client_closes: bool,
     version: http::Version,
-    idle: std::time::Duration,
+    keep_alive: &HeaderValue,
 ) {
     // An HTTP/1.0 answer: hyper then adds no `keep-alive` token of its own.
     *resp.version_mut() = version;
@@ -366,16 +367,23 @@ async fn as_clickhouse_sends_it(
         h.insert(http::header::CONNECTION, HeaderValue::from_static("Keep-Alive"));
     }
     if no_keep_alive {
-        h.remove("keep-alive");
+        h.remove(&KEEP_ALIVE);
     } else {
-        let secs = idle.as_secs().max(1);
-        h.insert("keep-alive", HeaderValue::from_str(&format!("timeout={secs}")).expect("ascii"));
+        h.insert(KEEP_ALIVE.clone(), keep_alive.clone());
     }
     if resp.extensions().get::<BackendSpelling>().is_none() {
         if let Some(names) = spelling().await {
             resp.extensions_mut().extend(names.clone());
         }
     }
+}
+
+static KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
+
+/// The `Keep-Alive` header's value, `timeout=N`: the gateway's idle timeout (`idle`) in whole
+/// seconds, at least 1.
+fn keep_alive_value(idle: std::time::Duration) -> HeaderValue {
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(format!("timeout={}", idle.as_secs().max(1)))).expect("ascii")
 }
 
 /// Marks an answer that 18.16 sends without a `Keep-Alive` header (its 411).

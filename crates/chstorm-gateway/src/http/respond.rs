@@ -9,7 +9,7 @@ use crate::attempt::{Outcome, Whole};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::time::Duration;
 
 /// A one-line answer from the gateway itself.
@@ -62,7 +62,7 @@ impl Answer<'_, '_> {
                     won.guard.disarm();
                 }
                 let threads = won.grant.as_ref().map(|g| g.threads());
-                set_ids(&mut parts.headers, query_id, route, Some(won.replica.label()), threads);
+                set_ids(&mut parts.headers, query_id, route, Some(won.replica.label_value()), threads);
                 self.record(parts.status, route);
                 if retries > 0 || hedged || !parts.status.is_success() {
                     log(
@@ -82,21 +82,37 @@ impl Answer<'_, '_> {
     }
 }
 
-fn set_ids(h: &mut HeaderMap, query_id: &str, route: &'static str, replica: Option<&str>, threads: Option<usize>) {
-    if let Some(r) = replica.and_then(|r| HeaderValue::from_str(r).ok()) {
-        h.insert("x-chstorm-replica", r);
+static X_CHSTORM_REPLICA: HeaderName = HeaderName::from_static("x-chstorm-replica");
+static X_CHSTORM_ROUTE: HeaderName = HeaderName::from_static("x-chstorm-route");
+static X_CHSTORM_THREADS: HeaderName = HeaderName::from_static("x-chstorm-threads");
+static X_CLICKHOUSE_QUERY_ID: HeaderName = HeaderName::from_static("x-clickhouse-query-id");
+
+fn set_ids(
+    h: &mut HeaderMap,
+    query_id: &str,
+    route: &'static str,
+    replica: Option<HeaderValue>,
+    threads: Option<usize>,
+) {
+    if let Some(r) = replica {
+        h.insert(X_CHSTORM_REPLICA.clone(), r);
     }
-    h.insert("x-chstorm-route", HeaderValue::from_static(route));
+    h.insert(X_CHSTORM_ROUTE.clone(), HeaderValue::from_static(route));
     if let Ok(v) = HeaderValue::from_str(query_id) {
-        h.insert("x-clickhouse-query-id", v);
+        h.insert(X_CLICKHOUSE_QUERY_ID.clone(), v);
     }
     if let Some(t) = threads {
-        h.insert("x-chstorm-threads", HeaderValue::from(t as u64));
+        h.insert(X_CHSTORM_THREADS.clone(), HeaderValue::from(t as u64));
     }
 }
 
+/// Takes the hop-by-hop headers and the length off a replica's answer head (one pass over the
+/// names when there are none, as with the HTTP/1 client's heads).
 fn strip_hop(h: &mut HeaderMap) {
-    for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
-        h.remove(*name);
+    let hop = |k: &HeaderName| k == http::header::CONTENT_LENGTH || crate::request::HOP_BY_HOP.contains(&k.as_str());
+    if h.keys().any(hop) {
+        for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
+            h.remove(*name);
+        }
     }
 }

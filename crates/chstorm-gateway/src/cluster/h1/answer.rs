@@ -88,11 +88,11 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let code = r.code.unwrap_or(0);
     let status = http::StatusCode::from_u16(code).map_err(|_| failed(format!("a bad answer status {code}")))?;
     let http10 = r.version == Some(0);
-    let mut headers = HeaderMap::with_capacity(r.headers.len());
+    // Room for what the front adds (its ids, `Connection`, `Keep-Alive`): no growing there.
+    let mut headers = HeaderMap::with_capacity(r.headers.len() + 8);
     let (mut length, mut chunked, mut coded, mut close, mut keep) = (None, false, false, false, false);
     for h in r.headers.iter() {
-        let name =
-            HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| failed(format!("a bad header {:?}", h.name)))?;
+        let name = header_name(h.name)?;
         let value = HeaderValue::from_bytes(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)))?;
         if name == CONTENT_LENGTH {
             let n: u64 = value
@@ -117,7 +117,10 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
                 keep |= t.eq_ignore_ascii_case(b"keep-alive");
             }
         }
-        headers.append(name, value);
+        // Hop-by-hop headers are about this connection: read above, not passed on.
+        if !crate::request::HOP_BY_HOP.contains(&name.as_str()) {
+            headers.append(name, value);
+        }
     }
     let framing = match () {
         _ if to_head || code == 204 || code == 304 => Framing::None,
@@ -136,6 +139,24 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     parts.version = if http10 { http::Version::HTTP_10 } else { http::Version::HTTP_11 };
     parts.headers = headers;
     Ok(Head { parts, framing, keep_alive, spelled: None })
+}
+
+/// A header name of an answer. ClickHouse's own names and `Keep-Alive` are made once: any
+/// other name that is not one of `http`'s standard ones would cost an allocation per answer.
+fn header_name(name: &str) -> Result<HeaderName, BackendError> {
+    static KNOWN: std::sync::LazyLock<Vec<HeaderName>> = std::sync::LazyLock::new(|| {
+        super::spelling::CLICKHOUSE_NAMES
+            .iter()
+            .chain(&["Keep-Alive"])
+            .map(|n| HeaderName::from_static(Box::leak(n.to_ascii_lowercase().into_boxed_str())))
+            .collect()
+    });
+    if name.starts_with(['x', 'X', 'k', 'K']) {
+        if let Some(known) = KNOWN.iter().find(|k| k.as_str().eq_ignore_ascii_case(name)) {
+            return Ok(known.clone());
+        }
+    }
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| failed(format!("a bad header {name:?}")))
 }
 
 /// An answer's body, read off its connection as the client's side polls it.
