@@ -86,6 +86,12 @@ pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
 /// * `col` is also an alias (`x AS col`, `x col`, `WITH 1 AS col`), since
 ///   ClickHouse substitutes aliases in WHERE.
 pub fn key_from_where<S: AsRef<[u8]> + ?Sized>(sql: &S, column: &str) -> Option<KeyValue> {
+    // A text that names the column neither as written nor through an escape (`\x73`, `\N`, the
+    // only ways a quoted name can differ from its bytes) pins it to nothing: no parse needed.
+    let b = sql.as_ref();
+    if !column.is_empty() && !b.contains(&b'\\') && !b.windows(column.len()).any(|w| w == column.as_bytes()) {
+        return None;
+    }
     let s = Sql::parse(sql)?;
     if s.statement == Statement::Other {
         return None;
@@ -296,6 +302,23 @@ mod tests {
 
     fn w(sql: &str) -> Option<KeyValue> {
         extract_key(sql, None, None, Some("shop_id"))
+    }
+
+    #[test]
+    fn a_column_named_only_through_escapes_is_still_found() {
+        // The text holds no `shop_id`: the name is made by the escapes of a quoted identifier.
+        for sql in [
+            "SELECT * FROM items WHERE `\\x73hop_id` = 5",
+            "SELECT * FROM items WHERE \"shop\\x5fid\" = 5",
+            "SELECT * FROM items WHERE `shop\\N_id` = 5",
+        ] {
+            assert_eq!(w(sql), Some(KeyValue::UInt(5)), "{sql}");
+        }
+        // Neither the name nor a backslash: nothing to pin, whatever else the text holds.
+        for sql in ["SELECT 1", "SELECT * FROM items WHERE shop = 5", "SELECT * FROM items WHERE `shop_ id` = 5"] {
+            assert_eq!(w(sql), None, "{sql}");
+        }
+        assert_eq!(key_from_where("SELECT * FROM items WHERE x = 1", ""), None);
     }
     fn u(v: u64) -> Option<KeyValue> {
         Some(KeyValue::UInt(v))
