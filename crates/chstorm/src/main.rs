@@ -3,6 +3,12 @@
 
 use clap::Parser;
 
+/// mimalloc, not glibc's allocator: a query through the gateway makes and frees about a hundred
+/// small allocations, and glibc's allocator spent about a fifth of the gateway's user-space
+/// instructions on them (docs/PERFORMANCE.md, "Allocator").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let cli = match chstorm::cli::Cli::try_parse() {
         Ok(cli) => cli,
