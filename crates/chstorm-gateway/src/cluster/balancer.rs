@@ -215,12 +215,12 @@ impl Balancer {
     ) -> Option<InFlight> {
         let snap = self.snapshot.load();
         let mut cands: Vec<(usize, usize)> = Vec::with_capacity(8);
-        let shards: Vec<usize> = match shard {
-            Some(s) if s < self.shards.len() => vec![s],
+        let shards = match shard {
+            Some(s) if s < self.shards.len() => s..s + 1,
             Some(_) => return None,
-            None => (0..self.shards.len()).collect(),
+            None => 0..self.shards.len(),
         };
-        for &s in &shards {
+        for s in shards.clone() {
             cands.extend(
                 snap.healthy[s]
                     .iter()
@@ -230,7 +230,7 @@ impl Balancer {
             );
         }
         if cands.is_empty() && only.is_none() {
-            for &s in &shards {
+            for s in shards {
                 cands.extend((0..self.shards[s].len()).map(|i| (s, i)).filter(|c| !exclude.contains(c)));
             }
         }

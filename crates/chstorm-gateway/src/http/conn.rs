@@ -373,7 +373,12 @@ async fn as_clickhouse_sends_it(
     }
     if resp.extensions().get::<BackendSpelling>().is_none() {
         if let Some(names) = spelling().await {
-            resp.extensions_mut().extend(names.clone());
+            if resp.extensions().is_empty() {
+                // The usual case: no map to merge into.
+                *resp.extensions_mut() = names.clone();
+            } else {
+                resp.extensions_mut().extend(names.clone());
+            }
         }
     }
 }

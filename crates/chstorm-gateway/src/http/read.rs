@@ -80,7 +80,11 @@ fn ch_compressed(params: &[(String, String)]) -> bool {
 }
 
 fn encoding(parts: &Parts) -> Encoding {
-    match parts.headers.get("content-encoding").map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase()) {
+    match parts
+        .headers
+        .get(http::header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase())
+    {
         None => Encoding::Plain,
         Some(e) if e.is_empty() || e == "identity" => Encoding::Plain,
         Some(e) if e == "gzip" || e == "x-gzip" => Encoding::Gzip,

@@ -57,8 +57,8 @@ impl Answer<'_, '_> {
                 strip_hop(&mut parts.headers);
                 // An answer read whole leaves in one write, with its length; its query has
                 // ended on the server, so nothing is left to KILL.
-                if let Some(Whole(len)) = parts.extensions.get::<Whole>() {
-                    parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(*len));
+                if let Some(Whole(len)) = parts.extensions.remove::<Whole>() {
+                    parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
                     won.guard.disarm();
                 }
                 let threads = won.grant.as_ref().map(|g| g.threads());

@@ -115,11 +115,16 @@ where
     guarded(query(state, user.cfg.clone(), req).await, (permit, global))
 }
 
+static X_CLICKHOUSE_USER: http::HeaderName = http::HeaderName::from_static("x-clickhouse-user");
+static X_CLICKHOUSE_KEY: http::HeaderName = http::HeaderName::from_static("x-clickhouse-key");
+static X_CLICKHOUSE_DATABASE: http::HeaderName = http::HeaderName::from_static("x-clickhouse-database");
+static X_CHSTORM_SHARD_KEY: http::HeaderName = http::HeaderName::from_static(SHARD_KEY_HEADER);
+
 /// Who the request says it is: (user, password).
 pub fn credentials<B>(req: &Request<B>) -> (String, String) {
     let h = req.headers();
     if let Some(basic) = h
-        .get("authorization")
+        .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
     {
@@ -130,10 +135,10 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
             return (u.to_string(), p.to_string());
         }
     }
-    let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let header = |n: &http::HeaderName| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
     let param = |n: &str| crate::request::first_param(req.uri().query(), n);
-    let user = header("x-clickhouse-user").or_else(|| param("user")).unwrap_or_else(|| "default".into());
-    let password = header("x-clickhouse-key").or_else(|| param("password")).unwrap_or_default();
+    let user = header(&X_CLICKHOUSE_USER).or_else(|| param("user")).unwrap_or_else(|| "default".into());
+    let password = header(&X_CLICKHOUSE_KEY).or_else(|| param("password")).unwrap_or_default();
     (user, password)
 }
 
@@ -203,7 +208,7 @@ fn query_request<'a>(
     form_read: bool,
     state: &State,
 ) -> QueryRequest<'a> {
-    let header = |n: &str| parts.headers.get(n).and_then(|v| v.to_str().ok());
+    let header = |n: &http::HeaderName| parts.headers.get(n).and_then(|v| v.to_str().ok());
     QueryRequest {
         path: parts.uri.path(),
         params,
@@ -212,8 +217,8 @@ fn query_request<'a>(
         multipart: super::read::is_multipart(&parts.headers),
         form_read,
         statement_in_url: parts.method == Method::GET,
-        shard_key: header(SHARD_KEY_HEADER),
-        database: header("x-clickhouse-database"),
+        shard_key: header(&X_CHSTORM_SHARD_KEY),
+        database: header(&X_CLICKHOUSE_DATABASE),
         max_depth: state.config.limits.max_query_depth,
     }
 }

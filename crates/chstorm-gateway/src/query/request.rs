@@ -7,7 +7,8 @@
 /// A new query_id for a query whose client set none: `chgw-` and 24 random hex digits.
 pub fn new_query_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let (hi, lo) = (rand::random::<u64>(), rand::random::<u32>());
+    let r = rand::random::<u128>();
+    let (hi, lo) = ((r >> 64) as u64, r as u32);
     let mut id = String::with_capacity(29);
     id.push_str("chgw-");
     let digits = |v: u64, n: u32| (0..n).rev().map(move |i| HEX[((v >> (4 * i)) & 15) as usize] as char);
