@@ -157,6 +157,8 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 /// Every metric of the gateway, registered once per process: [`Metrics::default`] makes them
 /// and registers them family by family, in the order of the module doc's table.
 pub struct Metrics {
+    /// Tells this gateway's metrics from another's in one process (each `Metrics` its own).
+    pub id: u64,
     registry: Registry,
     pub requests: Family<RequestLabels, Counter>,
     pub duration: Histograms<RouteLabel>,
@@ -189,7 +191,9 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let mut m = Metrics {
+            id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             registry: Registry::default(),
             requests: Family::default(),
             duration: Family::new_with_constructor(latency_histogram),

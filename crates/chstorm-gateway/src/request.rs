@@ -168,22 +168,36 @@ pub fn encode_param_into(out: &mut String, name: &str, value: &str) {
 
 /// Appends `text`'s bytes ([`encode_bytes`]) to `out`, percent-encoded as [`encode_params`] does.
 fn encode_component(out: &mut String, text: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut byte = |b: u8| {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.extend(['%', HEX[(b >> 4) as usize] as char, HEX[(b & 15) as usize] as char]);
-        }
-    };
     if text.is_ascii() {
-        return text.bytes().for_each(byte);
+        // Runs of bytes that go as they are, pushed whole.
+        let mut rest = text;
+        while let Some(i) = rest.bytes().position(|b| !unreserved(b)) {
+            out.push_str(&rest[..i]);
+            push_byte(out, rest.as_bytes()[i]);
+            rest = &rest[i + 1..];
+        }
+        return out.push_str(rest);
     }
     for c in text.chars() {
         match (c as u32).checked_sub(BYTE_CHARS) {
-            Some(b @ 0x80..=0xFF) => byte(b as u8),
-            _ => c.encode_utf8(&mut [0; 4]).bytes().for_each(&mut byte),
+            Some(b @ 0x80..=0xFF) => push_byte(out, b as u8),
+            _ => c.encode_utf8(&mut [0; 4]).bytes().for_each(|b| push_byte(out, b)),
         }
+    }
+}
+
+/// Letters, digits and `-._~`: the bytes a URL component carries as they are.
+fn unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+/// One byte of a URL component: itself when [`unreserved`], else `%XX`.
+fn push_byte(out: &mut String, b: u8) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    if unreserved(b) {
+        out.push(b as char);
+    } else {
+        out.extend(['%', HEX[(b >> 4) as usize] as char, HEX[(b & 15) as usize] as char]);
     }
 }
 

@@ -74,7 +74,9 @@ impl Transport for Http<'_> {
             },
             SendBody::Once(b) => b.take()?,
         };
-        let mut req = Request::builder().method(self.parts.method.clone()).uri(uri).body(req_body).ok()?;
+        let mut req = Request::new(req_body);
+        *req.method_mut() = self.parts.method.clone();
+        *req.uri_mut() = http::Uri::from_maybe_shared(Bytes::from(uri)).ok()?;
         *req.headers_mut() = self.parts.headers.clone();
         if empty_post {
             req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));

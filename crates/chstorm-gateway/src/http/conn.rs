@@ -153,8 +153,10 @@ impl Listener {
         builder
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)
+            // An answer's names are spelled by the case map in its extensions, whatever
+            // `preserve_header_case` says; that flag would only record each request's spelling,
+            // which nothing reads (a backend request is made anew, with lowercase names).
             .title_case_headers(true)
-            .preserve_header_case(true)
             // A FIN after a whole request is watched by `super::client_fin`, not taken for a
             // client that left.
             .half_close(true);
