@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""User-space instructions per proxied query: the gateway beside HAProxy, counted by callgrind.
+
+CPU time per query moves by 10 to 25 % between runs on 2 shared cores; an instruction count does
+not (two runs of the same binary agree within about 1 %). It leaves out what the kernel does
+(about half of a proxy's CPU, and the same for the gateway and HAProxy, docs/PERFORMANCE.md) and
+how fast the instructions run, so it is the measure of the proxy's own code, beside the CPU time
+of bench_gateway_cpu.py, not instead of it.
+
+One local 18.16 server (`chstorm local up`). Each subject runs under
+`valgrind --tool=callgrind` in turn: the gateway with every function on (bench_gateway_cpu.py's
+config, `workers: 1`), a second gateway binary with --b, and HAProxy 2.6 in HTTP mode
+(`http-reuse always`, one thread). Each gets `wrk -t1 -c8` of `GET /?query=SELECT%201` for
+--warm seconds, then callgrind's counters are zeroed (`callgrind_control -z`), wrk runs
+--duration seconds more, and the counters are dumped: instructions / queries answered in that
+window. Every thread of the process counts (the gateway's health checks too). With --native,
+the gateway's native port and HAProxy in TCP mode in front of the server's native port are
+measured the same way, with `chstorm bench -c 8`.
+
+  python3 scripts/bench_gateway_instructions.py
+  python3 scripts/bench_gateway_instructions.py --a /tmp/chstorm-before --b target/release/chstorm
+
+Needs valgrind (`EXTRA_PKGS=valgrind scripts/install-deps`). Writes OUT/gateway_instructions.json.
+"""
+import argparse, glob, json, os, re, shutil, subprocess, sys, tempfile, time
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gateway import chstorm_bench, free_port, sh  # noqa: E402
+from bench_gateway_cpu import CONFIG, HAPROXY  # noqa: E402
+
+
+def wait_answering(url, proc, what, tries=300):
+    """Waits (valgrind starts slowly) until `url` answers SELECT 1."""
+    for _ in range(tries):
+        if proc.poll() is not None:
+            raise SystemExit(f"bench_gateway_instructions: {what} exited ({proc.returncode})")
+        r = subprocess.run(["curl", "-sf", "-m", "2", f"{url}/?query=SELECT%201"], capture_output=True)
+        if r.returncode == 0:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"bench_gateway_instructions: {what} did not answer at {url}")
+
+
+def load(url, native, chstorm, duration):
+    """Queries answered in `duration` s: wrk over HTTP, or chstorm bench over the native port."""
+    if native:
+        r = chstorm_bench(chstorm, url, ["-q", "SELECT 1", "-c", "8", "-d", f"{duration}s"])
+        return r["queries"]
+    out = sh(["wrk", "-t1", "-c8", f"-d{duration}s", f"{url}/?query=SELECT%201"])
+    return int(re.search(r"(\d+) requests in", out).group(1))
+
+
+def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
+    """Runs `cmd` under callgrind: user-space instructions per query over the measured window."""
+    out = os.path.join(tmp, f"cg-{name}")
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + cmd,
+                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
+    try:
+        wait_answering(check_url, proc, name)
+        load(url, native, chstorm, args.warm)
+        sh(["callgrind_control", "-z", str(proc.pid)])
+        queries = load(url, native, chstorm, args.duration)
+        sh(["callgrind_control", "-d", str(proc.pid)])
+        dumps = sorted(glob.glob(out + "*"), key=os.path.getmtime)
+        text = open(dumps[-1]).read()
+        ir = int(re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M).group(1))
+    finally:
+        proc.kill()
+        proc.wait()
+    return {"queries": queries, "instructions": ir, "per_query": round(ir / max(queries, 1))}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", default="target/release/chstorm", help="the gateway's binary (default target/release/chstorm)")
+    ap.add_argument("--b", help="a second gateway binary, measured the same way")
+    ap.add_argument("--native", action="store_true", help="the native ports, not HTTP")
+    ap.add_argument("--no-peers", action="store_true", help="leave HAProxy out")
+    ap.add_argument("--warm", type=int, default=3, help="seconds of load before counting (default 3)")
+    ap.add_argument("--duration", type=int, default=6, help="seconds of load counted (default 6)")
+    ap.add_argument("--out", default="bench-results")
+    args = ap.parse_args()
+    for tool in ("valgrind", "callgrind_control", "wrk"):
+        if not shutil.which(tool):
+            raise SystemExit(f"bench_gateway_instructions: no {tool}; run EXTRA_PKGS=valgrind scripts/install-deps")
+    chstorm = os.path.abspath(args.a)
+    os.makedirs(args.out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="chstorm-instr-")
+    info = json.loads(sh([chstorm, "local", "up", "--dir", os.path.join(tmp, "server"), "--json"]))
+    rows = {}
+    try:
+        http_url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
+        sh(["curl", "-sf", http_url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+        binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
+        for name, binary in binaries:
+            port, native_port = free_port(), free_port()
+            cfg = os.path.join(tmp, f"{name}.yaml")
+            open(cfg, "w").write("workers: 1\n" + CONFIG.format(port=port, url=http_url, native_port=native_port, native=native))
+            url = f"clickhouse://127.0.0.1:{native_port}" if args.native else f"http://127.0.0.1:{port}"
+            rows[name] = counted([binary, "gateway", "--config", cfg], url, f"http://127.0.0.1:{port}", args.native,
+                                 chstorm, args, tmp, name)
+            rows[name]["binary"] = binary
+            print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries)")
+        if not args.no_peers and shutil.which("haproxy"):
+            hp, tp, np_ = free_port(), free_port(), free_port()
+            cfg = os.path.join(tmp, "haproxy.cfg")
+            open(cfg, "w").write(HAPROXY.format(http_port=hp, tcp_port=tp, backend=http_url.removeprefix("http://"),
+                                                native_port=np_, native_backend=native))
+            url = f"clickhouse://127.0.0.1:{np_}" if args.native else f"http://127.0.0.1:{hp}"
+            rows["haproxy"] = counted(["haproxy", "-db", "-f", cfg], url, f"http://127.0.0.1:{hp}", args.native,
+                                      chstorm, args, tmp, "haproxy")
+            print(f"  {'haproxy':10} {rows['haproxy']['per_query']:>8,} instructions per query ({rows['haproxy']['queries']} queries)")
+        elif not args.no_peers:
+            print("bench_gateway_instructions: no haproxy (scripts/install-deps installs it); its row is left out", file=sys.stderr)
+    finally:
+        subprocess.run([chstorm, "local", "down", "--dir", os.path.join(tmp, "server")], capture_output=True)
+    mode = "native, chstorm bench -c 8" if args.native else "HTTP, wrk -t1 -c8 GET /?query=SELECT%201"
+    res = {"mode": mode, "warm_s": args.warm, "duration_s": args.duration, "rows": rows}
+    if "haproxy" in rows:
+        for name in [n for n in rows if n != "haproxy"]:
+            res[f"{name}_vs_haproxy"] = round(rows[name]["per_query"] / rows["haproxy"]["per_query"], 3)
+            print(f"  {name} / HAProxy ({'TCP' if args.native else 'HTTP'} mode): {res[f'{name}_vs_haproxy']}")
+    if "gateway_b" in rows:
+        res["b_vs_a"] = round(rows["gateway_b"]["per_query"] / rows["gateway"]["per_query"], 3)
+        print(f"  B / A: {res['b_vs_a']}")
+    name = "gateway_instructions_native.json" if args.native else "gateway_instructions.json"
+    json.dump(res, open(os.path.join(args.out, name), "w"), indent=2)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
