@@ -373,8 +373,9 @@ async fn as_clickhouse_sends_it(
     } else {
         h.insert(KEEP_ALIVE.clone(), keep_alive.clone());
     }
-    if resp.extensions().get::<BackendSpelling>().is_none() {
-        if let Some(names) = spelling().await {
+    let names = clickhouse_names_in(resp.headers());
+    if names != 0 && resp.extensions().get::<BackendSpelling>().is_none() {
+        if let Some(names) = spelling(names).await {
             if resp.extensions().is_empty() {
                 // The usual case: no map to merge into.
                 *resp.extensions_mut() = names.clone();
@@ -397,16 +398,34 @@ fn keep_alive_value(idle: std::time::Duration) -> HeaderValue {
 #[derive(Clone, Copy)]
 struct NoKeepAliveHeader;
 
-/// ClickHouse's spelling of its own headers, as hyper's (private) header case map in a
-/// response's extensions: made once, by hyper's client parsing a canned answer that names them.
-/// hyper only records a name's case while parsing, so this is the way to hand it one.
-async fn spelling() -> Option<&'static http::Extensions> {
-    static NAMES: tokio::sync::OnceCell<Option<http::Extensions>> = tokio::sync::OnceCell::const_new();
-    NAMES.get_or_init(|| async { parse_spelling().await.ok() }).await.as_ref()
+/// ClickHouse's spelling of those of its own headers an answer carries (`names`: bits of
+/// [`CLICKHOUSE_NAMES`], [`clickhouse_names_in`]), as hyper's (private) header case map in a
+/// response's extensions: made once per set of names, by hyper's client parsing a canned answer
+/// that names them. hyper only records a name's case while parsing, so this is the way to hand
+/// it one. A map of just the names an answer has costs less to copy onto it, and to look up
+/// for each of its headers, than one of all nine.
+async fn spelling(names: usize) -> Option<&'static http::Extensions> {
+    const SETS: usize = 1 << CLICKHOUSE_NAMES.len();
+    static MAPS: [tokio::sync::OnceCell<Option<http::Extensions>>; SETS] =
+        [const { tokio::sync::OnceCell::const_new() }; SETS];
+    MAPS.get(names)?.get_or_init(|| async { parse_spelling(names).await.ok() }).await.as_ref()
 }
 
-async fn parse_spelling() -> Result<http::Extensions, String> {
-    case_map(CLICKHOUSE_NAMES).await
+async fn parse_spelling(names: usize) -> Result<http::Extensions, String> {
+    let spelled: Vec<&str> =
+        CLICKHOUSE_NAMES.iter().enumerate().filter(|(i, _)| names & (1 << i) != 0).map(|(_, n)| *n).collect();
+    case_map(&spelled).await
+}
+
+/// Which of ClickHouse's own names `headers` has, as bits of [`CLICKHOUSE_NAMES`].
+fn clickhouse_names_in(headers: &http::HeaderMap) -> usize {
+    let mut names = 0;
+    for k in headers.keys().map(http::HeaderName::as_str).filter(|k| k.starts_with("x-clickhouse-")) {
+        if let Some(i) = CLICKHOUSE_NAMES.iter().position(|n| n.eq_ignore_ascii_case(k)) {
+            names |= 1 << i;
+        }
+    }
+    names
 }
 
 /// Bytes read on a connection, and their count when its last answer had gone out.
@@ -509,9 +528,31 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn clickhouse_spelling_is_parsed_once() {
-        let e = parse_spelling().await;
+    async fn clickhouse_spelling_is_parsed_once_per_set_of_names() {
+        let all = (1 << CLICKHOUSE_NAMES.len()) - 1;
+        let e = parse_spelling(all).await;
         assert!(e.is_ok(), "{:?}", e.err());
-        assert!(spelling().await.is_some());
+        for names in [1, 2, 0b101, all] {
+            let first = spelling(names).await.expect("a case map") as *const http::Extensions;
+            assert_eq!(spelling(names).await.unwrap() as *const _, first, "made once");
+        }
+        assert!(spelling(all + 1).await.is_none(), "no such set");
+    }
+
+    #[test]
+    fn an_answers_clickhouse_names_are_found_in_any_case() {
+        let mut h = http::HeaderMap::new();
+        assert_eq!(clickhouse_names_in(&h), 0);
+        h.insert("content-type", HeaderValue::from_static("x"));
+        h.insert("x-clickhouse-query-id", HeaderValue::from_static("q"));
+        h.insert("X-ClickHouse-Summary", HeaderValue::from_static("{}"));
+        h.insert("x-clickhouse-unknown", HeaderValue::from_static("u"));
+        h.append("x-clickhouse-progress", HeaderValue::from_static("1"));
+        h.append("x-clickhouse-progress", HeaderValue::from_static("2"));
+        let at = |n: &str| 1 << CLICKHOUSE_NAMES.iter().position(|c| *c == n).unwrap();
+        assert_eq!(
+            clickhouse_names_in(&h),
+            at("X-ClickHouse-Query-Id") | at("X-ClickHouse-Summary") | at("X-ClickHouse-Progress")
+        );
     }
 }
