@@ -5,7 +5,7 @@ use clap::Parser;
 
 /// mimalloc, not glibc's allocator: a query through the gateway makes and frees about a hundred
 /// small allocations, and glibc's allocator spent about a fifth of the gateway's user-space
-/// instructions on them (docs/PERFORMANCE.md, "Allocator").
+/// instructions on them (docs/PERFORMANCE.md, "The allocator").
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
