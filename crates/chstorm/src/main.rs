@@ -1,13 +1,13 @@
-//! The `chstorm` binary: parse arguments, call [`chstorm::run`], print a one-line error. It holds
-//! nothing else; see the library's doc for what the `chstorm` crate owns.
+//! The `chstorm` binary: parse arguments, call [`chstorm::run`], print a one-line error; and the
+//! process's allocator ([`allocator`]). It holds nothing else; see the library's doc for what the
+//! `chstorm` crate owns.
 
 use clap::Parser;
 
-/// mimalloc, not glibc's allocator: a query through the gateway makes and frees about a hundred
-/// small allocations, and glibc's allocator spent about a fifth of the gateway's user-space
-/// instructions on them (docs/PERFORMANCE.md, "The allocator").
+mod allocator;
+
 #[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static GLOBAL: allocator::Split = allocator::Split;
 
 fn main() {
     let cli = match chstorm::cli::Cli::try_parse() {
