@@ -26,8 +26,8 @@ import argparse, glob, json, os, re, shutil, subprocess, sys, tempfile, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, sh  # noqa: E402
-from bench_gateway_cpu import CONFIG, HAPROXY  # noqa: E402
+from bench_gateway import free_port, sh  # noqa: E402
+from bench_gateway_cpu import CONFIG, HAPROXY, native_bench, wrk  # noqa: E402
 
 
 def wait_answering(url, proc, what, tries=300):
@@ -44,11 +44,8 @@ def wait_answering(url, proc, what, tries=300):
 
 def load(url, native, chstorm, duration):
     """Queries answered in `duration` s: wrk over HTTP, or chstorm bench over the native port."""
-    if native:
-        r = chstorm_bench(chstorm, url, ["-q", "SELECT 1", "-c", "8", "-d", f"{duration}s"])
-        return r["queries"]
-    out = sh(["wrk", "-t1", "-c8", f"-d{duration}s", f"{url}/?query=SELECT%201"])
-    return int(re.search(r"(\d+) requests in", out).group(1))
+    run = native_bench(chstorm, url, duration, 8) if native else wrk(url, duration, 8)
+    return run["requests"]
 
 
 def counted(cmd, url, check_url, native, chstorm, args, tmp, name):

@@ -21,8 +21,7 @@ pub struct BackendAuth {
 
 impl BackendAuth {
     pub fn new(text: &str) -> BackendAuth {
-        let header = http::HeaderValue::from_maybe_shared(bytes::Bytes::copy_from_slice(text.as_bytes()))
-            .unwrap_or(http::HeaderValue::from_static(""));
+        let header = http::HeaderValue::from_str(text).unwrap_or(http::HeaderValue::from_static(""));
         BackendAuth { text: Arc::from(text), header }
     }
 }

@@ -114,8 +114,7 @@ impl Replica {
     pub fn new(addr: ReplicaAddr, shard: usize, index: usize) -> Replica {
         let label = format!("{}.{}", shard + 1, index + 1);
         Replica {
-            label_value: http::HeaderValue::from_maybe_shared(bytes::Bytes::from(label.clone()))
-                .expect("digits and a dot"),
+            label_value: http::HeaderValue::from_str(&label).expect("digits and a dot"),
             addr,
             shard,
             index,

@@ -377,7 +377,8 @@ async fn as_clickhouse_sends_it(
     if names != 0 && resp.extensions().get::<BackendSpelling>().is_none() {
         if let Some(names) = spelling(names).await {
             if resp.extensions().is_empty() {
-                // The usual case: no map to merge into.
+                // The usual case (the hold's marker already taken off): the map taken whole,
+                // where `extend` would move its entry into the answer's emptied map.
                 *resp.extensions_mut() = names.clone();
             } else {
                 resp.extensions_mut().extend(names.clone());
@@ -391,7 +392,7 @@ static KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive"
 /// The `Keep-Alive` header's value, `timeout=N`: the gateway's idle timeout (`idle`) in whole
 /// seconds, at least 1.
 fn keep_alive_value(idle: std::time::Duration) -> HeaderValue {
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(format!("timeout={}", idle.as_secs().max(1)))).expect("ascii")
+    HeaderValue::from_str(&format!("timeout={}", idle.as_secs().max(1))).expect("ascii")
 }
 
 /// Marks an answer that 18.16 sends without a `Keep-Alive` header (its 411).
