@@ -131,6 +131,10 @@ impl Transport for Http<'_> {
             (None, SendBody::Held(b)) => std::str::from_utf8(b).ok()?,
             (None, SendBody::Once(_)) => return None,
         };
+        if body.is_empty() {
+            // The same shape: a trailing line end adds nothing to it.
+            return Some(fingerprint(param));
+        }
         Some(fingerprint(&format!("{param}\n{body}")))
     }
 }

@@ -202,6 +202,26 @@ impl Quarantine {
 mod tests {
     use super::*;
 
+    /// A read with no body is fingerprinted by its `query` alone: the line end the attempts put
+    /// between the two must not change its shape.
+    #[test]
+    fn a_trailing_line_end_does_not_change_the_shape() {
+        let texts = [
+            "SELECT 1",
+            "SELECT 1 -- note",
+            "SELECT 'open",
+            "SELECT 1 /* open",
+            "SELECT x FROM t WHERE s = 'a\\'' ",
+            "SELECT 0x1F",
+            "",
+            " ",
+            "select\tNOW()\n",
+        ];
+        for t in texts {
+            assert_eq!(fingerprint(t), fingerprint(&format!("{t}\n")), "{t:?}");
+        }
+    }
+
     #[test]
     fn literals_whitespace_comments_and_case_do_not_change_the_shape() {
         let a = fingerprint("SELECT * FROM items WHERE shop_id = 123 AND name = 'x''y\\'z'");

@@ -36,7 +36,41 @@ use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
 /// The request body type the query service (`super::service`) sees from a connection.
-pub type ClientBody = IdleBody<hyper::body::Incoming>;
+pub type ClientBody = IdleBody<FrontBody>;
+
+/// A request body as a front hands it over: hyper's, or one the gateway's own front
+/// (`super::wire`) read whole with its head.
+pub enum FrontBody {
+    Hyper(hyper::body::Incoming),
+    /// The whole body (`None` once taken, or for a request without one).
+    Whole(Option<Bytes>),
+}
+
+impl Body for FrontBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            FrontBody::Hyper(b) => Pin::new(b).poll_frame(cx),
+            FrontBody::Whole(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            FrontBody::Hyper(b) => b.is_end_stream(),
+            FrontBody::Whole(b) => b.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            FrontBody::Hyper(b) => b.size_hint(),
+            FrontBody::Whole(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+        }
+    }
+}
 
 /// Why a client's request body failed.
 #[derive(Debug, thiserror::Error)]

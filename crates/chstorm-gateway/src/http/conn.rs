@@ -1,16 +1,21 @@
 //! One client connection: HTTP/1 with the client timeouts, and the requests on it sent where
 //! ClickHouse would send them ([`super::endpoints`]); a query goes to [`super::service`].
 //!
-//! * `limits.client_header_timeout`: hyper's header read timeout (its timer is tokio's). It runs
-//!   from the moment the connection waits for a request head, so it also closes kept-alive
-//!   connections that stay idle that long; a TLS handshake gets the same time. The connection is
-//!   closed without an answer, as ClickHouse closes a connection on its receive timeout.
+//! The connection is served by the gateway's own HTTP/1 server ([`super::wire`]) until a request
+//! comes that it leaves to hyper's (HTTP/1.0, a chunked or announced body, a body not yet whole,
+//! a malformed head); hyper's then serves the connection to its end, from that request's first
+//! byte. Both write the same bytes, and keep the same limits:
+//!
+//! * `limits.client_header_timeout`: the time a connection may wait for a whole request head
+//!   (hyper's header read timeout, with tokio's timer, once hyper has it). It runs from the
+//!   moment the connection waits for a head, so it also closes kept-alive connections that stay
+//!   idle that long; a TLS handshake gets the same time. The connection is closed without an
+//!   answer, as ClickHouse closes a connection on its receive timeout.
 //! * `limits.client_body_idle_timeout`: every query's body is a [`ClientBody`] with that idle
 //!   timeout; when it passes, the request's whole future (admission permits, backend request, KILL
 //!   guard) is dropped and the client gets a 408 and a closed connection.
-//!
 //! * `limits.client_write_timeout`: a write to the client that waits this long (the client
-//!   stopped reading; its socket buffers are full) fails, which ends hyper's connection and drops
+//!   stopped reading; its socket buffers are full) fails, which ends the connection and drops
 //!   the answer's body: its KILL guard cancels the query on the replica and its admission permits
 //!   are released ([`Counted`]).
 //!
@@ -24,14 +29,16 @@
 //!
 //! `chstorm_gateway_client_timeouts_total{phase}` counts them: `header` (part of a request head
 //! came, not all of it), `idle` (nothing came: a kept-alive or fresh connection left unused),
-//! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header` from `idle` the connection counts
-//! the bytes it reads ([`Counted`]) and notes the count when each answer has gone out.
+//! `tls` (no TLS handshake in time), `body`, `write` (the client stopped reading). To tell `header`
+//! from `idle` once hyper serves, the connection counts the bytes it reads ([`Counted`]) and
+//! notes the count when each answer has gone out.
 
-use super::client_body::{ClientBody, IdleBody};
+use super::client_body::{ClientBody, FrontBody, IdleBody};
 use super::client_fin::ClientFin;
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
+use super::wire::{Ended, Rewind};
 use crate::cluster::h1::spelling::{case_map, BackendSpelling, CLICKHOUSE_NAMES};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
@@ -123,24 +130,85 @@ impl Listener {
         W: Future<Output = ()> + Send + 'static,
     {
         let reads = Arc::new(Reads::default());
-        let this = self.clone();
-        let marks = reads.clone();
         let (fin, watcher) = match fin {
             Some((f, w)) => (f, Some(w)),
             None => (ClientFin::default(), None),
         };
         let keep_alive = keep_alive_value(header_timeout);
-        let svc = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-            let (this, marks, keep_alive) = (this.clone(), marks.clone(), keep_alive.clone());
-            req.extensions_mut().insert(fin.clone());
+        let write_timeout = self.state.load().config.limits.client_write_timeout.0;
+        let mut io = Counted { inner: io, reads: reads.clone(), write_timeout, stall: None };
+        let _open = self.drain.conn();
+        // The FIN watch runs beside the connection, and its descriptor closes with it.
+        let watcher = async move {
+            if let Some(w) = watcher {
+                w.await
+            }
+            std::future::pending::<()>().await
+        };
+        let (fin, keep_alive) = (&fin, &keep_alive);
+        let own = super::wire::serve(&mut io, header_timeout, self.drain.forced(), |req| {
+            self.answer(req, peer, fin, keep_alive)
+        });
+        let ended = tokio::select! {
+            e = own => e,
+            _ = watcher => unreachable!("the watch never ends"),
+        };
+        let timed_out = match ended {
+            Ended::Closed | Ended::Failed => false,
+            Ended::TimedOut { partial } => {
+                // Counted as hyper's timeouts are, below.
+                reads.at_last_answer.store(reads.total.load(Ordering::Acquire) - u64::from(partial), Ordering::Release);
+                true
+            }
+            Ended::Handover(prefix) => {
+                // hyper reads the head again: its bytes count as part of one.
+                reads
+                    .at_last_answer
+                    .store(reads.total.load(Ordering::Acquire) - prefix.len() as u64, Ordering::Release);
+                self.serve_hyper(Rewind::new(prefix, &mut io), peer, header_timeout, fin, keep_alive, &reads).await
+            }
+        };
+        if reads.write_stalled.load(Ordering::Acquire) {
+            self.timed_out("write");
+            log(
+                "warn",
+                "client stopped reading its answer; connection closed, its query cancelled",
+                serde_json::json!({"peer": peer.to_string(), "timeout_ms": write_timeout.as_millis() as u64}),
+            );
+        } else if timed_out {
+            if reads.partial() {
+                self.timed_out("header");
+                log(
+                    "warn",
+                    "client too slow sending its request head; connection closed",
+                    serde_json::json!({"peer": peer.to_string(), "timeout_ms": header_timeout.as_millis() as u64}),
+                );
+            } else {
+                self.timed_out("idle");
+            }
+        }
+    }
+
+    /// Serves the rest of a connection with hyper's server: whether it ended on its header
+    /// timeout.
+    async fn serve_hyper<IO>(
+        &self,
+        io: IO,
+        peer: SocketAddr,
+        header_timeout: std::time::Duration,
+        fin: &ClientFin,
+        keep_alive: &HeaderValue,
+        reads: &Arc<Reads>,
+    ) -> bool
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let (this, fin, keep_alive, marks) = (self.clone(), fin.clone(), keep_alive.clone(), reads.clone());
+        let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+            let (this, fin, keep_alive, marks) = (this.clone(), fin.clone(), keep_alive.clone(), marks.clone());
             async move {
-                let (closing, version) = (wants_close(&req), req.version());
-                let mut resp = this.respond(req, peer).await;
-                if this.drain.is_draining() {
-                    // Stopping: the client reconnects for its next query (to the new gateway).
-                    resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-                }
-                as_clickhouse_sends_it(&mut resp, closing, version, &keep_alive).await;
+                let mut resp = this.answer(req.map(FrontBody::Hyper), peer, &fin, &keep_alive).await;
+                with_spelling(&mut resp).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
                 Ok::<_, std::convert::Infallible>(Response::from_parts(
@@ -160,52 +228,39 @@ impl Listener {
             // A FIN after a whole request is watched by `super::client_fin`, not taken for a
             // client that left.
             .half_close(true);
-        let write_timeout = self.state.load().config.limits.client_write_timeout.0;
-        let io = TokioIo::new(Counted { inner: io, reads: reads.clone(), write_timeout, stall: None });
-        let _open = self.drain.conn();
-        let conn = builder.serve_connection(io, svc);
+        let conn = builder.serve_connection(TokioIo::new(io), svc);
         tokio::pin!(conn);
-        // The FIN watch runs beside the connection, and its descriptor closes with it.
-        let watcher = async move {
-            if let Some(w) = watcher {
-                w.await
-            }
-            std::future::pending::<()>().await
-        };
-        tokio::pin!(watcher);
         let served = tokio::select! {
             r = conn.as_mut() => r,
-            _ = watcher.as_mut() => unreachable!("the watch never ends"),
             _ = self.drain.forced() => {
                 // The gateway is stopping: an idle connection closes now, a busy one after its answer.
                 conn.as_mut().graceful_shutdown();
                 conn.await
             }
         };
-        if reads.write_stalled.load(Ordering::Acquire) {
-            self.timed_out("write");
-            log(
-                "warn",
-                "client stopped reading its answer; connection closed, its query cancelled",
-                serde_json::json!({"peer": peer.to_string(), "timeout_ms": write_timeout.as_millis() as u64}),
-            );
-        } else if let Err(e) = served {
-            if e.is_timeout() {
-                if reads.partial() {
-                    self.timed_out("header");
-                    log(
-                        "warn",
-                        "client too slow sending its request head; connection closed",
-                        serde_json::json!({"peer": peer.to_string(), "timeout_ms": header_timeout.as_millis() as u64}),
-                    );
-                } else {
-                    self.timed_out("idle");
-                }
-            }
-        }
+        served.is_err_and(|e| e.is_timeout())
     }
 
-    async fn respond(&self, req: Request<Incoming>, peer: SocketAddr) -> Response<GBody> {
+    /// The answer to one request, with its connection headers as 18.16 sends them.
+    async fn answer(
+        &self,
+        mut req: Request<FrontBody>,
+        peer: SocketAddr,
+        fin: &ClientFin,
+        keep_alive: &HeaderValue,
+    ) -> Response<GBody> {
+        req.extensions_mut().insert(fin.clone());
+        let (closing, version) = (wants_close(&req), req.version());
+        let mut resp = self.respond(req, peer).await;
+        if self.drain.is_draining() {
+            // Stopping: the client reconnects for its next query (to the new gateway).
+            resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        as_clickhouse_sends_it(&mut resp, closing, version, keep_alive);
+        resp
+    }
+
+    async fn respond(&self, req: Request<FrontBody>, peer: SocketAddr) -> Response<GBody> {
         let state = self.state.load_full();
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let get = req.method() == Method::GET || req.method() == Method::HEAD;
@@ -292,7 +347,7 @@ impl Listener {
     }
 
     /// A query through [`super::service`], given up (408) when its body stalls.
-    async fn query(&self, req: Request<Incoming>, peer: SocketAddr, state: Arc<State>) -> Response<GBody> {
+    async fn query(&self, req: Request<FrontBody>, peer: SocketAddr, state: Arc<State>) -> Response<GBody> {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = req.into_parts();
         let (body, watch) = IdleBody::new(body, idle);
@@ -353,7 +408,7 @@ fn wants_close<B>(req: &Request<B>) -> bool {
 /// `title_case_headers`) except those spelled otherwise, `X-ClickHouse-...`, which keep the
 /// replica's spelling (its header case map, kept by the upstream client's
 /// `preserve_header_case`) or take ClickHouse's from [`spelling`].
-async fn as_clickhouse_sends_it(
+fn as_clickhouse_sends_it(
     resp: &mut Response<GBody>,
     client_closes: bool,
     version: http::Version,
@@ -373,6 +428,11 @@ async fn as_clickhouse_sends_it(
     } else {
         h.insert(KEEP_ALIVE.clone(), keep_alive.clone());
     }
+}
+
+/// For hyper's server: ClickHouse's spelling of its own names in the answer, as hyper's header
+/// case map (`super::wire` spells them itself).
+pub(crate) async fn with_spelling(resp: &mut Response<GBody>) {
     let names = clickhouse_names_in(resp.headers());
     if names != 0 && resp.extensions().get::<BackendSpelling>().is_none() {
         if let Some(names) = spelling(names).await {

@@ -1,7 +1,8 @@
 //! The HTTP front: ClickHouse's HTTP interface over the query core (`crate::query`).
 //!
 //! * [`conn`]: one client connection (HTTP/1, its timeouts, answers spelled as 18.16 sends
-//!   them), and where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`);
+//!   them; [`wire`]: the gateway's own HTTP/1 server for the usual requests, hyper's for the
+//!   rest), and where each request goes ([`endpoints`]: ClickHouse's paths, `/replicas_status`);
 //!   [`client_body`]: request bodies with an idle timeout and a minimum rate; [`client_fin`]: a
 //!   client's FIN, which ends a read and lets any other statement run to its end.
 //! * [`service`]: a query request: global admission, authentication, user admission, then the
@@ -18,3 +19,4 @@ pub mod endpoints;
 pub mod read;
 pub mod respond;
 pub mod service;
+pub mod wire;

@@ -113,14 +113,15 @@ impl Plan {
 
     /// [`Self::path_and_query`], appended to `out`.
     pub fn path_and_query_into(&self, out: &mut String, threads: Option<usize>) {
-        use std::fmt::Write as _;
         out.reserve(self.path_and_params.len() + self.tail.len() + 20);
         out.push_str(&self.path_and_params);
         if !self.path_and_params.ends_with('?') {
             out.push('&');
         }
         if let Some(n) = threads {
-            let _ = write!(out, "max_threads={n}&");
+            out.push_str("max_threads=");
+            out.push_str(itoa::Buffer::new().format(n));
+            out.push('&');
         }
         out.push_str(&self.tail);
     }

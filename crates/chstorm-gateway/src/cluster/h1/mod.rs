@@ -43,6 +43,7 @@ pub async fn send(pool: Arc<Pool>, req: http::Request<GBody>) -> Result<http::Re
         if let Ok(map) = spelling::case_map(&names).await {
             resp.extensions_mut().extend(map);
             resp.extensions_mut().insert(spelling::BackendSpelling);
+            resp.extensions_mut().insert(spelling::SpelledNames::of(&names));
         }
     }
     Ok(resp)

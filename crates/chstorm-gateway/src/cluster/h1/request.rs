@@ -118,9 +118,13 @@ fn framing(parts: &http::request::Parts, body: &GBody) -> Result<Framing, Backen
 /// The request line and headers (names as the `http` crate keeps them, in lower case).
 fn head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: Framing, authority: &str) {
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let _ = write!(out, "{} {target} HTTP/1.1\r\n", parts.method);
+    for piece in [parts.method.as_str(), " ", target, " HTTP/1.1\r\n"] {
+        out.extend_from_slice(piece.as_bytes());
+    }
     if !parts.headers.contains_key(http::header::HOST) {
-        let _ = write!(out, "host: {authority}\r\n");
+        for piece in ["host: ", authority, "\r\n"] {
+            out.extend_from_slice(piece.as_bytes());
+        }
     }
     for (k, v) in &parts.headers {
         if k != http::header::CONTENT_LENGTH && k != http::header::TRANSFER_ENCODING {
@@ -133,7 +137,9 @@ fn head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: Framing, autho
     match framing {
         Framing::None => {}
         Framing::Length(n) => {
-            let _ = write!(out, "content-length: {n}\r\n");
+            for piece in ["content-length: ", itoa::Buffer::new().format(n), "\r\n"] {
+                out.extend_from_slice(piece.as_bytes());
+            }
         }
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }

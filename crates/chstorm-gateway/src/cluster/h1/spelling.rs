@@ -29,6 +29,19 @@ pub const CLICKHOUSE_NAMES: &[&str] = &[
 #[derive(Clone, Copy)]
 pub struct BackendSpelling;
 
+/// The names of an answer marked [`BackendSpelling`] by the HTTP/1 client, as its replica spelled
+/// them, in order (without `Content-Length` and `Transfer-Encoding`, which the front frames
+/// itself): what the gateway's own front (`crate::http::wire`) spells them by.
+#[derive(Clone)]
+pub struct SpelledNames(pub std::sync::Arc<[Box<str>]>);
+
+impl SpelledNames {
+    pub fn of<N: AsRef<str>>(names: &[N]) -> SpelledNames {
+        let framing = |n: &str| n.eq_ignore_ascii_case("content-length") || n.eq_ignore_ascii_case("transfer-encoding");
+        SpelledNames(names.iter().map(AsRef::as_ref).filter(|n| !framing(n)).map(Box::from).collect())
+    }
+}
+
 /// Would the front spell any of `headers`' names otherwise than they came: not in title case,
 /// and not ClickHouse's spelling of one of its own names at its first appearance?
 pub fn own_spelling(headers: &[httparse::Header]) -> bool {

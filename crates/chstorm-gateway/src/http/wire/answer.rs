@@ -1,0 +1,332 @@
+//! An answer on the wire, byte for byte as hyper's HTTP/1 server writes it with
+//! `title_case_headers` (hyper 1.x, `proto::h1::role`, `Server::encode`), so that a client
+//! cannot tell which front served it:
+//!
+//! * the status line (`HTTP/1.1 200 OK`, or the code and its canonical reason);
+//! * the headers in the map's order, one line each, except `Connection`, `Transfer-Encoding`
+//!   and `Trailer`, whose values share one line; `Content-Length` once;
+//! * the framing hyper adds: `Content-Length` for a body of known length, `Content-Length: 0`
+//!   for none, `Transfer-Encoding: chunked` otherwise, none of them where the method or status
+//!   has no body (`HEAD`, 204, 304); then `Date` unless the answer has one.
+//!
+//! Names are spelled as the HTTP front always spells them ([`Speller`]): as the replica spelled
+//! them when the answer carries its spelling, ClickHouse's spelling for the first of each of its
+//! own names, title case for the rest. An answer of an `https://` replica whose spelling is kept
+//! ([`BackendSpelling`] without [`SpelledNames`]) has each of ClickHouse's names in ClickHouse's
+//! spelling, every time it comes; which is how a ClickHouse replica spells them.
+
+use crate::cluster::h1::spelling::{BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
+use http::{header, HeaderValue, Method, StatusCode};
+use std::cell::RefCell;
+
+/// How an answer's body goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Exactly this many bytes (0: no body at all).
+    Length(u64),
+    Chunked,
+}
+
+/// What the answer's body says of its length (hyper's `BodyLength`, `None` for a body at its
+/// end already).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyLength {
+    None,
+    Known(u64),
+    Unknown,
+}
+
+/// An answer head hyper would refuse to write: two different lengths, one not a number, or a
+/// framing header after another.
+/// hyper then closes the connection without an answer; so does the own front.
+#[derive(Debug, thiserror::Error)]
+#[error("the answer's head has a Content-Length that is not one number")]
+pub struct BadHead;
+
+/// Writes the answer head of `parts` to `out`: its framing, and whether the connection closes
+/// after it (a `close` token in its `Connection`).
+pub fn head(
+    parts: &http::response::Parts,
+    method: &Method,
+    body: BodyLength,
+    out: &mut Vec<u8>,
+) -> Result<(Framing, bool), BadHead> {
+    let status = parts.status;
+    if status == StatusCode::OK {
+        out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
+    } else {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(status.as_str().as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let chunkable = can_chunk(method, status);
+    let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
+    let (mut framing, mut wrote_len, mut wrote_date, mut close) = (Framing::Length(0), false, false, false);
+    let mut length_seen: Option<u64> = None;
+    for (name, value) in &parts.headers {
+        if w.open.is_some_and(|o| o.name != name) {
+            w.close_line();
+        }
+        let continued = w.open.is_some();
+        if wrote_len && !continued && (*name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING) {
+            return Err(BadHead); // a second framing header, hyper's "unexpected" one
+        }
+        match *name {
+            header::CONTENT_LENGTH => match body {
+                BodyLength::Known(n) => {
+                    if !continued {
+                        framing = Framing::Length(n);
+                        w.open_line(name, value, false);
+                        wrote_len = true;
+                    }
+                    continue;
+                }
+                BodyLength::Unknown => {
+                    let n = std::str::from_utf8(value.as_bytes())
+                        .ok()
+                        .and_then(|v| v.parse::<u64>().ok())
+                        .ok_or(BadHead)?;
+                    match length_seen {
+                        Some(m) if m != n => return Err(BadHead),
+                        Some(_) => {}
+                        None => {
+                            framing = Framing::Length(n);
+                            w.open_line(name, value, false);
+                            wrote_len = true;
+                            length_seen = Some(n);
+                        }
+                    }
+                    continue;
+                }
+                BodyLength::None if *method != Method::HEAD => continue,
+                BodyLength::None => wrote_len = true,
+            },
+            header::TRANSFER_ENCODING | header::TRAILER => {
+                if !chunkable {
+                    continue;
+                }
+                if *name == header::TRANSFER_ENCODING {
+                    wrote_len = true;
+                    framing = Framing::Chunked;
+                }
+                let unchunked = *name == header::TRANSFER_ENCODING && !last_token_is(value, "chunked");
+                w.add_value(name, value, unchunked);
+                continue;
+            }
+            header::CONNECTION => {
+                close |= has_token(value, "close");
+                w.add_value(name, value, false);
+                continue;
+            }
+            header::DATE => wrote_date = true,
+            _ => {}
+        }
+        w.line(name, value.as_bytes());
+    }
+    if w.open.is_some() {
+        w.close_line();
+    }
+    if !wrote_len {
+        framing = match body {
+            BodyLength::Unknown if chunkable => {
+                w.line(&header::TRANSFER_ENCODING, b"chunked");
+                Framing::Chunked
+            }
+            BodyLength::Unknown => Framing::Length(0),
+            BodyLength::None | BodyLength::Known(0) => {
+                if can_have_length(method, status) && *method != Method::HEAD {
+                    w.line(&header::CONTENT_LENGTH, b"0");
+                }
+                Framing::Length(0)
+            }
+            BodyLength::Known(n) if can_have_length(method, status) => {
+                w.line(&header::CONTENT_LENGTH, itoa::Buffer::new().format(n).as_bytes());
+                Framing::Length(n)
+            }
+            BodyLength::Known(_) => Framing::Length(0),
+        };
+    }
+    if !chunkable {
+        framing = Framing::Length(0);
+    }
+    if !wrote_date {
+        w.speller.write(w.out, &header::DATE);
+        w.out.extend_from_slice(b": ");
+        date(w.out);
+        w.out.extend_from_slice(b"\r\n");
+    }
+    w.out.extend_from_slice(b"\r\n");
+    Ok((framing, close))
+}
+
+/// Appends a body frame `data` in `framing` to `out`.
+pub fn frame(framing: Framing, data: &[u8], out: &mut Vec<u8>) {
+    frame_start(framing, data.len(), out);
+    out.extend_from_slice(data);
+    frame_end(framing, out);
+}
+
+/// What goes before a frame of `len` bytes: its chunk size line, when chunked.
+pub fn frame_start(framing: Framing, len: usize, out: &mut Vec<u8>) {
+    if framing == Framing::Chunked {
+        push_hex(out, len);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// What goes after a frame: the chunk's line end, when chunked.
+pub fn frame_end(framing: Framing, out: &mut Vec<u8>) {
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// The end of a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// Appends `n` in upper-case hex, as hyper writes a chunk's size.
+fn push_hex(out: &mut Vec<u8>, n: usize) {
+    let digits = (usize::BITS - n.leading_zeros()).div_ceil(4).max(1);
+    for i in (0..digits).rev() {
+        out.push(b"0123456789ABCDEF"[(n >> (4 * i)) & 15]);
+    }
+}
+
+/// A line that collects a header's values (`Connection`, `Transfer-Encoding`, `Trailer`).
+#[derive(Clone, Copy)]
+struct Open<'a> {
+    name: &'a http::HeaderName,
+    /// Ends in `, chunked` (a `Transfer-Encoding` whose value does not end in it).
+    add_chunked: bool,
+}
+
+struct Writer<'a, 'o> {
+    out: &'o mut Vec<u8>,
+    speller: Speller<'a>,
+    open: Option<Open<'a>>,
+}
+
+impl<'a> Writer<'a, '_> {
+    fn line(&mut self, name: &'a http::HeaderName, value: &[u8]) {
+        self.speller.write(self.out, name);
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value);
+        self.out.extend_from_slice(b"\r\n");
+    }
+
+    fn open_line(&mut self, name: &'a http::HeaderName, value: &HeaderValue, add_chunked: bool) {
+        self.speller.write(self.out, name);
+        self.out.extend_from_slice(b": ");
+        self.out.extend_from_slice(value.as_bytes());
+        self.open = Some(Open { name, add_chunked });
+    }
+
+    /// One more value of a collecting header: the line's first, or `, value` on it.
+    fn add_value(&mut self, name: &'a http::HeaderName, value: &HeaderValue, add_chunked: bool) {
+        match &mut self.open {
+            Some(o) => {
+                o.add_chunked = add_chunked;
+                self.out.extend_from_slice(b", ");
+                self.out.extend_from_slice(value.as_bytes());
+            }
+            None => self.open_line(name, value, add_chunked),
+        }
+    }
+
+    fn close_line(&mut self) {
+        if let Some(o) = self.open.take() {
+            self.out.extend_from_slice(if o.add_chunked { b", chunked\r\n" } else { b"\r\n" });
+        }
+    }
+}
+
+/// Spells header names: see the module doc.
+struct Speller<'a> {
+    spelled: Option<&'a [Box<str>]>,
+    backend: bool,
+    /// The name written last, and how many lines of it came before.
+    last: Option<(&'a str, usize)>,
+}
+
+impl<'a> Speller<'a> {
+    fn of(ext: &'a http::Extensions) -> Speller<'a> {
+        if ext.is_empty() {
+            return Speller { spelled: None, backend: false, last: None };
+        }
+        let spelled = ext.get::<SpelledNames>().map(|s| &*s.0);
+        Speller { spelled, backend: ext.get::<BackendSpelling>().is_some(), last: None }
+    }
+
+    fn write(&mut self, out: &mut Vec<u8>, name: &'a http::HeaderName) {
+        let n = name.as_str();
+        let nth = match self.last {
+            Some((last, k)) if last == n => k + 1,
+            _ => 0,
+        };
+        self.last = Some((n, nth));
+        if let Some(list) = self.spelled {
+            if let Some(s) = list.iter().filter(|s| s.eq_ignore_ascii_case(n)).nth(nth) {
+                return out.extend_from_slice(s.as_bytes());
+            }
+        } else if (nth == 0 || self.backend) && n.starts_with("x-clickhouse-") {
+            if let Some(c) = CLICKHOUSE_NAMES.iter().find(|c| c.len() == n.len() && c.eq_ignore_ascii_case(n)) {
+                return out.extend_from_slice(c.as_bytes());
+            }
+        }
+        title_case(out, n.as_bytes());
+    }
+}
+
+/// hyper's title case: the first letter and each after a `-` upper case, the rest as they are.
+fn title_case(out: &mut Vec<u8>, name: &[u8]) {
+    let start = out.len();
+    out.extend_from_slice(name);
+    let mut prev = b'-';
+    for c in &mut out[start..] {
+        if prev == b'-' {
+            c.make_ascii_uppercase();
+        }
+        prev = *c;
+    }
+}
+
+fn has_token(v: &HeaderValue, token: &str) -> bool {
+    v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+fn last_token_is(v: &HeaderValue, token: &str) -> bool {
+    v.to_str().is_ok_and(|s| s.rsplit(',').next().is_some_and(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+fn can_chunk(method: &Method, status: StatusCode) -> bool {
+    *method != Method::HEAD
+        && !status.is_informational()
+        && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+}
+
+fn can_have_length(_method: &Method, status: StatusCode) -> bool {
+    !status.is_informational() && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
+}
+
+/// Appends the `Date` value, the HTTP date of this second (made once a second per thread).
+fn date(out: &mut Vec<u8>) {
+    thread_local! {
+        static NOW: RefCell<(u64, [u8; 29])> = const { RefCell::new((u64::MAX, [0; 29])) };
+    }
+    let now = std::time::SystemTime::now();
+    let secs = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    NOW.with_borrow_mut(|(at, text)| {
+        if *at != secs {
+            let made = httpdate::fmt_http_date(now);
+            if made.len() == text.len() {
+                text.copy_from_slice(made.as_bytes());
+                *at = secs;
+            } else {
+                return out.extend_from_slice(made.as_bytes());
+            }
+        }
+        out.extend_from_slice(text);
+    })
+}
