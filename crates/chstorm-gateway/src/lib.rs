@@ -60,6 +60,7 @@ mod native;
 mod query;
 pub mod request;
 mod runtime;
+mod signal;
 mod state;
 
 pub use config::Config;

@@ -23,30 +23,31 @@
 //! (`LimitNOFILE=65536` in `deploy/chstorm-gateway.service`: 32,000 such clients).
 
 use crate::cluster::upstream::{BoxError, GBody};
+use crate::signal::{Signal, Wait};
 use bytes::Bytes;
 use http_body::{Body, Frame};
 use std::future::Future;
 use std::os::fd::AsFd;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::Interest;
-use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Fires when the client's FIN has come; carried in each request's extensions.
 #[derive(Clone, Debug, Default)]
-pub struct ClientFin(CancellationToken);
+pub struct ClientFin(Arc<Signal>);
 
 impl ClientFin {
     /// Resolves once the client's FIN has come (never, for a client that keeps its side open).
-    pub async fn came(&self) {
-        self.0.cancelled().await
+    pub fn came(&self) -> Wait<&Signal> {
+        self.0.wait()
     }
 
-    /// `body`, ended with an error as soon as the FIN comes: hyper then closes the connection
-    /// and drops the body, whose guards cancel the query.
+    /// `body`, ended with an error as soon as the FIN comes: the front then closes the
+    /// connection and drops the body, whose guards cancel the query.
     pub fn cut(&self, body: GBody) -> GBody {
         use http_body_util::BodyExt;
-        Cut { fin: Box::pin(self.0.clone().cancelled_owned()), body }.boxed_unsync()
+        Cut { fin: self.0.clone().wait_owned(), body }.boxed_unsync()
     }
 }
 
@@ -63,7 +64,7 @@ pub fn watch(tcp: &tokio::net::TcpStream) -> Option<(ClientFin, impl Future<Outp
     let watcher = async move {
         loop {
             match second.ready(Interest::READABLE).await {
-                Ok(r) if r.is_read_closed() => return token.cancel(),
+                Ok(r) if r.is_read_closed() => return token.fire(),
                 // Bytes of a next request: not a FIN; clear the readiness, wait for the next.
                 Ok(_) => {
                     let _ = second.try_io(Interest::READABLE, || Err::<(), _>(std::io::ErrorKind::WouldBlock.into()));
@@ -77,7 +78,7 @@ pub fn watch(tcp: &tokio::net::TcpStream) -> Option<(ClientFin, impl Future<Outp
 
 /// The answer body of a read: [`ClientFin::cut`].
 struct Cut {
-    fin: Pin<Box<WaitForCancellationFutureOwned>>,
+    fin: Wait<Arc<Signal>>,
     body: GBody,
 }
 
@@ -86,7 +87,7 @@ impl Body for Cut {
     type Error = BoxError;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        if self.fin.as_mut().poll(cx).is_ready() {
+        if Pin::new(&mut self.fin).poll(cx).is_ready() {
             return Poll::Ready(Some(Err("the client closed its side of the connection during a read".into())));
         }
         Pin::new(&mut self.body).poll_frame(cx)

@@ -12,11 +12,11 @@
 //!
 //! Connections are counted by RAII guards ([`Drain::conn`]).
 
+use crate::signal::{Signal, Wait};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 /// How long idle kept-alive connections are left open after the drain starts, for their
 /// clients to send one more request (answered with `Connection: close`): 1 s.
@@ -29,7 +29,7 @@ pub struct Drain {
     open: AtomicUsize,
     closed: Notify,
     /// Fired after [`IDLE_GRACE`]: connections shut down gracefully.
-    force: CancellationToken,
+    force: Signal,
 }
 
 /// Counts one open client connection while it lives.
@@ -61,9 +61,10 @@ impl Drain {
         ConnGuard(self.clone())
     }
 
-    /// Resolves when connections must shut down (after [`IDLE_GRACE`] of draining).
-    pub async fn forced(&self) {
-        self.force.cancelled().await
+    /// Resolves when connections must shut down (after [`IDLE_GRACE`] of draining). Cheap to
+    /// poll again from the task that waits: a connection polls it at every wake-up.
+    pub fn forced(&self) -> Wait<&Signal> {
+        self.force.wait()
     }
 
     /// Starts draining and waits until every connection has closed, at most `timeout`; returns
@@ -83,7 +84,7 @@ impl Drain {
         };
         let grace = async {
             tokio::time::sleep(IDLE_GRACE.min(timeout)).await;
-            self.force.cancel();
+            self.force.fire();
             std::future::pending::<()>().await
         };
         let _ = tokio::time::timeout(timeout, async {
