@@ -52,6 +52,28 @@ pub fn head(
     out: &mut Vec<u8>,
 ) -> Result<(Framing, bool), BadHead> {
     let status = parts.status;
+    status_line(status, out);
+    let chunkable = can_chunk(method, status);
+    let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
+    let lines = header_lines(&mut w, &parts.headers, method, body, chunkable)?;
+    let mut framing = match lines.framing {
+        Some(f) => f,
+        None => implicit_framing(&mut w, method, status, body, chunkable),
+    };
+    if !chunkable {
+        framing = Framing::Length(0);
+    }
+    if !lines.wrote_date {
+        w.speller.write(w.out, &header::DATE);
+        w.out.extend_from_slice(b": ");
+        date(w.out);
+        w.out.extend_from_slice(b"\r\n");
+    }
+    w.out.extend_from_slice(b"\r\n");
+    Ok((framing, lines.close))
+}
+
+fn status_line(status: StatusCode, out: &mut Vec<u8>) {
     if status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
@@ -61,11 +83,27 @@ pub fn head(
         out.extend_from_slice(status.canonical_reason().unwrap_or("<none>").as_bytes());
         out.extend_from_slice(b"\r\n");
     }
-    let chunkable = can_chunk(method, status);
-    let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
-    let (mut framing, mut wrote_len, mut wrote_date, mut close) = (Framing::Length(0), false, false, false);
-    let mut length_seen: Option<u64> = None;
-    for (name, value) in &parts.headers {
+}
+
+/// What the header lines said.
+struct Lines {
+    /// The framing a length or coding header set (`None`: none did).
+    framing: Option<Framing>,
+    wrote_date: bool,
+    close: bool,
+}
+
+/// Writes the answer's own header lines, as hyper's `encode_headers` does.
+fn header_lines<'a>(
+    w: &mut Writer<'a, '_>,
+    headers: &'a http::HeaderMap,
+    method: &Method,
+    body: BodyLength,
+    chunkable: bool,
+) -> Result<Lines, BadHead> {
+    let mut lines = Lines { framing: None, wrote_date: false, close: false };
+    let mut wrote_len = false;
+    for (name, value) in headers {
         if w.open.is_some_and(|o| o.name != name) {
             w.close_line();
         }
@@ -77,31 +115,31 @@ pub fn head(
             header::CONTENT_LENGTH => match body {
                 BodyLength::Known(n) => {
                     if !continued {
-                        framing = Framing::Length(n);
+                        lines.framing = Some(Framing::Length(n));
                         w.open_line(name, value, false);
                         wrote_len = true;
                     }
                     continue;
                 }
                 BodyLength::Unknown => {
-                    let n = std::str::from_utf8(value.as_bytes())
-                        .ok()
-                        .and_then(|v| v.parse::<u64>().ok())
-                        .ok_or(BadHead)?;
-                    match length_seen {
-                        Some(m) if m != n => return Err(BadHead),
-                        Some(_) => {}
-                        None => {
-                            framing = Framing::Length(n);
+                    let n = std::str::from_utf8(value.as_bytes()).ok().and_then(|v| v.parse::<u64>().ok());
+                    match (lines.framing, n) {
+                        (_, None) => return Err(BadHead),
+                        (Some(Framing::Length(m)), Some(n)) if m != n => return Err(BadHead),
+                        (Some(_), _) => {}
+                        (None, Some(n)) => {
+                            lines.framing = Some(Framing::Length(n));
                             w.open_line(name, value, false);
                             wrote_len = true;
-                            length_seen = Some(n);
                         }
                     }
                     continue;
                 }
                 BodyLength::None if *method != Method::HEAD => continue,
-                BodyLength::None => wrote_len = true,
+                BodyLength::None => {
+                    lines.framing = Some(Framing::Length(0));
+                    wrote_len = true;
+                }
             },
             header::TRANSFER_ENCODING | header::TRAILER => {
                 if !chunkable {
@@ -109,18 +147,18 @@ pub fn head(
                 }
                 if *name == header::TRANSFER_ENCODING {
                     wrote_len = true;
-                    framing = Framing::Chunked;
+                    lines.framing = Some(Framing::Chunked);
                 }
                 let unchunked = *name == header::TRANSFER_ENCODING && !last_token_is(value, "chunked");
                 w.add_value(name, value, unchunked);
                 continue;
             }
             header::CONNECTION => {
-                close |= has_token(value, "close");
+                lines.close |= has_token(value, "close");
                 w.add_value(name, value, false);
                 continue;
             }
-            header::DATE => wrote_date = true,
+            header::DATE => lines.wrote_date = true,
             _ => {}
         }
         w.line(name, value.as_bytes());
@@ -128,37 +166,35 @@ pub fn head(
     if w.open.is_some() {
         w.close_line();
     }
-    if !wrote_len {
-        framing = match body {
-            BodyLength::Unknown if chunkable => {
-                w.line(&header::TRANSFER_ENCODING, b"chunked");
-                Framing::Chunked
+    Ok(lines)
+}
+
+/// The framing header hyper adds to an answer that has none, and the framing.
+fn implicit_framing(
+    w: &mut Writer<'_, '_>,
+    method: &Method,
+    status: StatusCode,
+    body: BodyLength,
+    chunkable: bool,
+) -> Framing {
+    match body {
+        BodyLength::Unknown if chunkable => {
+            w.line(&header::TRANSFER_ENCODING, b"chunked");
+            Framing::Chunked
+        }
+        BodyLength::Unknown => Framing::Length(0),
+        BodyLength::None | BodyLength::Known(0) => {
+            if can_have_length(method, status) && *method != Method::HEAD {
+                w.line(&header::CONTENT_LENGTH, b"0");
             }
-            BodyLength::Unknown => Framing::Length(0),
-            BodyLength::None | BodyLength::Known(0) => {
-                if can_have_length(method, status) && *method != Method::HEAD {
-                    w.line(&header::CONTENT_LENGTH, b"0");
-                }
-                Framing::Length(0)
-            }
-            BodyLength::Known(n) if can_have_length(method, status) => {
-                w.line(&header::CONTENT_LENGTH, itoa::Buffer::new().format(n).as_bytes());
-                Framing::Length(n)
-            }
-            BodyLength::Known(_) => Framing::Length(0),
-        };
+            Framing::Length(0)
+        }
+        BodyLength::Known(n) if can_have_length(method, status) => {
+            w.line(&header::CONTENT_LENGTH, itoa::Buffer::new().format(n).as_bytes());
+            Framing::Length(n)
+        }
+        BodyLength::Known(_) => Framing::Length(0),
     }
-    if !chunkable {
-        framing = Framing::Length(0);
-    }
-    if !wrote_date {
-        w.speller.write(w.out, &header::DATE);
-        w.out.extend_from_slice(b": ");
-        date(w.out);
-        w.out.extend_from_slice(b"\r\n");
-    }
-    w.out.extend_from_slice(b"\r\n");
-    Ok((framing, close))
 }
 
 /// Appends a body frame `data` in `framing` to `out`.
