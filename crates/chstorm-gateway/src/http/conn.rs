@@ -153,19 +153,18 @@ impl Listener {
             e = own => e,
             _ = watcher => unreachable!("the watch never ends"),
         };
+        // On a header timeout: whether part of a head had come (`header`) or none (`idle`).
         let timed_out = match ended {
-            Ended::Closed | Ended::Failed => false,
-            Ended::TimedOut { partial } => {
-                // Counted as hyper's timeouts are, below.
-                reads.at_last_answer.store(reads.total.load(Ordering::Acquire) - u64::from(partial), Ordering::Release);
-                true
-            }
+            Ended::Closed | Ended::Failed => None,
+            Ended::TimedOut { partial } => Some(partial),
             Ended::Handover(prefix) => {
                 // hyper reads the head again: its bytes count as part of one.
                 reads
                     .at_last_answer
                     .store(reads.total.load(Ordering::Acquire) - prefix.len() as u64, Ordering::Release);
-                self.serve_hyper(Rewind::new(prefix, &mut io), peer, header_timeout, fin, keep_alive, &reads).await
+                let io = Rewind::new(prefix, &mut io);
+                let timed_out = self.serve_hyper(io, peer, header_timeout, fin, keep_alive, &reads).await;
+                timed_out.then(|| reads.partial())
             }
         };
         if reads.write_stalled.load(Ordering::Acquire) {
@@ -175,8 +174,8 @@ impl Listener {
                 "client stopped reading its answer; connection closed, its query cancelled",
                 serde_json::json!({"peer": peer.to_string(), "timeout_ms": write_timeout.as_millis() as u64}),
             );
-        } else if timed_out {
-            if reads.partial() {
+        } else if let Some(partial) = timed_out {
+            if partial {
                 self.timed_out("header");
                 log(
                     "warn",
@@ -494,7 +493,8 @@ fn clickhouse_names_in(headers: &http::HeaderMap) -> usize {
     names
 }
 
-/// Bytes read on a connection, and their count when its last answer had gone out.
+/// Bytes read on a connection, and their count when its last answer had gone out: how a header
+/// timeout of hyper's server is told from an idle one (the own server knows it directly).
 #[derive(Default)]
 struct Reads {
     total: AtomicU64,
