@@ -6,11 +6,12 @@
 //! head `httparse` refuses or one over 64 KiB) goes with the bytes read of it to hyper's server,
 //! which then serves the connection to its end (`super::conn`).
 //!
-//! Why not hyper for all of it: hyper's server costs a `SELECT 1` about 19,500 user-space
-//! instructions (its dispatcher, its buffers, its header case map), more than half of what
-//! HAProxy spends on the whole request (docs/PERFORMANCE.md). What this front does, it does as
-//! hyper does, byte for byte on the wire: the same parser, the same answer heads, the same
-//! timeouts:
+//! Why not hyper for all of it: with hyper's server, the client connection around the query
+//! service cost a `SELECT 1` about 19,500 user-space instructions (its dispatcher, its buffers,
+//! its header case map), two thirds of what HAProxy spends on the whole request; with this one,
+//! about 11,100 (docs/PERFORMANCE.md, "Where the instructions go"). What this front does, it
+//! does as hyper does, byte for byte on the wire: the same parser, the same answer heads, the
+//! same timeouts:
 //!
 //! * `limits.client_header_timeout` runs from the moment the connection waits for a head;
 //!   [`Ended::TimedOut`] says whether part of one had come.
