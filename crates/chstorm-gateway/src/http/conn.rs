@@ -39,7 +39,7 @@ use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpo
 use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
 use super::wire::{Ended, Rewind};
-use crate::cluster::h1::spelling::{case_map, BackendSpelling, CLICKHOUSE_NAMES};
+use crate::cluster::h1::spelling::{case_map, clickhouse_name, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel};
@@ -434,11 +434,19 @@ fn as_clickhouse_sends_it(
     }
 }
 
-/// For hyper's server: ClickHouse's spelling of its own names in the answer, as hyper's header
-/// case map (`super::wire` spells them itself).
+/// For hyper's server: the answer's spelling as hyper's header case map (`super::wire` spells
+/// names itself). The replica's, when the HTTP/1 client kept its names; hyper's client's own
+/// map is in place already; else ClickHouse's spelling of its own names.
 pub(crate) async fn with_spelling(resp: &mut Response<GBody>) {
+    if let Some(SpelledNames(names)) = resp.extensions().get::<SpelledNames>().cloned() {
+        if let Ok(map) = case_map(&names).await {
+            return resp.extensions_mut().extend(map);
+        }
+    } else if resp.extensions().get::<BackendSpelling>().is_some() {
+        return;
+    }
     let names = clickhouse_names_in(resp.headers());
-    if names != 0 && resp.extensions().get::<BackendSpelling>().is_none() {
+    if names != 0 {
         if let Some(names) = spelling(names).await {
             if resp.extensions().is_empty() {
                 // The usual case (the hold's marker already taken off): the map taken whole,
@@ -486,7 +494,7 @@ async fn parse_spelling(names: usize) -> Result<http::Extensions, String> {
 fn clickhouse_names_in(headers: &http::HeaderMap) -> usize {
     let mut names = 0;
     for k in headers.keys().map(http::HeaderName::as_str).filter(|k| k.starts_with("x-clickhouse-")) {
-        if let Some(i) = CLICKHOUSE_NAMES.iter().position(|n| n.eq_ignore_ascii_case(k)) {
+        if let Some(i) = clickhouse_name(k) {
             names |= 1 << i;
         }
     }

@@ -40,11 +40,8 @@ pub async fn send(pool: Arc<Pool>, req: http::Request<GBody>) -> Result<http::Re
     let body = answer::Answer::new(conn, pool, keep_alive, head.framing);
     let mut resp = http::Response::from_parts(head.parts, body.boxed_unsync());
     if let Some(names) = head.spelled {
-        if let Ok(map) = spelling::case_map(&names).await {
-            resp.extensions_mut().extend(map);
-            resp.extensions_mut().insert(spelling::BackendSpelling);
-            resp.extensions_mut().insert(spelling::SpelledNames::of(&names));
-        }
+        resp.extensions_mut().insert(spelling::BackendSpelling);
+        resp.extensions_mut().insert(spelling::SpelledNames::of(&names));
     }
     Ok(resp)
 }

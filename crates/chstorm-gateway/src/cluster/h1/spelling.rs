@@ -1,13 +1,16 @@
 //! Header names as a replica spells them. The HTTP front writes a name in title case
 //! (`Content-Type`), or as ClickHouse spells its own ([`CLICKHOUSE_NAMES`]: the first
-//! `X-ClickHouse-Format` of an answer), unless the answer carries its replica's spelling: hyper's
-//! (private) header case map in its extensions, marked [`BackendSpelling`].
+//! `X-ClickHouse-Format` of an answer), unless the answer carries its replica's spelling, marked
+//! [`BackendSpelling`]: the names as the replica sent them ([`SpelledNames`], from the HTTP/1
+//! client), or hyper's (private) header case map in its extensions (from hyper's client, for
+//! `https://` replicas).
 //!
-//! hyper records a name's spelling only while its client parses a head, so the map is made by
-//! handing hyper's client a head of those names ([`case_map`]). That costs a connection task's
-//! worth of work, so the HTTP/1 client does it only for an answer that needs it
-//! ([`own_spelling`]): one whose names the front would spell otherwise (a repeated
-//! `X-ClickHouse-Progress`; a name in another case). An 18.16 answer never does.
+//! The HTTP/1 client keeps the names only for an answer that needs it ([`own_spelling`]): one
+//! whose names the front would spell otherwise (a repeated `X-ClickHouse-Progress`; a name in
+//! another case). An 18.16 answer never does. The gateway's own HTTP/1 server spells by them
+//! directly; for hyper's server the front turns them into hyper's case map ([`case_map`]): hyper
+//! records a name's spelling only while its client parses a head, so the map is made by handing
+//! hyper's client a head of those names, which costs a connection task's worth of work.
 
 use hyper_util::rt::TokioIo;
 
@@ -24,6 +27,11 @@ pub const CLICKHOUSE_NAMES: &[&str] = &[
     "X-ClickHouse-User",
 ];
 
+/// Which of [`CLICKHOUSE_NAMES`] `name` is, in any case.
+pub fn clickhouse_name(name: &str) -> Option<usize> {
+    CLICKHOUSE_NAMES.iter().position(|c| c.len() == name.len() && c.eq_ignore_ascii_case(name))
+}
+
 /// Marks an answer whose header names go out as its replica spelled them (its extensions hold
 /// hyper's case map of them).
 #[derive(Clone, Copy)]
@@ -31,7 +39,7 @@ pub struct BackendSpelling;
 
 /// The names of an answer marked [`BackendSpelling`] by the HTTP/1 client, as its replica spelled
 /// them, in order (without `Content-Length` and `Transfer-Encoding`, which the front frames
-/// itself): what the gateway's own front (`crate::http::wire`) spells them by.
+/// itself): what the front spells them by.
 #[derive(Clone)]
 pub struct SpelledNames(pub std::sync::Arc<[Box<str>]>);
 
@@ -46,15 +54,12 @@ impl SpelledNames {
 /// and not ClickHouse's spelling of one of its own names at its first appearance?
 pub fn own_spelling(headers: &[httparse::Header]) -> bool {
     let mut seen = [false; CLICKHOUSE_NAMES.len()];
-    headers.iter().any(|h| {
-        let own = CLICKHOUSE_NAMES.iter().position(|c| c.eq_ignore_ascii_case(h.name));
-        match own {
-            Some(i) if !seen[i] => {
-                seen[i] = true;
-                h.name != CLICKHOUSE_NAMES[i]
-            }
-            _ => !title_case(h.name.as_bytes()),
+    headers.iter().any(|h| match clickhouse_name(h.name) {
+        Some(i) if !seen[i] => {
+            seen[i] = true;
+            h.name != CLICKHOUSE_NAMES[i]
         }
+        _ => !title_case(h.name.as_bytes()),
     })
 }
 
@@ -70,10 +75,10 @@ fn title_case(name: &[u8]) -> bool {
 
 /// hyper's header case map of `names` (each as spelled), in an extensions map to add to an
 /// answer's.
-pub async fn case_map<N: AsRef<[u8]>>(names: &[N]) -> Result<http::Extensions, String> {
+pub async fn case_map<N: AsRef<str>>(names: &[N]) -> Result<http::Extensions, String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut canned = b"HTTP/1.1 200 OK\r\n".to_vec();
-    for name in names.iter().map(AsRef::as_ref) {
+    for name in names.iter().map(|n| n.as_ref().as_bytes()) {
         if !name.eq_ignore_ascii_case(b"content-length") && !name.eq_ignore_ascii_case(b"transfer-encoding") {
             canned.extend_from_slice(name);
             canned.extend_from_slice(b": x\r\n");

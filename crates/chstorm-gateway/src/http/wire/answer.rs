@@ -15,7 +15,7 @@
 //! ([`BackendSpelling`] without [`SpelledNames`]) has each of ClickHouse's names in ClickHouse's
 //! spelling, every time it comes; which is how a ClickHouse replica spells them.
 
-use crate::cluster::h1::spelling::{BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
+use crate::cluster::h1::spelling::{clickhouse_name, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use http::{header, HeaderValue, Method, StatusCode};
 use std::cell::RefCell;
 
@@ -184,12 +184,12 @@ fn implicit_framing(
         }
         BodyLength::Unknown => Framing::Length(0),
         BodyLength::None | BodyLength::Known(0) => {
-            if can_have_length(method, status) && *method != Method::HEAD {
+            if can_have_length(status) && *method != Method::HEAD {
                 w.line(&header::CONTENT_LENGTH, b"0");
             }
             Framing::Length(0)
         }
-        BodyLength::Known(n) if can_have_length(method, status) => {
+        BodyLength::Known(n) if can_have_length(status) => {
             w.line(&header::CONTENT_LENGTH, itoa::Buffer::new().format(n).as_bytes());
             Framing::Length(n)
         }
@@ -307,8 +307,8 @@ impl<'a> Speller<'a> {
                 return out.extend_from_slice(s.as_bytes());
             }
         } else if (nth == 0 || self.backend) && n.starts_with("x-clickhouse-") {
-            if let Some(c) = CLICKHOUSE_NAMES.iter().find(|c| c.len() == n.len() && c.eq_ignore_ascii_case(n)) {
-                return out.extend_from_slice(c.as_bytes());
+            if let Some(i) = clickhouse_name(n) {
+                return out.extend_from_slice(CLICKHOUSE_NAMES[i].as_bytes());
             }
         }
         title_case(out, n.as_bytes());
@@ -342,7 +342,7 @@ fn can_chunk(method: &Method, status: StatusCode) -> bool {
         && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 
-fn can_have_length(_method: &Method, status: StatusCode) -> bool {
+fn can_have_length(status: StatusCode) -> bool {
     !status.is_informational() && !matches!(status, StatusCode::NO_CONTENT | StatusCode::NOT_MODIFIED)
 }
 

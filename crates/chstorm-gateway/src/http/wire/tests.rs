@@ -123,11 +123,6 @@ fn generated(rng: &mut rand::rngs::StdRng) -> Canned {
     Canned { status, headers, frames, known_length, spelled, backend }
 }
 
-/// hyper's case map of `names` as the HTTP front hands it hyper (its own `case_map`).
-async fn hyper_map(names: &[&str]) -> http::Extensions {
-    crate::cluster::h1::spelling::case_map(names).await.unwrap()
-}
-
 #[tokio::test]
 async fn answers_leave_as_hypers_server_writes_them() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
@@ -136,36 +131,21 @@ async fn answers_leave_as_hypers_server_writes_them() {
         let method = ["GET", "HEAD", "POST"][i % 3];
         let request = format!("{method} /?query=SELECT%201 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
         let own = through_own(request.as_bytes(), &canned).await;
-        // hyper gets the spelling the HTTP front gives it: the replica's case map, or none.
-        let mut for_hyper = canned.clone();
-        let map = match &canned.spelled {
-            Some(names) => Some(hyper_map(names).await),
-            None => None,
-        };
-        for_hyper.spelled = None;
-        let theirs = through_hyper(request.as_bytes(), &for_hyper, map).await;
+        let theirs = through_hyper(request.as_bytes(), &canned).await;
         assert_eq!(undated(&own), undated(&theirs), "{canned:?} {method}");
     }
 }
 
-/// hyper's answer to `request`, with `map` (a case map) in the answer's extensions, or the case
-/// map of ClickHouse's names present when there is none (as the HTTP front adds it).
-async fn through_hyper(request: &[u8], canned: &Canned, map: Option<http::Extensions>) -> Vec<u8> {
+/// hyper's answer to `request`, spelled as the HTTP front has hyper spell it
+/// (`conn::with_spelling`: the replica's names, or ClickHouse's).
+async fn through_hyper(request: &[u8], canned: &Canned) -> Vec<u8> {
     let (mut client, server) = tokio::io::duplex(1 << 20);
     let canned = canned.clone();
-    let map = Arc::new(map);
     let front = tokio::spawn(async move {
         let svc = hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
             let mut r = canned.make();
-            let map = map.clone();
             async move {
-                match &*map {
-                    Some(m) => {
-                        r.extensions_mut().extend(m.clone());
-                        r.extensions_mut().insert(BackendSpelling);
-                    }
-                    None => crate::http::conn::with_spelling(&mut r).await,
-                }
+                crate::http::conn::with_spelling(&mut r).await;
                 Ok::<_, std::convert::Infallible>(r)
             }
         });
