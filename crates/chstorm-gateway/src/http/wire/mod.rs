@@ -7,7 +7,7 @@
 //! which then serves the connection to its end (`super::conn`).
 //!
 //! Why not hyper for all of it: with hyper's server, the client connection around the query
-//! service cost a `SELECT 1` about 19,500 user-space instructions (its dispatcher, its buffers,
+//! service cost a `SELECT 1` about 19,700 user-space instructions (its dispatcher, its buffers,
 //! its header case map), two thirds of what HAProxy spends on the whole request; with this one,
 //! about 11,100 (docs/PERFORMANCE.md, "Where the instructions go"). What this front does, it
 //! does as hyper does, byte for byte on the wire: the same parser, the same answer heads, the
