@@ -21,12 +21,12 @@ Prints hang and restart P99.9 / steady P99.9 and each max; the target is within 
 the steady P99.9 with the slowest query well under 1 s. Writes OUT/failover.json. Servers,
 gateway and load share this machine's cores: on a busy machine the figures are noisy.
 """
-import argparse, json, os, re, shutil, signal, subprocess, sys, tempfile, time, urllib.request
+import argparse, json, os, re, shutil, signal, subprocess, sys, time, urllib.request
 from datetime import datetime, timezone
 
 sys.dont_write_bytecode = True  # no scripts/__pycache__ in the tree
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import sh, start_gateway  # noqa: E402
+from bench_gateway import scratch_dir, sh, start_gateway  # noqa: E402
 
 COUNTERS = ("hedges", "hedge_wins", "per_try_timeouts", "retries", "retry_budget_exhausted", "killed_queries")
 TARGET_RATIO, TARGET_MAX_S = 2.0, 1.0
@@ -230,7 +230,7 @@ def main():
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     # A fresh cluster every run: a reused one carries old system.query_log parts that slow restarts.
-    tmp = tempfile.mkdtemp(prefix="chstorm-failover-")
+    tmp = scratch_dir("chstorm-failover-")
     cdir, gw_log = os.path.join(tmp, "cluster"), os.path.join(out, "failover-gateway.log")
     open(gw_log, "w").close()
     ctx = {"chstorm": chstorm, "rate": args.rate, "tmp": tmp, "cdir": cdir, "gw_log": gw_log, "started": []}
@@ -274,10 +274,12 @@ def main():
                 p.kill()
                 p.wait()
         subprocess.call([chstorm, "local", "down", "--dir", cdir], stdout=subprocess.DEVNULL)
-        if ok:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"bench_failover: the cluster's files and logs are kept in {cdir}", file=sys.stderr)
+        if not ok:  # the folder goes at exit; its error logs are worth keeping
+            kept = os.path.join(out, "failover-logs")
+            shutil.rmtree(kept, ignore_errors=True)
+            shutil.copytree(tmp, kept, ignore=lambda d, names: [n for n in names if not os.path.isdir(os.path.join(d, n))
+                                                                 and not n.endswith((".err", ".err.log"))])
+            print(f"bench_failover: the servers' error logs and each phase's stderr are in {kept}", file=sys.stderr)
     results["loadavg_after"] = os.getloadavg()
     results["phases"] = phases
     lines = summary(results, args.rate)

@@ -10,7 +10,18 @@
 Everything runs on this machine (servers, gateway and load), so the figures are for 2 shared
 cores. Writes OUT/gateway.json and prints one ratio per line.
 """
-import argparse, json, os, re, signal, statistics, subprocess, sys, tempfile, time
+import argparse, atexit, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
+
+
+def scratch_dir(prefix):
+    """A new temporary folder for one benchmark's servers, configs and logs, removed when the
+    script exits: normally, by an error, by Ctrl-C or by SIGTERM (which this turns into an exit, so
+    that the script's `finally` blocks stop its servers first). Only SIGKILL leaves it behind."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
+    return path
 
 
 def sh(cmd, **kw):
@@ -66,11 +77,11 @@ def main():
     chstorm = os.path.abspath(args.chstorm)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="chstorm-gwbench-")
+    tmp = scratch_dir("chstorm-gwbench-")
     results, lines, procs, dirs = {}, [], [], []
     try:
         # 1. SELECT 1, direct vs through the gateway.
-        single = os.path.join(out, "gw-single")
+        single = os.path.join(tmp, "gw-single")
         info = json.loads(sh([chstorm, "local", "up", "--dir", single, "--json"]))
         dirs.append(single)
         cfg = os.path.join(tmp, "single.yaml")
@@ -95,7 +106,7 @@ def main():
         gw.terminate(); gw.wait(); procs.remove(gw)
 
         # 2. Point lookups on a 2x2 cluster.
-        cdir = os.path.join(out, "gw-cluster")
+        cdir = os.path.join(tmp, "gw-cluster")
         topo = json.loads(sh([chstorm, "local", "up", "--shards", "2", "--replicas", "2", "--dir", cdir, "--json"]))
         dirs.append(cdir)
         node = topo["nodes"][0]["http_url"]

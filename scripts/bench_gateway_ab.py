@@ -17,11 +17,11 @@ which separate runs of bench_gateway_cpu.py do not (on 2 shared cores their medi
 Configs: `full` is bench_gateway_cpu.py's gateway with every function on, `bare` its least
 configured one. Prints each round and the medians, and writes OUT/gateway_ab.json.
 """
-import argparse, json, os, statistics, sys, tempfile
+import argparse, json, os, statistics, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, sh, start_gateway  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway  # noqa: E402
 from bench_gateway_cpu import BARE, CONFIG, cpu_seconds, wrk  # noqa: E402
 
 
@@ -46,7 +46,7 @@ def main():
         if not os.path.exists(binary):
             raise SystemExit(f"bench_gateway_ab: gateway {name}'s binary {binary} does not exist; "
                              "build it with `cargo build --release -p chstorm`")
-    tmp = tempfile.mkdtemp(prefix="chstorm-gwab-")
+    tmp = scratch_dir("chstorm-gwab-")
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([sides[0][1], "local", "up", "--dir", sdir, "--json"]))
     url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")

@@ -50,11 +50,11 @@ scripts/install-deps installs).
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, sh, start_gateway  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -286,7 +286,7 @@ def main():
     args = ap.parse_args()
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="chstorm-gwcpu-")
+    tmp = scratch_dir("chstorm-gwcpu-")
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     gw = gw_default = None
@@ -311,7 +311,8 @@ def main():
             time.sleep(0.3)
             for mode, (proc, _) in peers.items():
                 if proc.poll() is not None:
-                    raise SystemExit(f"bench_gateway_cpu: {mode} exited ({proc.returncode}); its config is in {tmp}")
+                    raise SystemExit(f"bench_gateway_cpu: {mode} exited ({proc.returncode}); run it by hand with the "
+                                     f"HAPROXY or NGINX config in this script to see why")
             native_peers = {m: v for m, v in peers.items() if v[1].startswith("clickhouse://")}
             floors.update({f"peer_{m}": v for m, v in peers.items() if m not in native_peers})
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])

@@ -22,11 +22,11 @@ measured the same way, with `chstorm bench -c 8`.
 
 Needs valgrind (`EXTRA_PKGS=valgrind scripts/install-deps`). Writes OUT/gateway_instructions.json.
 """
-import argparse, glob, json, os, re, shutil, subprocess, sys, tempfile, time
+import argparse, glob, json, os, re, shutil, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, sh  # noqa: E402
+from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
 from bench_gateway_cpu import CONFIG, HAPROXY, native_bench, wrk  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def main():
             raise SystemExit(f"bench_gateway_instructions: no {tool}; run EXTRA_PKGS=valgrind scripts/install-deps")
     chstorm = os.path.abspath(args.a)
     os.makedirs(args.out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="chstorm-instr-")
+    tmp = scratch_dir("chstorm-instr-")
     info = json.loads(sh([chstorm, "local", "up", "--dir", os.path.join(tmp, "server"), "--json"]))
     rows = {}
     try:
@@ -123,7 +123,6 @@ def main():
         print(f"  B / A: {res['b_vs_a']}")
     name = "gateway_instructions_native.json" if args.native else "gateway_instructions.json"
     json.dump(res, open(os.path.join(args.out, name), "w"), indent=2)
-    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

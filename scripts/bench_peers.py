@@ -22,6 +22,7 @@ import argparse, json, os, platform, re, shutil, signal, statistics, subprocess,
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wire_latency  # noqa: E402
+from bench_gateway import scratch_dir  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -161,7 +162,7 @@ def main():
     post_lua = os.path.join(args.out, "post_select1.lua")
     with open(post_lua, "w") as f:
         f.write('wrk.method = "POST"\nwrk.body = "SELECT 1"\n')
-    tmp = tempfile.mkdtemp(prefix="chstorm-bench-")
+    tmp = scratch_dir("chstorm-bench-")
 
     def chstorm_run(extra, duration=None, like_wrk=False, prefix=()):
         j = os.path.join(tmp, "c.json")

@@ -20,10 +20,10 @@ and the verdicts `best budget total / best static total`, `default / best static
 `adaptive / best static` (of the medians, and pass by pass); writes OUT/threads.json.
 Everything (server, gateway, load) shares this machine's cores.
 """
-import argparse, json, os, re, shutil, signal, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, re, signal, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, sh, start_gateway as start_gateway_with  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway as start_gateway_with  # noqa: E402
 
 QUERY = "SELECT count(ClientIP) AS total, ResolutionWidth FROM hits GROUP BY ResolutionWidth ORDER BY total DESC LIMIT 100"
 
@@ -107,7 +107,7 @@ def main():
     chstorm = os.path.abspath(args.chstorm)
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix="chstorm-threads-")
+    tmp = scratch_dir("chstorm-threads-")
     sdir = os.path.join(tmp, "server")
     log = os.path.join(out, "threads-gateway.log")
     open(log, "w").close()
@@ -166,7 +166,6 @@ def main():
         load_after = os.getloadavg()
     finally:
         subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
-        shutil.rmtree(tmp, ignore_errors=True)
 
     med = statistics.median
     table = []

@@ -16,11 +16,11 @@ what it did is checked against the unit's directives:
 Needs strace, systemd-analyze (package systemd), curl and clickhouse-client. Prints one line
 per check and exits 1 if one fails.
 """
-import argparse, json, os, re, signal, subprocess, sys, tempfile, time
+import argparse, json, os, re, signal, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, sh  # noqa: E402
+from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
 
 
 def expand(group, seen):
@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--unit", default="deploy/chstorm-gateway.service")
     args = ap.parse_args()
     chstorm = os.path.abspath(args.chstorm)
-    tmp = tempfile.mkdtemp(prefix="chstorm-sandbox-")
+    tmp = scratch_dir("chstorm-sandbox-")
     failed = []
 
     def check(ok, what):

@@ -1,0 +1,77 @@
+//! `make bench`'s scripts leave nothing behind: each one's servers, configs and logs live in a
+//! folder from `scratch_dir` (scripts/bench_gateway.py), removed when the script exits, however it
+//! exits. The benchmarks themselves run only under `make bench`; these tests check the helper and
+//! that every script uses it.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts")
+}
+
+/// Runs `body` in python3 after `from bench_gateway import scratch_dir`, with `tmp` bound to a
+/// new scratch folder whose path is printed first; returns (exit code, or 128 + the signal that
+/// ended it, as a shell shows it; whether that folder is still there; stdout).
+fn run_with_scratch(body: &str) -> (i32, bool, String) {
+    let parent = tempfile::tempdir().unwrap();
+    let program = format!(
+        "import os, signal, sys\nsys.path.insert(0, {:?})\nfrom bench_gateway import scratch_dir\n\
+         tmp = scratch_dir('chstorm-scratch-test-')\nprint(tmp, flush=True)\n\
+         open(os.path.join(tmp, 'data'), 'w').write('x' * 4096)\n{body}\n",
+        scripts().display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).env("TMPDIR", parent.path()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let path = PathBuf::from(stdout.lines().next().unwrap_or_else(|| panic!("no path printed: {out:?}")));
+    assert!(path.starts_with(parent.path()), "{path:?} is not under TMPDIR");
+    let code = out.status.code().or(out.status.signal().map(|s| 128 + s)).unwrap_or(-1);
+    (code, path.exists(), stdout)
+}
+
+#[test]
+fn the_scratch_folder_goes_however_the_script_ends() {
+    let cases = [
+        ("normal exit", "print('done')", 0),
+        ("an error", "raise RuntimeError('benchmark failed')", 1),
+        ("SystemExit", "raise SystemExit('bench: bad flag')", 1),
+        ("Ctrl-C", "raise KeyboardInterrupt", 128 + 2), // python ends itself with SIGINT
+        ("SIGTERM", "os.kill(os.getpid(), signal.SIGTERM)\nimport time\ntime.sleep(5)", 128 + 15),
+    ];
+    for (how, body, code) in cases {
+        let (got, left, stdout) = run_with_scratch(body);
+        assert_eq!(got, code, "{how}: exit code");
+        assert!(!left, "{how}: {} was left behind", stdout.lines().next().unwrap_or_default());
+    }
+}
+
+#[test]
+fn a_sigterm_runs_the_scripts_finally_blocks_before_the_folder_goes() {
+    // A script stops its servers in `finally`; that must run while the folder still exists.
+    let body = "try:\n    os.kill(os.getpid(), signal.SIGTERM)\n    import time\n    time.sleep(5)\n\
+                finally:\n    print('finally', os.path.exists(os.path.join(tmp, 'data')), flush=True)";
+    let (code, left, stdout) = run_with_scratch(body);
+    assert_eq!(code, 143);
+    assert!(stdout.contains("finally True"), "{stdout}");
+    assert!(!left, "{stdout}");
+}
+
+#[test]
+fn every_script_makes_its_temporary_folder_with_scratch_dir() {
+    let mut checked = 0;
+    for entry in std::fs::read_dir(scripts()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("py") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let makes = text.matches("tempfile.mkdtemp(").count();
+        let allowed = usize::from(name == "bench_gateway.py"); // scratch_dir itself
+        assert_eq!(makes, allowed, "{name} makes a temporary folder without scratch_dir, which removes it at exit");
+        assert!(!text.contains("shutil.rmtree(tmp"), "{name} removes its scratch folder itself; scratch_dir does");
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} scripts found in {:?}", scripts());
+}
