@@ -69,14 +69,28 @@ pub struct Node {
 pub struct Plan {
     nodes: Vec<Node>,
     low_cardinality: usize,
+    /// The type name compiled last, when it compiled: the columns of a query's blocks have the
+    /// same types block after block.
+    source: String,
 }
 
 impl Plan {
-    /// Compiles `ty`, reusing this plan's storage.
+    /// Compiles `ty`, reusing this plan's storage (nothing to do when it is the type compiled
+    /// last).
     pub fn compile(&mut self, ty: &str) -> Result<(), ProtoError> {
+        if !self.nodes.is_empty() && self.source == ty {
+            return Ok(());
+        }
         self.nodes.clear();
         self.low_cardinality = 0;
-        self.parse(ty, ty, 0)
+        self.source.clear();
+        if let Err(e) = self.parse(ty, ty, 0) {
+            // No half-compiled plan stays to be taken for a type's (an empty name's) cached one.
+            self.nodes.clear();
+            return Err(e);
+        }
+        self.source.push_str(ty);
+        Ok(())
     }
 
     pub fn nodes(&self) -> &[Node] {
@@ -476,6 +490,23 @@ mod tests {
 
     fn fixed(w: u32, end: u32) -> Node {
         Node { kind: Kind::Fixed(w), end }
+    }
+
+    #[test]
+    fn a_type_compiled_again_keeps_its_plan_and_a_failed_one_keeps_none() {
+        let mut p = Plan::default();
+        p.compile("Array(UInt8)").unwrap();
+        let array = p.nodes().to_vec();
+        p.compile("Array(UInt8)").unwrap();
+        assert_eq!(p.nodes(), array);
+        p.compile("UInt16").unwrap();
+        assert_eq!(p.nodes(), [fixed(2, 1)]);
+        assert!(p.compile("Tuple(UInt8, Nope)").is_err());
+        assert!(p.nodes().is_empty());
+        assert!(p.compile("").is_err(), "a failed compile is not cached");
+        assert!(p.compile("").is_err());
+        p.compile("Array(UInt8)").unwrap();
+        assert_eq!(p.nodes(), array);
     }
 
     #[test]

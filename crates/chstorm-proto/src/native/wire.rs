@@ -85,6 +85,8 @@ pub struct Io<S> {
     tee_charge: Option<Charge>,
     /// Why the tee could not grow: the next read fails with it.
     mem_err: Option<MemError>,
+    /// Reads from the stream that brought bytes ([`Io::reads`]).
+    reads: u64,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Io<S> {
@@ -135,6 +137,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
             tee_from: 0,
             tee_charge: None,
             mem_err: None,
+            reads: 0,
         }
     }
 
@@ -159,17 +162,15 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.start < self.end
     }
 
-    /// Starts copying every byte consumed from now on into `out` (cleared first), until
-    /// [`Io::tee_take`].
-    pub fn tee_start(&mut self, mut out: Vec<u8>) {
-        out.clear();
+    /// Starts copying every byte consumed from now on into `out`, after the bytes it holds,
+    /// until [`Io::tee_take`].
+    pub fn tee_start(&mut self, out: Vec<u8>) {
         self.tee = Some(out);
         self.tee_from = self.start;
         self.tee_charge = None;
     }
 
-    /// [`Io::tee_start`], but the bytes consumed are appended after those `out` has, and the
-    /// copy is charged to `charge` as it grows: once the charge is refused, the next read fails
+    /// [`Io::tee_start`], but the copy is charged to `charge` as it grows: once the charge is refused, the next read fails
     /// (at most one read buffer, 64 KiB, past the limit) and [`Io::mem_error`] says why.
     pub fn tee_start_charged(&mut self, out: Vec<u8>, charge: Charge) {
         self.tee = Some(out);
@@ -179,8 +180,8 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.tee_flush();
     }
 
-    /// Stops copying and returns the bytes consumed since [`Io::tee_start`] (empty if none was
-    /// started).
+    /// Stops copying and returns the tee: the bytes it was given, then those consumed since
+    /// [`Io::tee_start`] (empty if none was started).
     pub fn tee_take(&mut self) -> Vec<u8> {
         self.tee_take_charged().0
     }
@@ -224,6 +225,12 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.tee_charge = None;
     }
 
+    /// How many reads from the stream brought bytes so far: when it changed, new bytes came.
+    #[inline]
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
     /// Number of bytes consumed so far; differences measure the size of what was read.
     #[inline]
     pub fn position(&self) -> u64 {
@@ -232,8 +239,16 @@ impl<S: AsyncRead + Unpin> Io<S> {
 
     /// The buffered, unread bytes.
     #[inline]
-    fn buffered(&self) -> &[u8] {
+    pub fn buffered(&self) -> &[u8] {
         &self.buf[self.start..self.end]
+    }
+
+    /// Consumes the first `n` buffered bytes (at most [`Io::buffered`]'s length), as a read of
+    /// them would: a running tee copies them too.
+    #[inline]
+    pub fn consume(&mut self, n: usize) {
+        assert!(n <= self.end - self.start, "consume({n}) past the {} bytes buffered", self.end - self.start);
+        self.start += n;
     }
 
     /// Reads more bytes from the stream, moving unread bytes to the front first when the
@@ -260,6 +275,7 @@ impl<S: AsyncRead + Unpin> Io<S> {
             return Err(eof());
         }
         self.end += n;
+        self.reads += 1;
         Ok(())
     }
 

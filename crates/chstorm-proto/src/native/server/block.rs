@@ -50,7 +50,7 @@ pub const METHOD_ZSTD: u8 = 0x90;
 /// Scratch space reused for every block of a connection (small: the column plan and stack).
 #[derive(Default)]
 pub struct Scratch {
-    plan: Plan,
+    pub(crate) plan: Plan,
     stack: Vec<(u32, u64)>,
     type_name: Vec<u8>,
 }

@@ -7,6 +7,8 @@
 //!   in its setting's own binary type (ClickHouse 18.16's table of settings).
 //! * [`block`]: where a data block ends, plain or in compressed frames (LZ4, ZSTD, none), so it
 //!   can be relayed as the bytes read, within a memory account.
+//! * [`scan`]: where a server packet ends, found in the bytes already read without awaiting;
+//!   what it does not know is left to the readers of [`block`] and [`super::packets`].
 //!
 //! Packet codes, protocol revisions and the column skipper are the client codec's
 //! ([`super::packets`], [`super::columns`]); the Query packet's settings never go through
@@ -14,4 +16,5 @@
 
 pub mod block;
 pub mod packets;
+pub mod scan;
 pub mod typed_settings;

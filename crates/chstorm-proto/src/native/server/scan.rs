@@ -1,0 +1,190 @@
+//! Where a server packet ends, found in bytes already read, without awaiting.
+//!
+//! The gateway reads a replica's answer packet by packet to find where each ends ([`block`],
+//! [`crate::native::packets`]). Those readers await at every field, which costs more than the
+//! field itself: a `SELECT 1` answer is about 8 packets and 60 fields. Nearly always the whole
+//! packet is already in the read buffer, so [`scan`] walks it there first, synchronously, and
+//! says where it ends. It knows the packets a read's answer is made of: Data, Totals, Extremes
+//! and Log blocks (plain, with any column type but `LowCardinality`), Progress, ProfileInfo and
+//! EndOfStream. Anything else, a packet not whole yet, a compressed block, or a value past a
+//! limit is [`Scan::Unsure`]: the caller then reads the packet with the awaiting readers, which
+//! also give every error its message. So the scan never decides an error, and never accepts
+//! what those readers refuse (a test checks the two agree on generated packets and on every
+//! prefix of them).
+//!
+//! [`block`]: super::block
+
+use super::block::Scratch;
+use crate::native::columns::{Kind, Node, Plan};
+use crate::native::packets::{rev, server};
+use crate::native::wire::{decode_varuint, MAX_STRING_LEN, MAX_TEXT_LEN};
+use crate::native::{MAX_COLUMNS, MAX_ROWS};
+
+/// What [`scan`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// A whole packet of this code, the first `len` bytes.
+    Whole { code: u64, len: usize },
+    /// Not known here: read the packet with the awaiting readers.
+    Unsure,
+}
+
+/// Reading stopped: the packet is not whole in the buffer, or is not one [`scan`] knows.
+struct Stop;
+
+type Step<T> = Result<T, Stop>;
+
+/// A cursor over buffered bytes.
+struct Cur<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cur<'a> {
+    fn varuint(&mut self) -> Step<u64> {
+        match decode_varuint(&self.buf[self.at..]) {
+            Ok(Some((v, n))) => {
+                self.at += n;
+                Ok(v)
+            }
+            _ => Err(Stop),
+        }
+    }
+
+    fn count(&mut self, max: u64) -> Step<u64> {
+        self.varuint().and_then(|v| if v > max { Err(Stop) } else { Ok(v) })
+    }
+
+    fn take(&mut self, n: u64) -> Step<&'a [u8]> {
+        let left = (self.buf.len() - self.at) as u64;
+        if n > left {
+            return Err(Stop);
+        }
+        let s = &self.buf[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Ok(s)
+    }
+
+    fn u64_le(&mut self) -> Step<u64> {
+        let b = self.take(8)?;
+        Ok(u64::from_le_bytes(b.try_into().map_err(|_| Stop)?))
+    }
+
+    fn string(&mut self, max: u64) -> Step<&'a [u8]> {
+        let len = self.count(max)?;
+        self.take(len)
+    }
+}
+
+/// Where the server packet that starts `buf` ends, when it is whole in `buf` and of a kind
+/// this knows (see the module doc). `scratch` is the connection's, as the awaiting readers'.
+pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) -> Scan {
+    let plan = &mut scratch.plan;
+    let mut c = Cur { buf, at: 0 };
+    let Ok(code) = c.varuint() else { return Scan::Unsure };
+    let body = match code {
+        server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
+            // Server logs are never compressed.
+            if compressed && code != server::LOG {
+                return Scan::Unsure;
+            }
+            data(&mut c, revision, plan)
+        }
+        server::PROGRESS => {
+            let n = 2
+                + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS)
+                + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO);
+            (0..n).try_for_each(|_| c.varuint().map(drop))
+        }
+        server::PROFILE_INFO => profile_info(&mut c),
+        server::END_OF_STREAM => Ok(()),
+        _ => Err(Stop),
+    };
+    match body {
+        Ok(()) => Scan::Whole { code, len: c.at },
+        Err(Stop) => Scan::Unsure,
+    }
+}
+
+/// A ProfileInfo packet's body: rows, blocks, bytes, applied_limit, rows_before_limit,
+/// calculated_rows_before_limit.
+fn profile_info(c: &mut Cur<'_>) -> Step<()> {
+    c.varuint()?;
+    c.varuint()?;
+    c.varuint()?;
+    c.take(1)?;
+    c.varuint()?;
+    c.take(1)?;
+    Ok(())
+}
+
+/// A Data packet's body: the external table's name, then a plain block.
+fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<()> {
+    if revision >= rev::TEMPORARY_TABLES {
+        c.string(MAX_STRING_LEN)?;
+    }
+    if revision >= rev::BLOCK_INFO {
+        loop {
+            match c.varuint()? {
+                0 => break,
+                1 => drop(c.take(1)?),
+                2 => drop(c.take(4)?),
+                _ => return Err(Stop),
+            }
+        }
+    }
+    let columns = c.count(MAX_COLUMNS)?;
+    let rows = c.count(MAX_ROWS)?;
+    for _ in 0..columns {
+        c.string(MAX_STRING_LEN)?;
+        let ty = std::str::from_utf8(c.string(MAX_TEXT_LEN)?).map_err(|_| Stop)?;
+        plan.compile(ty).map_err(|_| Stop)?;
+        // Its state prefixes come before any data, even when every array in it is empty.
+        if plan.nodes().iter().any(|n| n.kind == Kind::LowCardinality) {
+            return Err(Stop);
+        }
+        column(c, plan.nodes(), 0, rows)?;
+    }
+    Ok(())
+}
+
+/// Skips `rows` rows of the column whose type is `nodes[i]` (its subtree after it). A block
+/// with zero rows has no column data; type trees nest at most 32 deep (the plan's limit), so
+/// the recursion is bounded.
+fn column(c: &mut Cur<'_>, nodes: &[Node], i: usize, rows: u64) -> Step<()> {
+    if rows == 0 {
+        return Ok(());
+    }
+    let node = nodes.get(i).ok_or(Stop)?;
+    match node.kind {
+        Kind::Fixed(w) => {
+            c.take(rows.checked_mul(u64::from(w)).ok_or(Stop)?)?;
+        }
+        Kind::Str => {
+            for _ in 0..rows {
+                c.string(MAX_STRING_LEN)?;
+            }
+        }
+        Kind::Nullable => {
+            c.take(rows)?;
+            column(c, nodes, i + 1, rows)?;
+        }
+        Kind::Array => {
+            c.take((rows - 1).checked_mul(8).ok_or(Stop)?)?;
+            let n = c.u64_le()?;
+            column(c, nodes, i + 1, n)?;
+        }
+        Kind::Tuple => {
+            let mut child = i + 1;
+            while child < node.end as usize {
+                column(c, nodes, child, rows)?;
+                child = nodes[child].end as usize;
+            }
+        }
+        Kind::LowCardinality => return Err(Stop), // refused in `data` already
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
