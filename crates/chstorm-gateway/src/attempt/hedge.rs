@@ -115,10 +115,10 @@ impl Activity {
         self.last_us.fetch_max(us, Ordering::Relaxed);
     }
 
-    /// A progress report now, from a replica that sends one every `pace` while it works.
-    pub fn paced(&self, pace: Duration) {
+    /// The replica sends a progress report every `pace` while it works (its silence counts from
+    /// then on beyond that pace); its reports are signs of work ([`Activity::bump`]) too.
+    pub fn set_pace(&self, pace: Duration) {
         self.pace_us.store(pace.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
-        self.bump();
     }
 
     /// How long since the last sign of work.

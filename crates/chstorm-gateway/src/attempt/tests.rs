@@ -700,10 +700,10 @@ impl Transport for Scripted {
                     return std::future::pending().await;
                 }
                 tokio::time::sleep(tick).await;
-                match script.paced {
-                    true => live.activity.paced(tick),
-                    false => live.activity.bump(),
+                if script.paced {
+                    live.activity.set_pace(tick);
                 }
+                live.activity.bump();
             }
         }))
     }

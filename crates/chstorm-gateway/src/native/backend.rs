@@ -10,6 +10,7 @@
 
 use crate::cluster::worker::current;
 use chstorm_proto::native::packets::read_server_hello;
+use chstorm_proto::native::server::block::Scratch;
 use chstorm_proto::native::server::packets::backend_hello;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
@@ -32,12 +33,17 @@ pub struct BackendConn {
     pub w: OwnedWriteHalf,
     pub server: ServerInfo,
     pub revision: u64,
+    /// The block readers' scratch space, kept with the connection: its answers' column types
+    /// are compiled once, not once a query.
+    pub scratch: Scratch,
     key: Key,
 }
 
-type IdleMap = HashMap<Key, Vec<(BackendConn, Instant)>>;
+/// Idle connections by replica (its native address), newest last: a lookup by `&str` makes no
+/// key, and a replica's list is short (at most `max_idle` per database, revision and worker).
+type IdleMap = HashMap<String, Vec<(BackendConn, Instant)>>;
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Debug, PartialEq, Eq)]
 struct Key {
     native: String,
     database: String,
@@ -45,6 +51,12 @@ struct Key {
     /// The worker thread whose reactor the connection is registered with
     /// ([`crate::cluster::worker::current`]): a connection is only handed out on its own worker.
     worker: usize,
+}
+
+impl Key {
+    fn is(&self, database: &str, revision: u64, worker: usize) -> bool {
+        self.revision == revision && self.worker == worker && self.database == database
+    }
 }
 
 /// Why a connection could not be had (the connect or the Hello failed: no query was sent).
@@ -108,7 +120,7 @@ impl BackendConn {
         };
         let revision = revision.min(server.revision);
         let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
-        Ok(BackendConn { io, w, server, revision, key })
+        Ok(BackendConn { io, w, server, revision, scratch: Scratch::default(), key })
     }
 
     /// False when the server closed the connection (or sent something unasked).
@@ -133,31 +145,128 @@ impl Pool {
         Pool { idle: Arc::new(Mutex::new(HashMap::new())), max_idle: max_idle_per_replica }
     }
 
-    /// An idle connection, if one is alive.
+    /// An idle connection, if one is alive: the newest of those to `native` for `database` and
+    /// `revision` on this worker. Those found expired or closed on the way are dropped.
     pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<BackendConn> {
-        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
+        let worker = current();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.get_mut(&key)?;
-        while let Some((c, at)) = list.pop() {
-            if at.elapsed() < IDLE_TIMEOUT && c.looks_alive() {
+        let list = idle.get_mut(native)?;
+        let now = Instant::now();
+        while let Some(i) = list.iter().rposition(|(c, _)| c.key.is(database, revision, worker)) {
+            let (c, at) = list.remove(i);
+            if now.duration_since(at) < IDLE_TIMEOUT && c.looks_alive() {
                 return Some(c);
             }
         }
         None
     }
 
-    /// Keeps a connection whose exchange ended cleanly.
+    /// Keeps a connection whose exchange ended cleanly, unless `max_idle` like it are kept.
     pub fn put(&self, c: BackendConn) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        let list = idle.entry(c.key.clone()).or_default();
-        list.retain(|(_, at)| at.elapsed() < IDLE_TIMEOUT);
-        if list.len() < self.max_idle {
-            list.push((c, Instant::now()));
+        let list = match idle.get_mut(&c.key.native) {
+            Some(l) => l,
+            None => idle.entry(c.key.native.clone()).or_default(),
+        };
+        let now = Instant::now();
+        list.retain(|(_, at)| now.duration_since(*at) < IDLE_TIMEOUT);
+        let like = list.iter().filter(|(o, _)| o.key == c.key).count();
+        if like < self.max_idle {
+            list.push((c, now));
         }
     }
 
     /// Forgets the idle connections to `native` (its replica went down).
     pub fn reset(&self, native: &str) {
-        self.idle.lock().unwrap_or_else(|e| e.into_inner()).retain(|k, _| k.native != native);
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).remove(native);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::worker::set_current;
+
+    /// A connection to a listener that accepts and keeps it open (a pooled connection with
+    /// nothing to read), keyed by `native`, `database`, `revision` and this worker.
+    async fn conn(native: &str, database: &str, revision: u64) -> (BackendConn, TcpStream) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let tcp = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (peer, _) = listener.accept().await.unwrap();
+        let (r, w) = tcp.into_split();
+        let server = ServerInfo {
+            name: "ClickHouse".into(),
+            version_major: 18,
+            version_minor: 16,
+            version_patch: 1,
+            revision,
+            timezone: "UTC".into(),
+            display_name: "test".into(),
+        };
+        let key = Key { native: native.into(), database: database.into(), revision, worker: current() };
+        (BackendConn { io: Io::new(r), w, server, revision, scratch: Scratch::default(), key }, peer)
+    }
+
+    fn port(c: &BackendConn) -> u16 {
+        c.io.get_ref().local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn hands_out_the_newest_connection_of_its_own_key_only() {
+        set_current(0);
+        let pool = Pool::new(2);
+        let mut peers = Vec::new();
+        let mut ports = Vec::new();
+        for (native, db, rev) in [("a:1", "default", 54412), ("a:1", "default", 54412), ("a:1", "other", 54412)] {
+            let (c, p) = conn(native, db, rev).await;
+            ports.push(port(&c));
+            peers.push(p);
+            pool.put(c);
+        }
+        assert!(pool.take("b:1", "default", 54412).is_none(), "another replica");
+        assert!(pool.take("a:1", "default", 54411).is_none(), "another revision");
+        set_current(1);
+        assert!(pool.take("a:1", "default", 54412).is_none(), "another worker");
+        set_current(0);
+        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(ports[1]), "the newest first");
+        assert_eq!(pool.take("a:1", "other", 54412).map(|c| port(&c)), Some(ports[2]));
+        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(ports[0]));
+        assert!(pool.take("a:1", "default", 54412).is_none());
+    }
+
+    #[tokio::test]
+    async fn keeps_at_most_max_idle_alike_and_forgets_a_replica_on_reset() {
+        set_current(0);
+        let pool = Pool::new(2);
+        let mut peers = Vec::new();
+        for db in ["default", "default", "default", "other"] {
+            let (c, p) = conn("a:1", db, 54412).await;
+            peers.push(p);
+            pool.put(c);
+        }
+        let (c, p) = conn("b:1", "default", 54412).await;
+        peers.push(p);
+        pool.put(c);
+        let taken: Vec<_> = std::iter::from_fn(|| pool.take("a:1", "default", 54412)).collect();
+        assert_eq!(taken.len(), 2, "a third like connection is closed, not kept");
+        pool.reset("a:1");
+        assert!(pool.take("a:1", "other", 54412).is_none());
+        assert!(pool.take("b:1", "default", 54412).is_some(), "another replica's stay");
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_is_not_handed_out() {
+        set_current(0);
+        let pool = Pool::new(4);
+        let (old, peer_old) = conn("a:1", "default", 54412).await;
+        let (new, peer_new) = conn("a:1", "default", 54412).await;
+        let old_port = port(&old);
+        pool.put(old);
+        pool.put(new);
+        drop(peer_new);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(old_port));
+        assert!(pool.take("a:1", "default", 54412).is_none());
+        drop(peer_old);
     }
 }

@@ -40,7 +40,6 @@ use crate::query::request::{new_query_id, QueryRequest};
 use crate::state::{ClusterRt, State, UserRt};
 use chstorm_proto::mem::Charge;
 use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
-use chstorm_proto::native::server::block::Scratch;
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
 use std::sync::Arc;
@@ -375,20 +374,25 @@ struct First {
 /// backend, until the answer ends, the client leaves, or the body deadline passes.
 async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: Option<First>) -> End {
     let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
-    let mut scratch = Scratch::default();
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
+    // Each packet read, before it joins `out`.
+    let mut packet: Vec<u8> = Vec::new();
     // What was held goes out at once, a Progress packet among it too.
     let now = std::time::Instant::now();
     let mut last_write = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
     let revision = b.revision;
-    let BackendConn { io, w: bw, .. } = b;
+    let BackendConn { io, w: bw, scratch, .. } = b;
     let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
     loop {
-        let (result, raw) = match next.take() {
-            Some(p) => p,
+        packet.clear();
+        let result = match next.take() {
+            Some((p, raw)) => {
+                packet = raw;
+                p
+            }
             None => {
-                let read = read_server_packet(io, revision, compressed, &mut scratch);
+                let read = read_server_packet(io, revision, compressed, scratch, &mut packet);
                 tokio::pin!(read);
                 loop {
                     let sleep = async {
@@ -439,7 +443,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 return End::Done { clean: false, server_ended: false, status: 502 };
             }
         };
-        out.extend_from_slice(&raw);
+        out.extend_from_slice(&packet);
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
         let status_only = code == server::PROGRESS || code == server::PROFILE_INFO;
         let drained = !io.has_buffered() && (!status_only || last_write.elapsed() >= PROGRESS_EVERY);

@@ -184,7 +184,17 @@ fn stricter(name: &str, value: &str) -> bool {
 /// query (`replace_running_query`) or session (its temporary tables and settings). The
 /// gateway's own query ids (`chgw-...`) have no `:` prefix and cannot be named by a client.
 pub fn backend_id(user: &str, id: &str) -> String {
-    format!("{}:{id}", user.replace('%', "%25").replace(':', "%3A"))
+    let mut out = String::with_capacity(user.len() + 1 + id.len());
+    for c in user.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out.push(':');
+    out.push_str(id);
+    out
 }
 
 /// The statement `text` in place of the client's: in the `query` parameter for a GET (a GET
@@ -391,6 +401,9 @@ fn backend_params(params: &mut Vec<(String, String)>, user: &User) {
 /// A SET that makes the session read-only first takes the settings the gateway sends with
 /// every query, so that they do not break the session's later queries: the new body, if so.
 fn set_readonly_first(req: &mut QueryRequest<'_>, user: &User, session: Option<u64>) -> Option<String> {
+    if session.is_none() || req.multipart {
+        return None;
+    }
     let mut forced: Vec<(String, String)> = user.settings.clone();
     forced.extend(
         req.params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned(),
@@ -740,6 +753,7 @@ mod tests {
         // No user's namespace holds another's, whatever the names.
         assert_ne!(backend_id("a:b", "c"), backend_id("a", "b:c"));
         assert_ne!(backend_id("a%3Ab", "c"), backend_id("a:b", "c"));
+        assert_eq!(backend_id("a%b:c é", "x:y"), "a%25b%3Ac é:x:y");
         // The gateway's own ids stay as made.
         let p = run(&user(|_| {}), "", "SELECT 1").unwrap();
         assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("gen-1", "gen-1"));
