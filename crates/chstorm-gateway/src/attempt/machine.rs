@@ -138,7 +138,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
                 return Poll::Ready(Event::Deadline);
             }
             for (i, a) in running.iter_mut().enumerate() {
-                if let Poll::Ready(end) = a.fut.as_mut().poll(cx) {
+                if let Poll::Ready(end) = a.poll_end(cx) {
                     return Poll::Ready(Event::Ended(i, end));
                 }
                 if a.down.as_mut().is_some_and(|d| d.as_mut().poll(cx).is_ready()) {

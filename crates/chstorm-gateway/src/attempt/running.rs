@@ -33,12 +33,21 @@ pub(super) struct Running<H> {
     pub(super) guard: KillGuard,
     /// Signs of work from its transport.
     pub(super) activity: Arc<Activity>,
-    pub(super) fut: BoxFuture<AttemptEnd<H>>,
+    /// The exchange, as the transport sent it (polled through [`Running::poll_end`]).
+    fut: BoxFuture<Result<H, BackendError>>,
     /// Fires when the attempt's replica is marked down (idempotent reads only).
     pub(super) down: Option<Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>>,
 }
 
 impl<H> Running<H> {
+    /// Polls the exchange: its answer head or its failure, once it has one.
+    pub(super) fn poll_end(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<AttemptEnd<H>> {
+        self.fut.as_mut().poll(cx).map(|r| match r {
+            Ok(head) => AttemptEnd::Head(head),
+            Err(e) => AttemptEnd::Failed(e),
+        })
+    }
+
     pub(super) fn id(&self) -> (usize, usize) {
         let r = self.inflight.replica();
         (r.shard, r.index)
@@ -91,12 +100,6 @@ pub(super) async fn start<T: Transport>(
     };
     // Only attempts that may move listen to the replica going down.
     let down = plan.latitude.hedge.then(|| Box::pin(replica.down_signal().cancelled_owned()));
-    let fut: BoxFuture<AttemptEnd<T::Head>> = Box::pin(async move {
-        match send.await {
-            Ok(head) => AttemptEnd::Head(head),
-            Err(e) => AttemptEnd::Failed(e),
-        }
-    });
     Some(Running {
         hedge,
         streamed,
@@ -107,7 +110,7 @@ pub(super) async fn start<T: Transport>(
         grant,
         guard,
         activity,
-        fut,
+        fut: send,
         down,
     })
 }
