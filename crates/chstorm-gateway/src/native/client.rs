@@ -12,6 +12,7 @@ use arc_swap::ArcSwap;
 use chstorm_proto::mem::{Charge, Mem};
 use chstorm_proto::native::packets::client;
 use chstorm_proto::native::server::packets::{self, Query, QueryError};
+use chstorm_proto::native::server::scan::data_in;
 use chstorm_proto::native::wire::Io;
 use chstorm_proto::native::ServerInfo;
 use std::sync::{Arc, Mutex};
@@ -127,6 +128,9 @@ impl ClientConn {
     pub async fn read_packet(&mut self) -> ClientPacket {
         let revision = self.revision;
         self.io.get_mut().within_packet(true);
+        if let Some(p) = self.packet_in_buffer() {
+            return p;
+        }
         let code = match self.io.varuint().await {
             Ok(c) => c,
             Err(e) => return ClientPacket::Gone(timed_out(&e)),
@@ -164,6 +168,36 @@ impl ClientConn {
             client::CANCEL => ClientPacket::Cancel,
             client::PING => ClientPacket::Ping,
             other => ClientPacket::Gone(Some(format!("packet {other} from the client is not supported"))),
+        }
+    }
+}
+
+impl ClientConn {
+    /// A Query or Data packet already whole in the read buffer, taken without awaiting
+    /// ([`packets::query_in`], [`data_in`]) as [`ClientConn::read_packet`] reads it; None for
+    /// anything else, which that then reads (and refuses) field by field.
+    fn packet_in_buffer(&mut self) -> Option<ClientPacket> {
+        let buf = self.io.buffered();
+        let (code, at) = chstorm_proto::native::wire::decode_varuint(buf).ok()??;
+        match code {
+            client::QUERY => {
+                let mut charge = self.mem.charge();
+                let (q, len) = packets::query_in(&buf[at..], self.revision, &mut charge)?;
+                self.io.consume(at + len);
+                self.compression = q.compression;
+                self.query_charge = Some(charge);
+                Some(ClientPacket::Query(Box::new(q)))
+            }
+            client::DATA => {
+                let (len, shape) = data_in(&buf[at..], self.revision, self.compression, &mut self.scratch)?;
+                let mut charge = self.mem.charge();
+                charge.set(at + len).ok()?;
+                let mut raw = Vec::with_capacity(at + len);
+                raw.extend_from_slice(&buf[..at + len]);
+                self.io.consume(at + len);
+                Some(ClientPacket::Data { raw, empty: shape.is_empty(), charge: Some(charge) })
+            }
+            _ => None,
         }
     }
 }

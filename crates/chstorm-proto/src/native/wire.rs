@@ -64,6 +64,65 @@ pub fn decode_varuint(buf: &[u8]) -> Result<Option<(u64, usize)>, ProtoError> {
     Ok(None)
 }
 
+/// Decoders over bytes already buffered, each None when the bytes run out (or a count is past
+/// its limit): for a reader that first tries to take a whole packet from its buffer without
+/// awaiting, and leaves anything else to [`Io`]'s awaiting decoders.
+pub struct Cursor<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    pub fn new(buf: &'a [u8]) -> Cursor<'a> {
+        Cursor { buf, at: 0 }
+    }
+
+    /// Bytes taken so far.
+    pub fn pos(&self) -> usize {
+        self.at
+    }
+
+    #[inline]
+    pub fn varuint(&mut self) -> Option<u64> {
+        let (v, n) = decode_varuint(&self.buf[self.at..]).ok()??;
+        self.at += n;
+        Some(v)
+    }
+
+    /// A `VarUInt` at most `max`.
+    #[inline]
+    pub fn count(&mut self, max: u64) -> Option<u64> {
+        self.varuint().filter(|v| *v <= max)
+    }
+
+    #[inline]
+    pub fn take(&mut self, n: u64) -> Option<&'a [u8]> {
+        if n > (self.buf.len() - self.at) as u64 {
+            return None;
+        }
+        let s = &self.buf[self.at..self.at + n as usize];
+        self.at += n as usize;
+        Some(s)
+    }
+
+    #[inline]
+    pub fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+
+    #[inline]
+    pub fn u64_le(&mut self) -> Option<u64> {
+        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+    }
+
+    /// A length-prefixed string of at most `max` bytes.
+    #[inline]
+    pub fn string(&mut self, max: u64) -> Option<&'a [u8]> {
+        let len = self.count(max)?;
+        self.take(len)
+    }
+}
+
 fn eof() -> ProtoError {
     ProtoError::Io(io::Error::new(io::ErrorKind::UnexpectedEof, "server closed the connection"))
 }

@@ -5,7 +5,7 @@
 use super::typed_settings::{type_of, unzigzag, Ty};
 use crate::mem::Charge;
 use crate::native::packets::{client, rev, server};
-use crate::native::wire::{put_str, put_varuint, Io, MAX_STRING_LEN, MAX_TEXT_LEN};
+use crate::native::wire::{put_str, put_varuint, Cursor, Io, MAX_STRING_LEN, MAX_TEXT_LEN};
 use crate::native::ServerInfo;
 use crate::ProtoError;
 use tokio::io::AsyncRead;
@@ -168,6 +168,86 @@ pub async fn read_query<S: AsyncRead + Unpin>(
     Ok(q)
 }
 
+/// [`read_query`] on a Query packet's body already whole in `buf`, without awaiting: the query
+/// and the bytes it took, charged to `charge` as [`read_query`] charges them. None when the
+/// body is not whole in `buf`, or on anything [`read_query`] would refuse (an unknown setting,
+/// a value past a limit, a refused charge): the caller then drops `charge` and reads the packet
+/// with [`read_query`], which says why. A test checks the two agree on generated packets.
+pub fn query_in(buf: &[u8], revision: u64, charge: &mut Charge) -> Option<(Query, usize)> {
+    let mut c = Cursor::new(buf);
+    let mut q = Query { query_id: text(charged(&mut c, MAX_HELLO_STRING, charge)?).0, ..Query::default() };
+    if revision >= rev::CLIENT_INFO {
+        let from = c.pos();
+        q.query_kind = client_info_in(&mut c, revision)?;
+        q.client_info = buf[from..c.pos()].to_vec();
+    }
+    loop {
+        charge.grow(SETTING_OVERHEAD).ok()?;
+        let name = text(charged(&mut c, MAX_HELLO_STRING, charge)?).0;
+        if name.is_empty() {
+            break;
+        }
+        let value = match type_of(&name)? {
+            Ty::UInt => c.varuint()?.to_string(),
+            Ty::Int => unzigzag(c.varuint()?).to_string(),
+            Ty::Str => {
+                let (value, raw) = text(charged(&mut c, MAX_TEXT_LEN, charge)?);
+                if let Some(raw) = raw {
+                    q.raw_settings.push((name.clone(), raw));
+                }
+                value
+            }
+        };
+        q.settings.push((name, value));
+    }
+    q.stage = c.varuint()?;
+    q.compression = c.varuint()? != 0;
+    (q.sql, q.raw_sql) = text(charged(&mut c, MAX_STRING_LEN, charge)?);
+    Some((q, c.pos()))
+}
+
+/// A length-prefixed string of at most `max` bytes, its length charged before it is copied.
+fn charged(c: &mut Cursor<'_>, max: u64, charge: &mut Charge) -> Option<Vec<u8>> {
+    let len = c.count(max)?;
+    let bytes = c.take(len)?;
+    charge.grow(bytes.len()).ok()?;
+    Some(bytes.to_vec())
+}
+
+/// [`read_client_info`] on buffered bytes.
+fn client_info_in(c: &mut Cursor<'_>, revision: u64) -> Option<u8> {
+    let kind = c.u8()?;
+    if kind == 0 {
+        return Some(kind);
+    }
+    for _ in 0..3 {
+        c.string(MAX_STRING_LEN)?; // initial_user, initial_query_id, initial_address
+    }
+    let interface = c.u8()?;
+    match interface {
+        1 => {
+            for _ in 0..3 {
+                c.string(MAX_STRING_LEN)?; // os_user, client_hostname, client_name
+            }
+            for _ in 0..3 {
+                c.varuint()?; // version major, minor, client revision
+            }
+        }
+        2 => {
+            c.u8()?; // http_method
+            c.string(MAX_STRING_LEN)?; // http_user_agent
+        }
+        _ => return None,
+    }
+    if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
+        c.string(MAX_STRING_LEN)?;
+    }
+    if revision >= rev::VERSION_PATCH && interface == 1 {
+        c.varuint()?;
+    }
+    Some(kind)
+}
+
 /// Reads a `ClientInfo`; returns its query kind.
 async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<u8, ProtoError> {
     let kind = io.u8().await?;
@@ -246,6 +326,9 @@ pub fn backend_query(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod query_in_tests;
 
 #[cfg(test)]
 mod tests {

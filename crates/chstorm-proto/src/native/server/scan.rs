@@ -14,10 +14,10 @@
 //!
 //! [`block`]: super::block
 
-use super::block::Scratch;
+use super::block::{Scratch, Shape};
 use crate::native::columns::{Kind, Node, Plan};
 use crate::native::packets::{rev, server};
-use crate::native::wire::{decode_varuint, MAX_STRING_LEN, MAX_TEXT_LEN};
+use crate::native::wire::{Cursor, MAX_STRING_LEN, MAX_TEXT_LEN};
 use crate::native::{MAX_COLUMNS, MAX_ROWS};
 
 /// What [`scan`] found.
@@ -34,45 +34,24 @@ struct Stop;
 
 type Step<T> = Result<T, Stop>;
 
-/// A cursor over buffered bytes.
-struct Cur<'a> {
-    buf: &'a [u8],
-    at: usize,
-}
+/// A cursor over buffered bytes, its misses as [`Stop`].
+struct Cur<'a>(Cursor<'a>);
 
 impl<'a> Cur<'a> {
     fn varuint(&mut self) -> Step<u64> {
-        match decode_varuint(&self.buf[self.at..]) {
-            Ok(Some((v, n))) => {
-                self.at += n;
-                Ok(v)
-            }
-            _ => Err(Stop),
-        }
+        self.0.varuint().ok_or(Stop)
     }
-
     fn count(&mut self, max: u64) -> Step<u64> {
-        self.varuint().and_then(|v| if v > max { Err(Stop) } else { Ok(v) })
+        self.0.count(max).ok_or(Stop)
     }
-
     fn take(&mut self, n: u64) -> Step<&'a [u8]> {
-        let left = (self.buf.len() - self.at) as u64;
-        if n > left {
-            return Err(Stop);
-        }
-        let s = &self.buf[self.at..self.at + n as usize];
-        self.at += n as usize;
-        Ok(s)
+        self.0.take(n).ok_or(Stop)
     }
-
     fn u64_le(&mut self) -> Step<u64> {
-        let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().map_err(|_| Stop)?))
+        self.0.u64_le().ok_or(Stop)
     }
-
     fn string(&mut self, max: u64) -> Step<&'a [u8]> {
-        let len = self.count(max)?;
-        self.take(len)
+        self.0.string(max).ok_or(Stop)
     }
 }
 
@@ -80,7 +59,7 @@ impl<'a> Cur<'a> {
 /// this knows (see the module doc). `scratch` is the connection's, as the awaiting readers'.
 pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) -> Scan {
     let plan = &mut scratch.plan;
-    let mut c = Cur { buf, at: 0 };
+    let mut c = Cur(Cursor::new(buf));
     let Ok(code) = c.varuint() else { return Scan::Unsure };
     let body = match code {
         server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
@@ -88,7 +67,7 @@ pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) 
             if compressed && code != server::LOG {
                 return Scan::Unsure;
             }
-            data(&mut c, revision, plan)
+            data(&mut c, revision, plan).map(drop)
         }
         server::PROGRESS => {
             let n = 2
@@ -101,9 +80,20 @@ pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) 
         _ => Err(Stop),
     };
     match body {
-        Ok(()) => Scan::Whole { code, len: c.at },
+        Ok(()) => Scan::Whole { code, len: c.0.pos() },
         Err(Stop) => Scan::Unsure,
     }
+}
+
+/// Where a Data packet's body (its table name and block, after its code) that starts `buf`
+/// ends, when it is whole in `buf` and [`scan`] would know it: a client's Data packet, read as a
+/// server's is.
+pub fn data_in(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) -> Option<(usize, Shape)> {
+    let mut c = Cur(Cursor::new(buf));
+    if compressed {
+        return None;
+    }
+    data(&mut c, revision, &mut scratch.plan).ok().map(|shape| (c.0.pos(), shape))
 }
 
 /// A ProfileInfo packet's body: rows, blocks, bytes, applied_limit, rows_before_limit,
@@ -119,7 +109,7 @@ fn profile_info(c: &mut Cur<'_>) -> Step<()> {
 }
 
 /// A Data packet's body: the external table's name, then a plain block.
-fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<()> {
+fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<Shape> {
     if revision >= rev::TEMPORARY_TABLES {
         c.string(MAX_STRING_LEN)?;
     }
@@ -145,7 +135,7 @@ fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<()> {
         }
         column(c, plan.nodes(), 0, rows)?;
     }
-    Ok(())
+    Ok(Shape { columns, rows })
 }
 
 /// Skips `rows` rows of the column whose type is `nodes[i]` (its subtree after it). A block

@@ -120,6 +120,12 @@ fn packet(r: &mut Rng, revision: u64) -> Vec<u8> {
 
 /// The awaiting readers on `bytes`, as the gateway reads an answer's packet: (code, length).
 async fn awaited(bytes: &[u8], revision: u64, compressed: bool) -> Option<(u64, usize)> {
+    awaited_shape(bytes, revision, compressed).await.map(|(code, len, _)| (code, len))
+}
+
+/// [`awaited`], and a block's shape.
+async fn awaited_shape(bytes: &[u8], revision: u64, compressed: bool) -> Option<(u64, usize, Option<Shape>)> {
+    let mut shape = None;
     let mut io = Io::new(bytes);
     let code = io.varuint().await.ok()?;
     match code {
@@ -128,14 +134,14 @@ async fn awaited(bytes: &[u8], revision: u64, compressed: bool) -> Option<(u64, 
                 io.skip_string().await.ok()?;
             }
             let c = compressed && code != server::LOG;
-            skip_block(&mut io, revision, c, &mut Scratch::default(), server_mem()).await.ok()?;
+            shape = Some(skip_block(&mut io, revision, c, &mut Scratch::default(), server_mem()).await.ok()?);
         }
         server::PROGRESS => skip_progress(&mut io, revision).await.ok()?,
         server::PROFILE_INFO => skip_profile_info(&mut io).await.ok()?,
         server::END_OF_STREAM => {}
         _ => return None,
     }
-    Some((code, io.position() as usize))
+    Some((code, io.position() as usize, shape))
 }
 
 #[tokio::test]
@@ -147,8 +153,14 @@ async fn finds_the_end_the_awaiting_readers_find() {
         let p = packet(&mut r, revision);
         let mut bytes = p.clone();
         bytes.extend((0..r.below(6)).map(|_| r.below(256) as u8)); // the next packet's start
-        let (code, len) = awaited(&bytes, revision, false).await.expect("a generated packet reads");
+        let (code, len, shape) = awaited_shape(&bytes, revision, false).await.expect("a generated packet reads");
         assert_eq!(len, p.len(), "the awaiting readers, packet {n}");
+        // A Data packet's body, as a client's is read.
+        if let Some(shape) = shape {
+            let body = data_in(&bytes[1..], revision, false, &mut plan);
+            assert_eq!(body, Some((len - 1, shape)), "packet {n}'s body");
+            assert_eq!(data_in(&bytes[1..], revision, true, &mut plan), None);
+        }
         assert_eq!(scan(&bytes, revision, false, &mut plan), Scan::Whole { code, len }, "packet {n}: {p:?}");
         for cut in 0..p.len() {
             assert_eq!(scan(&p[..cut], revision, false, &mut plan), Scan::Unsure, "packet {n} cut at {cut}");
