@@ -247,7 +247,7 @@ fn plan(
         params.push(("database".into(), conn.database.clone()));
     }
     params.push(("query_id".into(), q.query_id.clone()));
-    let req = QueryRequest::held(params, &q.sql, state.config.limits.max_query_depth);
+    let req = QueryRequest::native(params, &q.sql, state.config.limits.max_query_depth);
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, new_query_id)?;
     Ok((plan, client_readonly))
@@ -516,7 +516,7 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
             .map_err(|e| (115, e.to_string()))?;
     }
     let params: Vec<(String, String)> = pairs.iter().filter(|(k, _)| k != "readonly").cloned().collect();
-    let req = QueryRequest::held(params, "SELECT 1", crate::config::DEFAULT_MAX_QUERY_DEPTH);
+    let req = QueryRequest::native(params, "SELECT 1", crate::config::DEFAULT_MAX_QUERY_DEPTH);
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, String::new)
         .map_err(|r| (r.kind.code(), r.native_text().to_string()))?;

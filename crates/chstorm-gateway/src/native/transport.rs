@@ -457,7 +457,7 @@ mod tests {
         let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
         let sql = "SELECT count() FROM items";
         let plan = crate::query::plan::plan(
-            QueryRequest::held(vec![], sql, 300),
+            QueryRequest::native(vec![], sql, 300),
             &cfg.users["default"],
             &cfg.clusters["storm"],
             None,

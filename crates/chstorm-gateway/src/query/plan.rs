@@ -111,8 +111,10 @@ impl Plan {
         out
     }
 
-    /// [`Self::path_and_query`], appended to `out`.
+    /// [`Self::path_and_query`], appended to `out`. (A plan made with no path, a native query's,
+    /// has no URL.)
     pub fn path_and_query_into(&self, out: &mut String, threads: Option<usize>) {
+        debug_assert!(!self.path_and_params.is_empty(), "a plan made without a URL");
         out.reserve(self.path_and_params.len() + self.tail.len() + 20);
         out.push_str(&self.path_and_params);
         if !self.path_and_params.ends_with('?') {
@@ -466,14 +468,17 @@ fn assemble(
         // The new text goes plain, not in ClickHouse's compressed frames.
         params.retain(|(k, _)| k != "decompress");
     }
-    let mut path_and_params = String::with_capacity(path.len() + 128);
-    path_and_params.push_str(path);
-    path_and_params.push('?');
-    encode_params_into(&mut path_and_params, &params);
-    let mut tail = String::with_capacity(ids.query_id.len() + 24);
-    encode_param_into(&mut tail, "query_id", &ids.query_id);
-    if user.readonly {
-        tail.push_str("&readonly=1");
+    let (mut path_and_params, mut tail) = (String::new(), String::new());
+    if !path.is_empty() {
+        path_and_params.reserve(path.len() + 128);
+        path_and_params.push_str(path);
+        path_and_params.push('?');
+        encode_params_into(&mut path_and_params, &params);
+        tail.reserve(ids.query_id.len() + 24);
+        encode_param_into(&mut tail, "query_id", &ids.query_id);
+        if user.readonly {
+            tail.push_str("&readonly=1");
+        }
     }
     let in_session = matches!(target, Target::Session(_));
     let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
@@ -531,6 +536,21 @@ mod tests {
         let c = cfg();
         let h = HeaderMap::new();
         plan(input(&Method::POST, &h, query, Some(sql)), user, &c.clusters["storm"], None, || "gen-1".into())
+    }
+
+    #[test]
+    fn a_native_query_makes_no_url_and_keeps_its_settings() {
+        let c = cfg();
+        let params = vec![("max_block_size".to_string(), "10".to_string()), ("query_id".into(), "q1".into())];
+        let req = QueryRequest::native(params, "SELECT 1", 300);
+        let p = plan(req, &user(|u| u.readonly = true), &c.clusters["storm"], None, || "gen-1".into()).unwrap();
+        assert!(p.path_and_params.is_empty() && p.tail.is_empty());
+        // The user's capped max_execution_time is among them, as in an HTTP query's URL.
+        assert_eq!(p.params, [("max_block_size".into(), "10".into()), ("max_execution_time".into(), "30".into())]);
+        assert_eq!(p.query_id, "default:q1");
+        let http = run(&user(|u| u.readonly = true), "max_block_size=10&query_id=q1", "SELECT 1").unwrap();
+        let url = http.path_and_query(None);
+        assert!(url.ends_with("?max_block_size=10&max_execution_time=30&query_id=default%3Aq1&readonly=1"), "{url}");
     }
 
     fn user(edit: impl FnOnce(&mut User)) -> User {

@@ -35,7 +35,8 @@ pub enum BodyShape {
 /// What the plan is made from.
 #[derive(Debug, Clone)]
 pub struct QueryRequest<'a> {
-    /// The backend URL's path: the client's for HTTP, `/` for native.
+    /// The backend URL's path: the client's for HTTP; empty for native, which sends settings
+    /// and makes no URL.
     pub path: &'a str,
     /// The parameters, decoded, in order: the URL's (and a read form's fields) for HTTP; the
     /// session's and the Query packet's settings, `database` and `query_id` for native.
@@ -78,6 +79,12 @@ impl<'a> QueryRequest<'a> {
             database: None,
             max_depth,
         }
+    }
+
+    /// A native query's: [`QueryRequest::held`] with no URL path (its settings go in the Query
+    /// packet, so no URL is made).
+    pub fn native(params: Vec<(String, String)>, sql: &'a str, max_depth: usize) -> QueryRequest<'a> {
+        QueryRequest { path: "", ..QueryRequest::held(params, sql, max_depth) }
     }
 }
 

@@ -84,6 +84,11 @@ impl<'a> Cursor<'a> {
 
     #[inline]
     pub fn varuint(&mut self) -> Option<u64> {
+        // Most are one byte: packet codes, counts, lengths of names and small values.
+        if let Some(&b) = self.buf.get(self.at).filter(|b| **b < 0x80) {
+            self.at += 1;
+            return Some(u64::from(b));
+        }
         let (v, n) = decode_varuint(&self.buf[self.at..]).ok()??;
         self.at += n;
         Some(v)
