@@ -10,8 +10,8 @@
 //! added up in the request's [`HeldProgress`], which the session sends to the client as it comes,
 //! at most every 100 ms, and before its answer (18.16 sends one every `interactive_delay`, 100 ms,
 //! of a running read, even one that has no rows yet), so a long read's progress reaches the client
-//! from its first 100 ms on, ahead of its header block. Every packet is a sign of work
-//! ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long its read
+//! from its first 100 ms on, ahead of its header block. Every read of new bytes from the replica is a sign of
+//! work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long its read
 //! takes. So, as over HTTP, a read whose replica dies or hangs before its answer is whole (the
 //! moment a client could tell two replicas apart) can still move to another replica, even one that
 //! worked for minutes first: a replica stopped between a lookup's first packet and its EndOfStream
