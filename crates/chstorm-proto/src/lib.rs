@@ -27,6 +27,9 @@ pub mod rules;
 pub mod stream;
 pub mod target;
 
+#[cfg(test)]
+mod test_rng;
+
 pub use error::{Fault, ProtoError};
 pub use stream::{Stream, TlsOptions};
 pub use target::{Protocol, Target};

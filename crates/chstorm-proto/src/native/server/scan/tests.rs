@@ -5,24 +5,9 @@ use super::*;
 use crate::native::packets::{skip_profile_info, skip_progress};
 use crate::native::server::block::{server_mem, skip_block, Scratch};
 use crate::native::wire::{put_str, put_varuint, Io};
+use crate::test_rng::Rng;
 
 const REVISIONS: [u64; 4] = [50264, 51554, 54412, 54420];
-
-/// splitmix64: the test's seeded choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// A column type name, at most `depth` levels of nesting.
 fn type_name(r: &mut Rng, depth: u32) -> String {
