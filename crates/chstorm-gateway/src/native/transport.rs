@@ -10,16 +10,17 @@
 //! added up in the request's [`HeldProgress`], which the session sends to the client as it comes,
 //! at most every 100 ms, and before its answer (18.16 sends one every `interactive_delay`, 100 ms,
 //! of a running read, even one that has no rows yet), so a long read's progress reaches the client
-//! from its first 100 ms on, ahead of its header block. Every read of new bytes from the replica is a sign of
-//! work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged, however long its read
-//! takes. So, as over HTTP, a read whose replica dies or hangs before its answer is whole (the
-//! moment a client could tell two replicas apart) can still move to another replica, even one that
-//! worked for minutes first: a replica stopped between a lookup's first packet and its EndOfStream
-//! does not hold the query for as long as it is stopped. The client of a read that moved has seen
-//! the progress of both copies. A larger answer is relayed from 256 KiB on, as it comes; from then
-//! on it stays with its replica. A write's head is its first packet: an INSERT's header block asks
-//! the client for its data. The native port keeps its own head-time window per route
-//! (`ClusterRt::native_head_times`), since its answers come in another rhythm than HTTP ones.
+//! from its first 100 ms on, ahead of its header block. Every read of new bytes from the replica
+//! is a sign of work ([`crate::attempt::Live`]): a replica that sends Progress is never hedged,
+//! however long its read takes. So, as over HTTP, a read whose replica dies or hangs before its
+//! answer is whole (the moment a client could tell two replicas apart) can still move to another
+//! replica, even one that worked for minutes first: a replica stopped between a lookup's first
+//! packet and its EndOfStream does not hold the query for as long as it is stopped. The client of
+//! a read that moved has seen the progress of both copies. A larger answer is relayed from
+//! 256 KiB on, as it comes; from then on it stays with its replica. A write's head is its first
+//! packet: an INSERT's header block asks the client for its data. The native port keeps its own
+//! head-time window per route (`ClusterRt::native_head_times`), since its answers come in another
+//! rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
 use crate::attempt::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
