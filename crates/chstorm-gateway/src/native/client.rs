@@ -192,8 +192,7 @@ impl ClientConn {
                 let (len, shape) = data_in(&buf[at..], self.revision, self.compression, &mut self.scratch)?;
                 let mut charge = self.mem.charge();
                 charge.set(at + len).ok()?;
-                let mut raw = Vec::with_capacity(at + len);
-                raw.extend_from_slice(&buf[..at + len]);
+                let raw = buf[..at + len].to_vec();
                 self.io.consume(at + len);
                 Some(ClientPacket::Data { raw, empty: shape.is_empty(), charge: Some(charge) })
             }

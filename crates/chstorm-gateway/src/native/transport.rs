@@ -352,9 +352,7 @@ pub async fn read_server_packet(
     scratch: &mut Scratch,
     out: &mut Vec<u8>,
 ) -> Result<Packet, ProtoError> {
-    if !io.has_buffered() {
-        io.fill_some().await?;
-    }
+    io.fill_some().await?; // at once when bytes are buffered
     if let Scan::Whole { code, len } = scan(io.buffered(), revision, compressed, scratch) {
         out.extend_from_slice(&io.buffered()[..len]);
         io.consume(len);

@@ -210,15 +210,15 @@ async fn read_exception_inner<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<Pr
     Ok(ProtoError::Server { code, name, message })
 }
 
+/// How many `VarUInt`s a Progress packet's body has at `revision`: rows and bytes, then
+/// total_rows from 51554, then written_rows and written_bytes from 54420.
+pub fn progress_fields(revision: u64) -> usize {
+    2 + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS) + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO)
+}
+
 /// Skips a Progress packet's body.
 pub async fn skip_progress<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<(), ProtoError> {
-    io.varuint().await?; // rows
-    io.varuint().await?; // bytes
-    if revision >= rev::TOTAL_ROWS_IN_PROGRESS {
-        io.varuint().await?;
-    }
-    if revision >= rev::CLIENT_WRITE_INFO {
-        io.varuint().await?;
+    for _ in 0..progress_fields(revision) {
         io.varuint().await?;
     }
     Ok(())
@@ -244,14 +244,10 @@ impl Progress {
     /// Decodes a whole Progress packet (its code first) spoken at `revision`; None when `packet`
     /// is not one.
     pub fn decode(packet: &[u8], revision: u64) -> Option<Progress> {
+        // The code, then the body's fields.
         let mut fields = [0u64; 6];
-        let n = match revision {
-            r if r >= rev::CLIENT_WRITE_INFO => 6,
-            r if r >= rev::TOTAL_ROWS_IN_PROGRESS => 4,
-            _ => 3,
-        };
         let mut at = 0;
-        for f in fields.iter_mut().take(n) {
+        for f in fields.iter_mut().take(1 + progress_fields(revision)) {
             let (v, len) = super::wire::decode_varuint(&packet[at..]).ok()??;
             *f = v;
             at += len;

@@ -234,8 +234,9 @@ impl<S: AsyncRead + Unpin> Io<S> {
         self.tee_charge = None;
     }
 
-    /// [`Io::tee_start`], but the copy is charged to `charge` as it grows: once the charge is refused, the next read fails
-    /// (at most one read buffer, 64 KiB, past the limit) and [`Io::mem_error`] says why.
+    /// [`Io::tee_start`], but the copy is charged to `charge` as it grows: once the charge is
+    /// refused, the next read fails (at most one read buffer, 64 KiB, past the limit) and
+    /// [`Io::mem_error`] says why.
     pub fn tee_start_charged(&mut self, out: Vec<u8>, charge: Charge) {
         self.tee = Some(out);
         self.tee_from = self.start;

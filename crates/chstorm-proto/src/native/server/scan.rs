@@ -16,7 +16,7 @@
 
 use super::block::{Scratch, Shape};
 use crate::native::columns::{Kind, Node, Plan};
-use crate::native::packets::{rev, server};
+use crate::native::packets::{progress_fields, rev, server};
 use crate::native::wire::{Cursor, MAX_STRING_LEN, MAX_TEXT_LEN};
 use crate::native::{MAX_COLUMNS, MAX_ROWS};
 
@@ -29,59 +29,27 @@ pub enum Scan {
     Unsure,
 }
 
-/// Reading stopped: the packet is not whole in the buffer, or is not one [`scan`] knows.
-struct Stop;
-
-type Step<T> = Result<T, Stop>;
-
-/// A cursor over buffered bytes, its misses as [`Stop`].
-struct Cur<'a>(Cursor<'a>);
-
-impl<'a> Cur<'a> {
-    fn varuint(&mut self) -> Step<u64> {
-        self.0.varuint().ok_or(Stop)
-    }
-    fn count(&mut self, max: u64) -> Step<u64> {
-        self.0.count(max).ok_or(Stop)
-    }
-    fn take(&mut self, n: u64) -> Step<&'a [u8]> {
-        self.0.take(n).ok_or(Stop)
-    }
-    fn u64_le(&mut self) -> Step<u64> {
-        self.0.u64_le().ok_or(Stop)
-    }
-    fn string(&mut self, max: u64) -> Step<&'a [u8]> {
-        self.0.string(max).ok_or(Stop)
-    }
-}
-
 /// Where the server packet that starts `buf` ends, when it is whole in `buf` and of a kind
 /// this knows (see the module doc). `scratch` is the connection's, as the awaiting readers'.
 pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) -> Scan {
-    let plan = &mut scratch.plan;
-    let mut c = Cur(Cursor::new(buf));
-    let Ok(code) = c.varuint() else { return Scan::Unsure };
+    let mut c = Cursor::new(buf);
+    let Some(code) = c.varuint() else { return Scan::Unsure };
     let body = match code {
         server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
             // Server logs are never compressed.
             if compressed && code != server::LOG {
                 return Scan::Unsure;
             }
-            data(&mut c, revision, plan).map(drop)
+            data(&mut c, revision, &mut scratch.plan).map(drop)
         }
-        server::PROGRESS => {
-            let n = 2
-                + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS)
-                + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO);
-            (0..n).try_for_each(|_| c.varuint().map(drop))
-        }
+        server::PROGRESS => (0..progress_fields(revision)).try_for_each(|_| c.varuint().map(drop)),
         server::PROFILE_INFO => profile_info(&mut c),
-        server::END_OF_STREAM => Ok(()),
-        _ => Err(Stop),
+        server::END_OF_STREAM => Some(()),
+        _ => None,
     };
     match body {
-        Ok(()) => Scan::Whole { code, len: c.0.pos() },
-        Err(Stop) => Scan::Unsure,
+        Some(()) => Scan::Whole { code, len: c.pos() },
+        None => Scan::Unsure,
     }
 }
 
@@ -89,27 +57,27 @@ pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) 
 /// ends, when it is whole in `buf` and [`scan`] would know it: a client's Data packet, read as a
 /// server's is.
 pub fn data_in(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) -> Option<(usize, Shape)> {
-    let mut c = Cur(Cursor::new(buf));
     if compressed {
         return None;
     }
-    data(&mut c, revision, &mut scratch.plan).ok().map(|shape| (c.0.pos(), shape))
+    let mut c = Cursor::new(buf);
+    data(&mut c, revision, &mut scratch.plan).map(|shape| (c.pos(), shape))
 }
 
 /// A ProfileInfo packet's body: rows, blocks, bytes, applied_limit, rows_before_limit,
 /// calculated_rows_before_limit.
-fn profile_info(c: &mut Cur<'_>) -> Step<()> {
+fn profile_info(c: &mut Cursor<'_>) -> Option<()> {
     c.varuint()?;
     c.varuint()?;
     c.varuint()?;
-    c.take(1)?;
+    c.u8()?;
     c.varuint()?;
-    c.take(1)?;
-    Ok(())
+    c.u8()?;
+    Some(())
 }
 
 /// A Data packet's body: the external table's name, then a plain block.
-fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<Shape> {
+fn data(c: &mut Cursor<'_>, revision: u64, plan: &mut Plan) -> Option<Shape> {
     if revision >= rev::TEMPORARY_TABLES {
         c.string(MAX_STRING_LEN)?;
     }
@@ -117,9 +85,9 @@ fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<Shape> {
         loop {
             match c.varuint()? {
                 0 => break,
-                1 => drop(c.take(1)?),
+                1 => drop(c.u8()?),
                 2 => drop(c.take(4)?),
-                _ => return Err(Stop),
+                _ => return None,
             }
         }
     }
@@ -127,28 +95,28 @@ fn data(c: &mut Cur<'_>, revision: u64, plan: &mut Plan) -> Step<Shape> {
     let rows = c.count(MAX_ROWS)?;
     for _ in 0..columns {
         c.string(MAX_STRING_LEN)?;
-        let ty = std::str::from_utf8(c.string(MAX_TEXT_LEN)?).map_err(|_| Stop)?;
-        plan.compile(ty).map_err(|_| Stop)?;
+        let ty = std::str::from_utf8(c.string(MAX_TEXT_LEN)?).ok()?;
+        plan.compile(ty).ok()?;
         // Its state prefixes come before any data, even when every array in it is empty.
         if plan.nodes().iter().any(|n| n.kind == Kind::LowCardinality) {
-            return Err(Stop);
+            return None;
         }
         column(c, plan.nodes(), 0, rows)?;
     }
-    Ok(Shape { columns, rows })
+    Some(Shape { columns, rows })
 }
 
 /// Skips `rows` rows of the column whose type is `nodes[i]` (its subtree after it). A block
 /// with zero rows has no column data; type trees nest at most 32 deep (the plan's limit), so
 /// the recursion is bounded.
-fn column(c: &mut Cur<'_>, nodes: &[Node], i: usize, rows: u64) -> Step<()> {
+fn column(c: &mut Cursor<'_>, nodes: &[Node], i: usize, rows: u64) -> Option<()> {
     if rows == 0 {
-        return Ok(());
+        return Some(());
     }
-    let node = nodes.get(i).ok_or(Stop)?;
+    let node = nodes.get(i)?;
     match node.kind {
         Kind::Fixed(w) => {
-            c.take(rows.checked_mul(u64::from(w)).ok_or(Stop)?)?;
+            c.take(rows.checked_mul(u64::from(w))?)?;
         }
         Kind::Str => {
             for _ in 0..rows {
@@ -160,7 +128,7 @@ fn column(c: &mut Cur<'_>, nodes: &[Node], i: usize, rows: u64) -> Step<()> {
             column(c, nodes, i + 1, rows)?;
         }
         Kind::Array => {
-            c.take((rows - 1).checked_mul(8).ok_or(Stop)?)?;
+            c.take((rows - 1).checked_mul(8)?)?;
             let n = c.u64_le()?;
             column(c, nodes, i + 1, n)?;
         }
@@ -171,9 +139,9 @@ fn column(c: &mut Cur<'_>, nodes: &[Node], i: usize, rows: u64) -> Step<()> {
                 child = nodes[child].end as usize;
             }
         }
-        Kind::LowCardinality => return Err(Stop), // refused in `data` already
+        Kind::LowCardinality => return None, // refused in `data` already
     }
-    Ok(())
+    Some(())
 }
 
 #[cfg(test)]
