@@ -7,7 +7,7 @@ use super::conn::Conn;
 use super::pool::Pool;
 use crate::cluster::message::{BackendError, BoxError};
 use bytes::{Buf, Bytes, BytesMut};
-use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
@@ -52,9 +52,11 @@ fn failed(message: String) -> BackendError {
 pub async fn read_head(conn: &mut Conn, to_head: bool) -> Result<Head, BackendError> {
     loop {
         if !conn.buf.is_empty() {
-            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-            let mut r = httparse::Response::new(&mut headers);
-            match r.parse(&conn.buf) {
+            // Uninitialised room for the headers: `httparse` writes the ones it finds, and no
+            // 4 KiB of empty headers is written first on every answer.
+            let mut room = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+            let mut r = httparse::Response::new(&mut []);
+            match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, &conn.buf, &mut room) {
                 Ok(httparse::Status::Complete(n)) => {
                     let code = r.code.unwrap_or(0);
                     if (100..200).contains(&code) && code != 101 {
@@ -83,7 +85,34 @@ pub async fn read_head(conn: &mut Conn, to_head: bool) -> Result<Head, BackendEr
     }
 }
 
-/// The head's parts, framing and keep-alive, from a parsed head.
+/// A hop-by-hop header (RFC 9110 7.6.1, and the old `keep-alive` and `proxy-connection`): about
+/// this connection, read here and not passed on; or `Content-Length`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Framed {
+    Length,
+    Coding,
+    Connection,
+    OtherHop,
+}
+
+/// Which of the headers [`Framed`] names `name` is, in any case (the same names as
+/// `crate::request::HOP_BY_HOP`, told apart by length first: no header is made to ask).
+pub(super) fn framed(name: &str) -> Option<Framed> {
+    let is = |n: &str| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        14 if is("content-length") => Some(Framed::Length),
+        17 if is("transfer-encoding") => Some(Framed::Coding),
+        10 if is("connection") => Some(Framed::Connection),
+        10 if is("keep-alive") => Some(Framed::OtherHop),
+        2 if is("te") => Some(Framed::OtherHop),
+        7 if is("trailer") || is("upgrade") => Some(Framed::OtherHop),
+        16 if is("proxy-connection") => Some(Framed::OtherHop),
+        _ => None,
+    }
+}
+
+/// The head's parts, framing and keep-alive, from a parsed head. A hop-by-hop header is read
+/// where it lies, and never made into a `HeaderValue`.
 fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let code = r.code.unwrap_or(0);
     let status = http::StatusCode::from_u16(code).map_err(|_| failed(format!("a bad answer status {code}")))?;
@@ -92,34 +121,39 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let mut headers = HeaderMap::with_capacity(r.headers.len() + 8);
     let (mut length, mut chunked, mut coded, mut close, mut keep) = (None, false, false, false, false);
     for h in r.headers.iter() {
-        let name = header_name(h.name)?;
-        let value = HeaderValue::from_bytes(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)))?;
-        if name == CONTENT_LENGTH {
-            let n: u64 = value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .ok_or_else(|| failed(format!("a bad Content-Length {value:?}")))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(failed("two different Content-Length headers".into()));
+        let value = || HeaderValue::from_bytes(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)));
+        match framed(h.name) {
+            Some(Framed::Length) => {
+                let n = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<u64>().ok());
+                let n =
+                    n.ok_or_else(|| failed(format!("a bad Content-Length {:?}", String::from_utf8_lossy(h.value))))?;
+                if length.is_some_and(|l| l != n) {
+                    return Err(failed("two different Content-Length headers".into()));
+                }
+                length = Some(n);
+                headers.append(CONTENT_LENGTH, value()?);
             }
-            length = Some(n);
-        } else if name == TRANSFER_ENCODING {
-            coded = true;
-            chunked = value
-                .as_bytes()
-                .rsplit(|b| *b == b',')
-                .next()
-                .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if name == CONNECTION {
-            for t in value.as_bytes().split(|b| *b == b',').map(<[u8]>::trim_ascii) {
-                close |= t.eq_ignore_ascii_case(b"close");
-                keep |= t.eq_ignore_ascii_case(b"keep-alive");
+            Some(hop) => {
+                if h.value.iter().any(|&b| (b < b' ' && b != b'\t') || b == 0x7f) {
+                    return Err(failed(format!("a bad value of {}", h.name)));
+                }
+                let value = h.value;
+                if hop == Framed::Coding {
+                    coded = true;
+                    chunked = value
+                        .rsplit(|b| *b == b',')
+                        .next()
+                        .is_some_and(|t| t.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+                } else if hop == Framed::Connection {
+                    for t in value.split(|b| *b == b',').map(<[u8]>::trim_ascii) {
+                        close |= t.eq_ignore_ascii_case(b"close");
+                        keep |= t.eq_ignore_ascii_case(b"keep-alive");
+                    }
+                }
             }
-        }
-        // Hop-by-hop headers are about this connection: read above, not passed on.
-        if !crate::request::HOP_BY_HOP.contains(&name.as_str()) {
-            headers.append(name, value);
+            None => {
+                headers.append(header_name(h.name)?, value()?);
+            }
         }
     }
     let framing = match () {
@@ -141,17 +175,16 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     Ok(Head { parts, framing, keep_alive, spelled: None })
 }
 
-/// A header name of an answer. ClickHouse's own names and `Keep-Alive` are made once: any
-/// other name that is not one of `http`'s standard ones would cost an allocation per answer.
+/// A header name of an answer. ClickHouse's own names are made once: any other name that is not
+/// one of `http`'s standard ones would cost an allocation per answer.
 fn header_name(name: &str) -> Result<HeaderName, BackendError> {
     static KNOWN: std::sync::LazyLock<Vec<HeaderName>> = std::sync::LazyLock::new(|| {
         super::spelling::CLICKHOUSE_NAMES
             .iter()
-            .chain(&["Keep-Alive"])
             .map(|n| HeaderName::from_static(Box::leak(n.to_ascii_lowercase().into_boxed_str())))
             .collect()
     });
-    if name.starts_with(['x', 'X', 'k', 'K']) {
+    if name.starts_with(['x', 'X']) {
         if let Some(known) = KNOWN.iter().find(|k| k.as_str().eq_ignore_ascii_case(name)) {
             return Ok(known.clone());
         }

@@ -360,3 +360,69 @@ async fn futures_fill(addr: std::net::SocketAddr) -> Vec<TcpStream> {
     }
     v
 }
+
+#[test]
+fn the_framing_and_hop_by_hop_names_are_told_apart_in_any_case() {
+    use super::answer::{framed, Framed};
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut flip = |name: &str| -> String {
+        name.chars()
+            .map(|c| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                if seed & 1 == 1 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect()
+    };
+    for _ in 0..50 {
+        for name in crate::request::HOP_BY_HOP.iter().chain(&["content-length"]) {
+            let want = match *name {
+                "content-length" => Framed::Length,
+                "transfer-encoding" => Framed::Coding,
+                "connection" => Framed::Connection,
+                _ => Framed::OtherHop,
+            };
+            let spelled = flip(name);
+            assert_eq!(framed(&spelled), Some(want), "{spelled}");
+        }
+        for other in ["content-type", "x-connection", "connectio", "keep-alive2", "t", "tee", "upgrades", "date", ""] {
+            let spelled = flip(other);
+            assert_eq!(framed(&spelled), None, "{spelled}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_in_any_spelling_frame_the_answer_and_are_not_passed_on() {
+    let answers: [&'static [u8]; 3] = [
+        b"HTTP/1.1 200 OK\r\nCONNECTION: Keep-Alive\r\nkeep-alive: timeout=3\r\nTE: x\r\nX-A: 1\r\n\
+          transfer-encoding: gzip, CHUNKED\r\n\r\n2\r\n1\n\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-length: 2\r\nConnection: CLOSE\r\nUpgrade: x\r\nProxy-Connection: y\r\n\r\n1\n",
+        b"HTTP/1.1 200 OK\r\nConnection: a\x01b\r\nContent-Length: 2\r\n\r\n1\n",
+    ];
+    let s = server(vec![keep(answers[0]), Answer { bytes: answers[1], close: true }]).await;
+    let p = pool(&s.base, LONG);
+    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let names: Vec<_> = resp.headers().keys().map(|k| k.as_str().to_string()).collect();
+    assert_eq!(names, ["x-a"], "only the end-to-end header");
+    assert_eq!(text(resp).await.unwrap(), "1\n", "chunked, read by its last coding");
+    assert_eq!(p.idle_count(), 1, "kept alive");
+    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let names: Vec<_> = resp.headers().keys().map(|k| k.as_str().to_string()).collect();
+    assert_eq!(names, ["content-length"], "the length stays, for the front to frame by");
+    assert_eq!(text(resp).await.unwrap(), "1\n");
+    assert_eq!(p.idle_count(), 0, "`CLOSE` in any case closes");
+    // A control byte in a hop-by-hop value is refused, as in any other value.
+    let s = server(vec![Answer { bytes: answers[2], close: true }]).await;
+    let e = send(pool(&s.base, LONG), post(&s.base, "q")).await.unwrap_err();
+    assert!(
+        e.message.starts_with("a malformed answer head") || e.message.starts_with("a bad value of Connection"),
+        "{}",
+        e.message
+    );
+}

@@ -26,9 +26,12 @@ pub enum Parsed {
 /// Parses the head at the start of `buf`; for [`Parsed::Simple`] the head and the body are
 /// taken off `buf`, which then starts at the next request's first byte, if any came.
 pub fn parse(buf: &mut BytesMut) -> Parsed {
-    let mut lines = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut lines);
-    let head_len = match req.parse(buf) {
+    // Uninitialised room: `httparse` writes the lines it finds, and no 2 KiB of empty lines is
+    // written first on every request.
+    let mut lines = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let head_len = match httparse::ParserConfig::default().parse_request_with_uninit_headers(&mut req, buf, &mut lines)
+    {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
