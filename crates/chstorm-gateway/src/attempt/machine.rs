@@ -20,6 +20,7 @@ use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use tokio::time::Instant;
 use tower::retry::budget::Budget;
 
 /// What a handler says: go on, or end the request with this outcome.
@@ -70,13 +71,18 @@ pub(super) struct Machine<'a, 'c, T: Transport> {
     hedged: bool,
     counted: Counted,
     watch: Watch,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    /// When the head deadline (`plan.head_timeout`) passes.
+    deadline: Instant,
+    /// One timer for the request, set for the earliest of the head deadline and the watch's
+    /// instants ([`Watch::next`]): one timer to register and deregister per request, not three.
+    alarm: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     pub(super) fn new(plan: &'a Plan, transport: &'a mut T, ctx: &'a Ctx<'c>, policy: Policy) -> Self {
         let shape = if plan.latitude.retry { transport.shape() } else { None };
         let window = policy.hedge_after.unwrap_or_default();
+        let deadline = super::watch::after(plan.head_timeout);
         Machine {
             plan,
             transport,
@@ -91,7 +97,8 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             hedged: false,
             counted: Counted::default(),
             watch: Watch::new(window),
-            deadline: Box::pin(tokio::time::sleep(plan.head_timeout)),
+            deadline,
+            alarm: Box::pin(tokio::time::sleep_until(deadline)),
         }
     }
 
@@ -132,9 +139,16 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     }
 
     async fn next_event(&mut self) -> Event<T::Head> {
-        let (deadline, watch, running) = (&mut self.deadline, &mut self.watch, &mut self.running);
+        let (deadline, alarm, watch, running) = (self.deadline, &mut self.alarm, &mut self.watch, &mut self.running);
         std::future::poll_fn(|cx| {
-            if deadline.as_mut().poll(cx).is_ready() {
+            let next = watch.next().map_or(deadline, |t| t.min(deadline));
+            if alarm.deadline() != next {
+                alarm.as_mut().reset(next);
+            }
+            // The instant the alarm rang at, at the least: what was due by then is due.
+            let rang = alarm.as_mut().poll(cx).is_ready().then(|| Instant::now().max(next));
+            let due = |at: Option<Instant>| at.zip(rang).is_some_and(|(at, rang)| at <= rang);
+            if due(Some(deadline)) {
                 return Poll::Ready(Event::Deadline);
             }
             for (i, a) in running.iter_mut().enumerate() {
@@ -147,11 +161,11 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             }
             // The watch after the attempts: an answer or a sign of work at the very moment of a
             // look is seen first.
-            if watch.ping_at.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+            if due(watch.ping_at) {
                 watch.ping_at = None;
                 return Poll::Ready(Event::PingDue);
             }
-            if watch.timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready()) {
+            if due(watch.timer) {
                 watch.timer = None;
                 return Poll::Ready(Event::Look);
             }

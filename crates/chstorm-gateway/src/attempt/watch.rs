@@ -37,8 +37,8 @@
 //! is not hedged unless another replica answers its ping where the read's own does not.
 
 use crate::cluster::upstream::{BoxFuture, Probe};
-use std::pin::Pin;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// The shortest wait for a silent replica's `/ping` (250 ms): a working 18.16 answers one in
 /// well under a millisecond, but on a loaded machine (2 cores, load average 16) it took over
@@ -66,10 +66,10 @@ pub(super) enum Ping {
 /// One request's watch: when to look at its attempts next, the ping sent ahead of that look,
 /// and what earlier pings found.
 pub(super) struct Watch {
-    /// The next look (None: no look due, no hedge possible).
-    pub(super) timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// When the next look is due (None: no look due, no hedge possible).
+    pub(super) timer: Option<Instant>,
     /// When the ping ahead of the next look starts: [`Watch::lead`] before it.
-    pub(super) ping_at: Option<Pin<Box<tokio::time::Sleep>>>,
+    pub(super) ping_at: Option<Instant>,
     pub(super) ping: Ping,
     /// A look found the ping still running: its answer is acted on when it comes.
     pub(super) awaiting: bool,
@@ -105,8 +105,8 @@ impl Watch {
     /// Looks again `d` from now, with a fresh ping [`Watch::lead`] ahead of that look (at
     /// once when `d` is shorter); a ping running now is dropped.
     pub(super) fn look_in(&mut self, d: Duration) {
-        self.timer = Some(sleep(d));
-        self.ping_at = Some(sleep(d.saturating_sub(self.lead)));
+        self.timer = Some(after(d));
+        self.ping_at = Some(after(d.saturating_sub(self.lead)));
         self.ping = Ping::Idle;
         self.awaiting = false;
         self.peer = None;
@@ -115,7 +115,15 @@ impl Watch {
 
     /// Looks again `d` from now, keeping the ping that runs.
     pub(super) fn look_again_in(&mut self, d: Duration) {
-        self.timer = Some(sleep(d));
+        self.timer = Some(after(d));
+    }
+
+    /// The earliest instant the watch waits for, if any (the request's one timer is set for it).
+    pub(super) fn next(&self) -> Option<Instant> {
+        match (self.timer, self.ping_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// No look due and no ping.
@@ -142,8 +150,11 @@ impl Watch {
     }
 }
 
-fn sleep(d: Duration) -> Pin<Box<tokio::time::Sleep>> {
-    Box::pin(tokio::time::sleep(d))
+/// `d` from now, on tokio's clock (paused in tests); as `tokio::time::sleep` takes a wait too
+/// long to add, about 30 years.
+pub(super) fn after(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d).unwrap_or_else(|| now + Duration::from_secs(86_400 * 365 * 30))
 }
 
 /// Alive if any replica answered; Dead if every one is gone; else Silent.
