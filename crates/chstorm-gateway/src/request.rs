@@ -105,12 +105,31 @@ pub fn parse_params(query: Option<&str>) -> Vec<(String, String)> {
     pairs(q).map(|(k, v)| (decode_component(k), decode_component(v))).collect()
 }
 
-/// The first parameter named `name` in a query string, decoded (what [`parse_params`] would
-/// find first), without decoding the others' values.
-pub fn first_param(query: Option<&str>, name: &str) -> Option<String> {
-    pairs(query?)
-        .find(|(k, _)| if plain(k) { *k == name } else { decode_component(k) == name })
-        .map(|(_, v)| decode_component(v))
+/// The first parameter of each of `names` in a query string, decoded (what [`parse_params`]
+/// would find first), in one pass, without decoding the others' values.
+pub fn first_params<const N: usize>(query: Option<&str>, names: [&str; N]) -> [Option<String>; N] {
+    let mut found = [const { None }; N];
+    let Some(q) = query else { return found };
+    let mut left = N;
+    for (k, v) in pairs(q) {
+        let decoded;
+        let k = if plain(k) {
+            k
+        } else {
+            decoded = decode_component(k);
+            decoded.as_str()
+        };
+        if let Some(i) = names.iter().position(|n| *n == k) {
+            if found[i].is_none() {
+                found[i] = Some(decode_component(v));
+                left -= 1;
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+    }
+    found
 }
 
 /// A query string's raw (name, value) pairs, empty ones skipped.
@@ -194,8 +213,20 @@ fn encode_component(out: &mut String, text: &str) {
 
 /// Letters, digits and `-._~`: the bytes a URL component carries as they are.
 fn unreserved(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+    UNRESERVED[b as usize]
 }
+
+/// [`unreserved`] of each byte, looked up: a URL is encoded byte by byte on every request.
+static UNRESERVED: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'~');
+        b += 1;
+    }
+    t
+};
 
 /// One byte of a URL component: itself when [`unreserved`], else `%XX`.
 fn push_byte(out: &mut String, b: u8) {
@@ -400,9 +431,11 @@ mod tests {
             let got = parse_params(Some(&q));
             assert_eq!(got, reference_parse(&q), "{q:?}");
             assert_eq!(encode_params(&got), reference_encode(&got), "{q:?}");
-            for name in ["a", "x", "é", " ", ""] {
-                let first = got.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-                assert_eq!(first_param(Some(&q), name), first, "{q:?} {name:?}");
+            let names = ["a", "x", "é", " ", ""];
+            let first = names.map(|name| got.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()));
+            assert_eq!(first_params(Some(&q), names), first, "{q:?}");
+            for (i, name) in names.into_iter().enumerate() {
+                assert_eq!(first_params(Some(&q), [name]), [first[i].clone()], "{q:?} {name:?}");
             }
         }
     }

@@ -10,7 +10,7 @@
 //!   get a cut answer that nothing can mend.
 //! * **One write.** 18.16 writes even a one-row answer as three segments (the head, the data,
 //!   the last chunk); an answer read whole leaves in one write with a `Content-Length`
-//!   ([`Whole`]), where three writes each pay the loopback peer's receive and wake-up (about
+//!   ([`HttpHead::whole`]), where three writes each pay the loopback peer's receive and wake-up (about
 //!   11 µs apiece on 2 cores, `docs/PERFORMANCE.md`).
 //!
 //! Holding costs no latency a client could see: 18.16 holds its answer in its output buffer
@@ -30,11 +30,24 @@ use std::time::Duration;
 /// The most of an answer [`hold`] holds before it lets the head go: 64 KiB.
 pub const HOLD_AT: usize = 64 * 1024;
 
-/// Marks an answer read whole: its length goes out as its `Content-Length`.
-#[derive(Debug, Clone, Copy)]
-pub struct Whole(pub u64);
+/// An HTTP attempt's answer head, with what the hold found of its body.
+#[derive(Debug)]
+pub struct HttpHead {
+    pub resp: Response<GBody>,
+    /// The body's length when it was read whole: it goes out as the answer's `Content-Length`,
+    /// and its query has ended on the server. A field, not a response extension: an extension
+    /// costs an allocated map on every answer.
+    pub whole: Option<u64>,
+}
 
-/// Reads `resp`'s body until it ends (the answer becomes whole, marked [`Whole`]), passes
+impl HttpHead {
+    /// A head whose body streams.
+    pub fn streaming(resp: Response<GBody>) -> HttpHead {
+        HttpHead { resp, whole: None }
+    }
+}
+
+/// Reads `resp`'s body until it ends (the answer becomes whole, [`HttpHead::whole`]), passes
 /// `hold_at` bytes, or `hold_for` passes (it streams from there, what was held first). Every
 /// frame is a sign of work (`bump`). A body that breaks while held is the attempt's failure:
 /// nothing of it went to the client.
@@ -43,31 +56,31 @@ pub async fn hold(
     hold_at: usize,
     hold_for: Duration,
     bump: impl Fn(),
-) -> Result<Response<GBody>, BackendError> {
+) -> Result<HttpHead, BackendError> {
     use http_body_util::BodyExt;
-    let (mut parts, mut body) = resp.into_parts();
+    let (parts, mut body) = resp.into_parts();
     let mut held = bytes::BytesMut::new();
     let until = tokio::time::Instant::now() + hold_for;
     loop {
         if held.len() > hold_at {
-            return Ok(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body)));
+            return Ok(HttpHead::streaming(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body))));
         }
         // Waiting for a frame loses nothing when it is given up (`frame` only polls the body).
         let Ok(frame) = tokio::time::timeout_at(until, body.frame()).await else {
-            return Ok(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body)));
+            return Ok(HttpHead::streaming(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body))));
         };
         bump();
         match frame {
             None => {
-                parts.extensions.insert(Whole(held.len() as u64));
-                return Ok(Response::from_parts(parts, full(held.freeze())));
+                let whole = Some(held.len() as u64);
+                return Ok(HttpHead { resp: Response::from_parts(parts, full(held.freeze())), whole });
             }
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) => held.extend_from_slice(&data),
                 // Trailers (ClickHouse sends none): stream from here, the trailers included.
                 Err(frame) => {
                     let rest = Prefixed::wrap(held.freeze(), Replay::wrap(frame, body));
-                    return Ok(Response::from_parts(parts, rest));
+                    return Ok(HttpHead::streaming(Response::from_parts(parts, rest)));
                 }
             },
             Some(Err(e)) => {
@@ -139,8 +152,8 @@ mod tests {
         let t0 = tokio::time::Instant::now();
         let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_millis(100), "held only to the deadline");
-        assert!(r.extensions().get::<Whole>().is_none(), "it streams");
-        let mut body = r.into_body();
+        assert!(r.whole.is_none(), "it streams");
+        let mut body = r.resp.into_body();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "first\n");
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -172,9 +185,9 @@ mod tests {
         })
         .await
         .unwrap();
-        assert_eq!(r.extensions().get::<Whole>().map(|w| w.0), Some(6));
+        assert_eq!(r.whole, Some(6));
         assert_eq!(bumps.load(Ordering::Relaxed), 4, "three frames and the end");
-        let mut body = r.into_body();
+        let mut body = r.resp.into_body();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "1\n2\n3\n", "one frame, one write");
         assert!(body.frame().await.is_none());
     }
@@ -182,8 +195,8 @@ mod tests {
     #[tokio::test]
     async fn a_long_answer_streams_after_what_was_held() {
         let r = hold(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5, LONG, || ()).await.unwrap();
-        assert!(r.extensions().get::<Whole>().is_none(), "a long answer keeps streaming");
-        let all = r.into_body().collect().await.unwrap().to_bytes();
+        assert!(r.whole.is_none(), "a long answer keeps streaming");
+        let all = r.resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(all, "aaaabbbbccccdddd");
     }
 
@@ -197,7 +210,7 @@ mod tests {
     #[tokio::test]
     async fn a_break_after_the_hold_reaches_the_client_after_what_was_held() {
         let r = hold(answer(&["aaaa", "bbbb", "cccc"], true), 5, LONG, || ()).await.unwrap();
-        let mut body = r.into_body();
+        let mut body = r.resp.into_body();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "aaaabbbb");
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "cccc");
         assert_eq!(body.frame().await.unwrap().unwrap_err().to_string(), "the backend went away");

@@ -3,7 +3,7 @@
 //! answer held ([`super::held`]) before it counts as the head, and an error answer read (at most
 //! [`MAX_ERROR_BODY`], within [`ERROR_BODY_TIMEOUT`]) to find its code.
 
-use super::held::{hold, Whole, HOLD_AT};
+use super::held::{hold, HttpHead, HOLD_AT};
 use super::quarantine::fingerprint;
 use super::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
@@ -48,7 +48,7 @@ pub struct Http<'a> {
 }
 
 impl Transport for Http<'_> {
-    type Head = Response<GBody>;
+    type Head = HttpHead;
 
     fn send(
         &mut self,
@@ -86,7 +86,7 @@ impl Transport for Http<'_> {
             let head = head.await?;
             match hold_for {
                 Some(d) if head.status().is_success() => hold(head, HOLD_AT, d, || live.activity.bump()).await,
-                _ => Ok(head),
+                _ => Ok(HttpHead::streaming(head)),
             }
         }))
     }
@@ -96,13 +96,13 @@ impl Transport for Http<'_> {
     }
 
     fn is_success(head: &Self::Head) -> bool {
-        head.status().is_success()
+        head.resp.status().is_success()
     }
 
     fn judge_error(head: Self::Head) -> BoxFuture<Judged<Self::Head>> {
         Box::pin(async move {
             // An error answer: small; read it to find the code.
-            let (parts, rbody) = head.into_parts();
+            let (parts, rbody) = head.resp.into_parts();
             let text =
                 tokio::time::timeout(ERROR_BODY_TIMEOUT, read_limited(rbody, MAX_ERROR_BODY)).await.unwrap_or_default();
             let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
@@ -111,9 +111,8 @@ impl Transport for Http<'_> {
                     Judged::Busy(code, String::from_utf8_lossy(&text).trim().to_string())
                 }
                 _ => {
-                    let mut parts = parts;
-                    parts.extensions.insert(Whole(text.len() as u64));
-                    Judged::Answer(Response::from_parts(parts, full(text)))
+                    let whole = Some(text.len() as u64);
+                    Judged::Answer(HttpHead { resp: Response::from_parts(parts, full(text)), whole })
                 }
             }
         })

@@ -67,18 +67,18 @@ pub mod hedge;
 pub mod held;
 pub mod quarantine;
 
-pub use held::Whole;
+pub use held::HttpHead;
 pub use http_transport::{HttpParts, SendBody};
 pub use kill::KillGuard;
 
 use crate::cluster::balancer::Balancer;
 use crate::cluster::budget::{ClusterBudget, Grant};
 use crate::cluster::replica::{InFlight, Replica};
-use crate::cluster::upstream::{Backend, BackendError, BoxFuture, GBody};
+use crate::cluster::upstream::{Backend, BackendError, BoxFuture};
 use crate::config::Hedging;
 use crate::metrics::Metrics;
 use crate::query::plan::Plan;
-use ::http::{Response, StatusCode};
+use ::http::StatusCode;
 use hedge::{Activity, HeadTimes};
 use http_transport::Http;
 use policy::Policy;
@@ -157,7 +157,7 @@ pub struct Won {
 /// How the attempts ended.
 // One per request, moved once into `respond`: boxing the answer would only add an allocation.
 #[allow(clippy::large_enum_variant)]
-pub enum Outcome<H = Response<GBody>> {
+pub enum Outcome<H = HttpHead> {
     /// An answer head (success, or an error answer to pass on, its body already read).
     Answer { head: H, won: Won, retries: u32, hedged: bool },
     /// No answer: the status and the one-line message for the client.

@@ -3,12 +3,13 @@
 use super::watch::DEAD_GRACE;
 use super::*;
 use crate::cluster::replica::Overdue;
-use crate::cluster::upstream::{full, Probe};
+use crate::cluster::upstream::{full, GBody, Probe};
 use crate::config::{Config, HedgeDelay, User};
 use crate::metrics::ReasonLabel;
 use crate::query::plan::plan;
 use crate::query::plan::Target;
 use crate::query::request::{BodyShape, QueryRequest};
+use ::http::Response;
 use bytes::Bytes;
 use http::Request;
 use std::collections::HashMap;
@@ -454,7 +455,7 @@ async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried
     let w = World::new(&fake);
     let o = w.run(&w.plan(ROUTED_READ, BodyShape::Held), held()).await;
     match o {
-        Outcome::Answer { head: resp, retries, .. } => assert_eq!((resp.status().as_u16(), retries), (404, 0)),
+        Outcome::Answer { head, retries, .. } => assert_eq!((head.resp.status().as_u16(), retries), (404, 0)),
         Outcome::Failed { .. } => panic!("failed"),
     }
     assert_eq!(fake.sent_to().len(), 1);
@@ -911,8 +912,8 @@ async fn resent_past_a_death(death: Behave, answer: &'static str) {
         let mut o = w.run(&p, held()).await;
         assert_eq!(answered(&mut o).0, other);
         let Outcome::Answer { head, .. } = o else { unreachable!() };
-        assert_eq!(head.extensions().get::<Whole>().map(|w| w.0), Some(answer.len() as u64), "held whole");
-        let body = http_body_util::BodyExt::collect(head.into_body()).await.unwrap().to_bytes();
+        assert_eq!(head.whole, Some(answer.len() as u64), "held whole");
+        let body = http_body_util::BodyExt::collect(head.resp.into_body()).await.unwrap().to_bytes();
         assert_eq!(body, answer, "nothing of a broken answer");
         if fake.sent_to()[before] == dead {
             assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");

@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::Interest;
 
-/// Fires when the client's FIN has come; carried in each request's extensions.
+/// Fires when the client's FIN has come; the connection hands it to each of its queries.
 #[derive(Clone, Debug, Default)]
 pub struct ClientFin(Arc<Signal>);
 

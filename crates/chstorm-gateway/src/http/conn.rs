@@ -243,14 +243,13 @@ impl Listener {
     /// The answer to one request, with its connection headers as 18.16 sends them.
     async fn answer(
         &self,
-        mut req: Request<FrontBody>,
+        req: Request<FrontBody>,
         peer: SocketAddr,
         fin: &ClientFin,
         keep_alive: &HeaderValue,
     ) -> Response<GBody> {
-        req.extensions_mut().insert(fin.clone());
         let (closing, version) = (wants_close(&req), req.version());
-        let mut resp = self.respond(req, peer).await;
+        let mut resp = self.respond(req, peer, fin).await;
         if self.drain.is_draining() {
             // Stopping: the client reconnects for its next query (to the new gateway).
             resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -259,7 +258,7 @@ impl Listener {
         resp
     }
 
-    async fn respond(&self, req: Request<FrontBody>, peer: SocketAddr) -> Response<GBody> {
+    async fn respond(&self, req: Request<FrontBody>, peer: SocketAddr, fin: &ClientFin) -> Response<GBody> {
         let state = self.state.load_full();
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let get = req.method() == Method::GET || req.method() == Method::HEAD;
@@ -326,7 +325,7 @@ impl Listener {
             }
             Endpoint::Query => {
                 let http10 = req.version() == http::Version::HTTP_10;
-                let mut r = with_www_authenticate(self.query(req, peer, state).await);
+                let mut r = with_www_authenticate(self.query(req, peer, state, fin).await);
                 if http10 {
                     // 18.16 ends an HTTP/1.0 query answer (no chunks there) by closing.
                     r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -346,7 +345,13 @@ impl Listener {
     }
 
     /// A query through [`super::service`], given up (408) when its body stalls.
-    async fn query(&self, req: Request<FrontBody>, peer: SocketAddr, state: Arc<State>) -> Response<GBody> {
+    async fn query(
+        &self,
+        req: Request<FrontBody>,
+        peer: SocketAddr,
+        state: Arc<State>,
+        fin: &ClientFin,
+    ) -> Response<GBody> {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = req.into_parts();
         let whole = matches!(body, FrontBody::Whole(_));
@@ -356,7 +361,7 @@ impl Listener {
         let who = AuthenticatedAs::default();
         if whole {
             // A body that came whole with its head never waits for its client: nothing to watch.
-            return super::service::serve(state.clone(), req, peer, &who).await;
+            return super::service::serve(state.clone(), req, peer, &who, Some(fin)).await;
         }
         let started = std::time::Instant::now();
         let resp = tokio::select! {
@@ -375,7 +380,7 @@ impl Listener {
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 r
             }
-            r = super::service::serve(state.clone(), req, peer, &who) => r,
+            r = super::service::serve(state.clone(), req, peer, &who, Some(fin)) => r,
         };
         drop(watch);
         resp

@@ -5,7 +5,7 @@
 //! retries and hedges are logged here.
 
 use super::body::{Guarded, Streamed};
-use crate::attempt::{Outcome, Whole};
+use crate::attempt::{HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
@@ -52,13 +52,13 @@ impl Answer<'_, '_> {
                 set_ids(r.headers_mut(), query_id, route, None, None);
                 r
             }
-            Outcome::Answer { head: resp, mut won, retries, hedged } => {
+            Outcome::Answer { head: HttpHead { resp, whole }, mut won, retries, hedged } => {
                 let (mut parts, body) = resp.into_parts();
                 strip_hop(&mut parts.headers);
                 // An answer read whole leaves in one write, with its length; its query has
                 // ended on the server, so nothing is left to KILL.
-                if let Some(Whole(len)) = parts.extensions.remove::<Whole>() {
-                    parts.headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+                if let Some(len) = whole {
+                    parts.headers.insert(http::header::CONTENT_LENGTH, number(len));
                     won.guard.disarm();
                 }
                 let threads = won.grant.as_ref().map(|g| g.threads());
@@ -73,8 +73,12 @@ impl Answer<'_, '_> {
                             "ms": self.exit.started.elapsed().as_millis() as u64}),
                     );
                 }
-                // The answer streams; the replica's in-flight count, its thread grant and the
-                // KILL guard live as long as it.
+                // The replica's in-flight count, its thread grant and the KILL guard live as long
+                // as the body. A body read whole is in memory and its query has ended: nothing
+                // to kill, no deadline to watch.
+                if whole.is_some() {
+                    return Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant, won.guard)));
+                }
                 let body = Streamed::wrap(body, won.guard, body_deadline);
                 Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant)))
             }
@@ -102,9 +106,25 @@ fn set_ids(
         h.insert(X_CLICKHOUSE_QUERY_ID.clone(), v);
     }
     if let Some(t) = threads {
-        h.insert(X_CHSTORM_THREADS.clone(), HeaderValue::from(t as u64));
+        h.insert(X_CHSTORM_THREADS.clone(), number(t as u64));
     }
 }
+
+/// `n` as a header value; one made once for `n` up to [`SMALL_NUMBERS`] (a thread grant, a
+/// short answer's length), where `HeaderValue::from` allocates each time.
+fn number(n: u64) -> HeaderValue {
+    static SMALL: std::sync::LazyLock<Vec<HeaderValue>> = std::sync::LazyLock::new(|| {
+        (0..=SMALL_NUMBERS).map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str()))).collect()
+    });
+    if n <= SMALL_NUMBERS {
+        SMALL[n as usize].clone()
+    } else {
+        HeaderValue::from(n)
+    }
+}
+
+/// The largest number [`number`] keeps made: 1,024.
+const SMALL_NUMBERS: u64 = 1024;
 
 /// Takes the hop-by-hop headers and the length off a replica's answer head (one pass over the
 /// names when there are none, as with the HTTP/1 client's heads).
@@ -113,6 +133,16 @@ fn strip_hop(h: &mut HeaderMap) {
     if h.keys().map(HeaderName::as_str).any(|k| stripped().any(|n| *n == k)) {
         for name in stripped() {
             h.remove(*name);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_number_is_its_decimal_text_below_and_above_the_kept_ones() {
+        for n in [0, 1, 9, 10, 255, 1023, super::SMALL_NUMBERS, super::SMALL_NUMBERS + 1, 65_536, u64::MAX] {
+            assert_eq!(super::number(n).to_str().unwrap(), n.to_string());
         }
     }
 }

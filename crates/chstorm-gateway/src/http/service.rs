@@ -92,8 +92,15 @@ fn guarded(resp: Response<GBody>, guard: impl std::any::Any + Send) -> Response<
 }
 
 /// Serves one query request of the client at `peer`, in the order documented above; `who` is
-/// told the user once authenticated.
-pub async fn serve<B>(state: Arc<State>, req: Request<B>, peer: SocketAddr, who: &AuthenticatedAs) -> Response<GBody>
+/// told the user once authenticated. A read is abandoned when `fin` comes (the client's FIN on
+/// the connection; None where no connection is watched).
+pub async fn serve<B>(
+    state: Arc<State>,
+    req: Request<B>,
+    peer: SocketAddr,
+    who: &AuthenticatedAs,
+    fin: Option<&ClientFin>,
+) -> Response<GBody>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -112,7 +119,7 @@ where
         Ok(p) => p,
         Err(r) => return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r), permit),
     };
-    guarded(query(state, user.cfg.clone(), req).await, (permit, global))
+    guarded(query(state, user.cfg.clone(), req, fin).await, (permit, global))
 }
 
 static X_CLICKHOUSE_USER: http::HeaderName = http::HeaderName::from_static("x-clickhouse-user");
@@ -136,14 +143,18 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
         }
     }
     let header = |n: &http::HeaderName| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let param = |n: &str| crate::request::first_param(req.uri().query(), n);
-    let user = header(&X_CLICKHOUSE_USER).or_else(|| param("user")).unwrap_or_else(|| "default".into());
-    let password = header(&X_CLICKHOUSE_KEY).or_else(|| param("password")).unwrap_or_default();
-    (user, password)
+    let (user, password) = (header(&X_CLICKHOUSE_USER), header(&X_CLICKHOUSE_KEY));
+    let [param_user, param_password] = match (&user, &password) {
+        (Some(_), Some(_)) => [None, None],
+        _ => crate::request::first_params(req.uri().query(), ["user", "password"]),
+    };
+    let user = user.or(param_user).unwrap_or_else(|| "default".into());
+    (user, password.or(param_password).unwrap_or_default())
 }
 
-/// One authenticated, admitted query of user `u`: read, planned, sent and answered.
-pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Request<B>) -> Response<GBody>
+/// One authenticated, admitted query of user `u`: read, planned, sent and answered; a read is
+/// abandoned when `fin` comes.
+pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Request<B>, fin: Option<&ClientFin>) -> Response<GBody>
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -178,7 +189,7 @@ where
     };
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
-    let fin = parts.extensions.get::<ClientFin>().filter(|_| plan.kind == StatementKind::Read);
+    let fin = fin.filter(|_| plan.kind == StatementKind::Read);
     let outcome = match fin {
         Some(fin) => tokio::select! {
             o = crate::attempt::run(&plan, http, body, &ctx) => o,
