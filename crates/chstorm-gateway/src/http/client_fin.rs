@@ -9,8 +9,9 @@
 //! * a **read** (SELECT, WITH, SHOW, DESCRIBE, EXISTS, EXPLAIN) whose client sends its FIN
 //!   before the whole answer has gone out is abandoned: its query is killed on the replica (the
 //!   KILL guard, `killed_queries_total{reason="client_gone"}`), and the client gets Code 394 if
-//!   no answer head has gone out yet, a cut connection otherwise. Without this a client that
-//!   left would keep a silent read running to its end;
+//!   no answer head has gone out yet, a cut connection otherwise (an answer the gateway held
+//!   whole goes out whole: its query has ended). Without this a client that left would keep a
+//!   silent read running to its end;
 //! * **any other statement** (INSERT, CREATE, ...) runs to its end and is answered, as direct.
 //!
 //! hyper itself runs with `half_close(true)` (it no longer ends a connection at a FIN while a

@@ -5,6 +5,7 @@
 //! retries and hedges are logged here.
 
 use super::body::{Guarded, Streamed};
+use super::client_fin::ClientFin;
 use crate::attempt::{HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
@@ -23,6 +24,9 @@ pub fn reply(status: StatusCode, msg: impl Into<String>) -> Response<GBody> {
 /// The answer to a planned query, recorded under its [`Exit`].
 pub struct Answer<'a, 'e> {
     pub exit: &'a Exit<'e>,
+    /// A read's client FIN ([`super::client_fin`]): a streamed answer is cut when it comes. An
+    /// answer held whole, or one line of the gateway's, goes out whole: its query has ended.
+    pub fin: Option<&'a ClientFin>,
 }
 
 impl Answer<'_, '_> {
@@ -79,8 +83,12 @@ impl Answer<'_, '_> {
                 if whole.is_some() {
                     return Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant, won.guard)));
                 }
-                let body = Streamed::wrap(body, won.guard, body_deadline);
-                Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant)))
+                let body = Guarded::wrap(Streamed::wrap(body, won.guard, body_deadline), (won.inflight, won.grant));
+                let body = match self.fin {
+                    Some(fin) => fin.cut(body),
+                    None => body,
+                };
+                Response::from_parts(parts, body)
             }
         }
     }

@@ -197,11 +197,7 @@ where
         },
         None => crate::attempt::run(&plan, http, body, &ctx).await,
     };
-    let resp = Answer { exit: &exit }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline);
-    match fin {
-        Some(fin) => resp.map(|b| fin.cut(b)),
-        None => resp,
-    }
+    Answer { exit: &exit, fin }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline)
 }
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
