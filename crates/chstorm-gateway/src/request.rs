@@ -153,13 +153,16 @@ fn decode_component(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        match (b[i], hex(i + 1), hex(i + 2)) {
-            (b'+', _, _) => out.push(b' '),
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 2;
-            }
-            (c, _, _) => out.push(c),
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' => match (hex(i + 1), hex(i + 2)) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
         }
         i += 1;
     }
