@@ -7,13 +7,12 @@
 /// A new query_id for a query whose client set none: `chgw-` and 24 random hex digits.
 pub fn new_query_id() -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let r = rand::random::<u128>();
-    let (hi, lo) = ((r >> 64) as u64, r as u32);
-    let mut id = String::with_capacity(29);
-    id.push_str("chgw-");
-    let digits = |v: u64, n: u32| (0..n).rev().map(move |i| HEX[((v >> (4 * i)) & 15) as usize] as char);
-    id.extend(digits(hi, 16).chain(digits(lo as u64, 8)));
-    id
+    let r = rand::random::<u128>() >> 32;
+    let mut id = *b"chgw-000000000000000000000000";
+    for (i, d) in id[5..].iter_mut().rev().enumerate() {
+        *d = HEX[((r >> (4 * i)) & 15) as usize];
+    }
+    String::from_utf8(id.to_vec()).expect("ASCII")
 }
 
 /// Largest body held whole (1 MiB), after decompression. Bigger bodies stream.
