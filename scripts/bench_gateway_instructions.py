@@ -13,7 +13,10 @@ config, `workers: 1`), a second gateway binary with --b, and HAProxy 2.6 in HTTP
 (`http-reuse always`, one thread). Each gets `wrk -t1 -c8` of `GET /?query=SELECT%201` for
 --warm seconds, then callgrind's counters are zeroed (`callgrind_control -z`), wrk runs
 --duration seconds more, and the counters are dumped: instructions / queries answered in that
-window. Every thread of the process counts (the gateway's health checks too). With --native,
+window. Every thread of the process counts (the gateway's health checks too). --cache-sim adds
+callgrind's cache simulation (the host's cache sizes) and reports first-level misses per query:
+instruction fetches (I1) and data reads and writes (D1). They cost cycles an instruction count
+does not show, so they say why CPU time follows instructions only in part. With --native,
 the gateway's native port and HAProxy in TCP mode in front of the server's native port are
 measured the same way, with `chstorm bench -c 8`.
 
@@ -51,7 +54,8 @@ def load(url, native, chstorm, duration):
 def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     """Runs `cmd` under callgrind: user-space instructions per query over the measured window."""
     out = os.path.join(tmp, f"cg-{name}")
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + cmd,
+    sim = ["--cache-sim=yes"] if args.cache_sim else []
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + sim + cmd,
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
     try:
         wait_answering(check_url, proc, name)
@@ -61,11 +65,24 @@ def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
         sh(["callgrind_control", "-d", str(proc.pid)])
         dumps = sorted(glob.glob(out + "*"), key=os.path.getmtime)
         text = open(dumps[-1]).read()
-        ir = int(re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M).group(1))
+        events = re.search(r"^events:\s+(.+)$", text, re.M).group(1).split()
+        totals = [int(v) for v in re.search(r"^(?:summary|totals):\s+(.+)$", text, re.M).group(1).split()]
     finally:
         proc.kill()
         proc.wait()
-    return {"queries": queries, "instructions": ir, "per_query": round(ir / max(queries, 1))}
+    counts = dict(zip(events, totals))
+    ir, n = counts["Ir"], max(queries, 1)
+    row = {"queries": queries, "instructions": ir, "per_query": round(ir / n)}
+    if args.cache_sim:
+        # First-level misses per query: instruction fetches, data reads, data writes.
+        row["misses_per_query"] = {e: round(counts[e] / n) for e in ("I1mr", "D1mr", "D1mw")}
+    return row
+
+
+def misses(row):
+    """The cache misses of a row, as printed after its instructions ('' without --cache-sim)."""
+    m = row.get("misses_per_query")
+    return f"; misses per query: I1 {m['I1mr']:,}, D1 read {m['D1mr']:,}, D1 write {m['D1mw']:,}" if m else ""
 
 
 def main():
@@ -76,6 +93,8 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="leave HAProxy out")
     ap.add_argument("--warm", type=int, default=3, help="seconds of load before counting (default 3)")
     ap.add_argument("--duration", type=int, default=6, help="seconds of load counted (default 6)")
+    ap.add_argument("--cache-sim", action="store_true",
+                    help="also count first-level cache misses per query (callgrind's cache simulation; slower)")
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
     for tool in ("valgrind", "callgrind_control", "wrk"):
@@ -98,7 +117,7 @@ def main():
             rows[name] = counted([binary, "gateway", "--config", cfg], url, f"http://127.0.0.1:{port}", args.native,
                                  chstorm, args, tmp, name)
             rows[name]["binary"] = binary
-            print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries)")
+            print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries){misses(rows[name])}")
         if not args.no_peers and shutil.which("haproxy"):
             hp, tp, np_ = free_port(), free_port(), free_port()
             cfg = os.path.join(tmp, "haproxy.cfg")
@@ -107,7 +126,7 @@ def main():
             url = f"clickhouse://127.0.0.1:{np_}" if args.native else f"http://127.0.0.1:{hp}"
             rows["haproxy"] = counted(["haproxy", "-db", "-f", cfg], url, f"http://127.0.0.1:{hp}", args.native,
                                       chstorm, args, tmp, "haproxy")
-            print(f"  {'haproxy':10} {rows['haproxy']['per_query']:>8,} instructions per query ({rows['haproxy']['queries']} queries)")
+            print(f"  {'haproxy':10} {rows['haproxy']['per_query']:>8,} instructions per query ({rows['haproxy']['queries']} queries){misses(rows['haproxy'])}")
         elif not args.no_peers:
             print("bench_gateway_instructions: no haproxy (scripts/install-deps installs it); its row is left out", file=sys.stderr)
     finally:
