@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build release test lint demo bench profile clean
+.PHONY: all deps build release release-pgo test lint demo bench profile clean
 
 all: release
 
@@ -15,6 +15,12 @@ build: deps
 
 release: deps
 	$(CARGO) build --release -p chstorm
+
+## A profile-guided release build for a gateway (scripts/build_pgo.py): target/pgo/release/chstorm,
+## trained on the gateway's hot path against a local server, then checked against it differentially.
+## About three release builds' time.
+release-pgo: deps
+	python3 scripts/build_pgo.py
 
 ## Every test, against real ClickHouse servers that the tests start and stop themselves; the lint
 ## gates first (a formatting or clippy finding fails the run, as any test does).
@@ -34,20 +40,20 @@ demo: release
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
 ##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
-##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and two floor relays, 10,000 idle connections
-##   gateway_instructions.json, gateway_instructions_native.json  user-space instructions per proxied SELECT 1 (callgrind), the gateway beside HAProxy
+##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and the floor relays, 10,000 idle connections; its profile-guided build (release-pgo) beside it
+##   gateway_instructions.json, gateway_instructions_native.json  user-space instructions per proxied SELECT 1 (callgrind), the gateway and its profile-guided build beside HAProxy
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
-bench: release
+bench: release release-pgo
 	$(CARGO) build --release -p chstorm --example ping_server
 	$(CARGO) build --release -p chstorm-gateway --example floor_relay
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
-	python3 scripts/bench_gateway_cpu.py --out bench-results
+	python3 scripts/bench_gateway_cpu.py --pgo target/pgo/release/chstorm --out bench-results
 	EXTRA_PKGS=valgrind bash scripts/install-deps
-	python3 scripts/bench_gateway_instructions.py --out bench-results
-	python3 scripts/bench_gateway_instructions.py --native --out bench-results
+	python3 scripts/bench_gateway_instructions.py --b target/pgo/release/chstorm --out bench-results
+	python3 scripts/bench_gateway_instructions.py --native --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_failover.py --out bench-results
 	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
 	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi

@@ -47,6 +47,10 @@ idle upstream connections closed after 2 s, before 18.16's 3 s). Their CPU per q
 from /proc the same way. --no-peers leaves them out (they need `haproxy` and `nginx`, which
 scripts/install-deps installs).
 
+--pgo BINARY adds a profile-guided build of chstorm (`make release-pgo`, scripts/build_pgo.py:
+target/pgo/release/chstorm) as one more gateway with the same config, in every alternation (HTTP,
+native, many clients), printed beside HAProxy.
+
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
@@ -276,6 +280,8 @@ def main():
     ap.add_argument("--chstorm", default="target/release/chstorm")
     ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
+    ap.add_argument("--pgo", help="also measure this profile-guided build of chstorm (make release-pgo: "
+                                   "target/pgo/release/chstorm) as one more gateway, same config, same alternation")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper, httparse, hyper front)")
     ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
@@ -324,6 +330,14 @@ def main():
             text = f"workers: {args.workers}\n" + text
         open(cfg, "w").write(text)
         gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
+        if args.pgo:
+            # The profile-guided build: the same config on ports of its own, measured as a peer.
+            pport, pnative = free_port(), free_port()
+            pcfg = os.path.join(tmp, "gateway-pgo.yaml")
+            open(pcfg, "w").write(text.replace(f":{port}\n", f":{pport}\n").replace(f":{native_port}\n", f":{pnative}\n"))
+            gw_pgo, pgo_url = start_gateway(os.path.abspath(args.pgo), pcfg, os.path.join(out, "gateway-cpu-pgo.log"))
+            floors["peer_gateway_pgo"] = (gw_pgo, pgo_url)
+            native_peers["gateway_pgo"] = (gw_pgo, f"clickhouse://127.0.0.1:{pnative}")
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
         wrk(gw_url, 1, args.connections)  # warm the pools
@@ -378,6 +392,8 @@ def main():
             open(cfg2, "w").write(defaults_config(port=free_port(), url=url, native_port=free_port(), native=native))
             gw_default, gw_default_url = start_gateway(chstorm, cfg2, os.path.join(out, "gateway-cpu-defaults.log"))
             who = {"direct": url, "gateway": gw_url, "gateway_default_limits": gw_default_url}
+            if "peer_gateway_pgo" in floors:
+                who["gateway_pgo"] = floors["peer_gateway_pgo"][1]
             if "peer_haproxy_http" in floors:
                 who["haproxy_http"] = floors["peer_haproxy_http"][1]
             for name, u in who.items():
@@ -435,7 +451,7 @@ def main():
                 "hfront": "hyper server, httparse in-task backend"}[mode]
         print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
-             "nginx": "nginx, proxy_pass, upstream keepalive"}
+             "nginx": "nginx, proxy_pass, upstream keepalive", "gateway_pgo": "the gateway, profile-guided build"}
     for mode, f in peers.items():
         print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     n = res["native"]
@@ -444,14 +460,25 @@ def main():
           f"({n['gateway_qps']:.0f} / {n['direct_qps']:.0f}), gateway cpu {n['gateway_cpu_us_per_query']:.1f} us per native query"
           + (f"; HAProxy TCP mode on the native port {ht['cpu_us_per_query']:.1f} us, qps / direct {ht['qps_ratio']:.3f} "
              f"({n['gateway_cpu_us_per_query'] / ht['cpu_us_per_query']:.2f}x; target <= 1.00)" if ht else ""))
+    gp = res["native_peers"].get("gateway_pgo")
+    if gp:
+        print(f"native: the gateway, profile-guided build: cpu {gp['cpu_us_per_query']:.1f} us per native query, "
+              f"qps / direct {gp['qps_ratio']:.3f}"
+              + (f" ({gp['cpu_us_per_query'] / ht['cpu_us_per_query']:.2f}x HAProxy TCP mode; target <= 1.00)" if ht else ""))
+    if hp and "gateway_pgo" in peers:
+        print(f"the gateway, profile-guided build: {peers['gateway_pgo']['cpu_us_per_query'] / hp['cpu_us_per_query']:.2f}x "
+              "HAProxy HTTP mode's cpu per query (target <= 1.00)")
     if res["many"]:
         rows = res["many"]["rows"]
         for name, r in rows.items():
             print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  errors {r['errors']:.0f}")
         if "haproxy_http" in rows:
-            g, h = rows["gateway"], rows["haproxy_http"]
-            print(f"c{args.many} gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
-                  f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
+            h = rows["haproxy_http"]
+            for name in ("gateway", "gateway_pgo"):
+                if name in rows:
+                    g = rows[name]
+                    print(f"c{args.many} {name} / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
+                          f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
     print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
           f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
           f"max {idle['ping_ms_max']:.3f} ms (target < 1)")

@@ -1,7 +1,8 @@
 //! `make bench`'s scripts leave nothing behind: each one's servers, configs and logs live in a
 //! folder from `scratch_dir` (scripts/bench_gateway.py), removed when the script exits, however it
 //! exits. The benchmarks themselves run only under `make bench`; these tests check the helper and
-//! that every script uses it.
+//! that every script uses it, and the differential check that `make release-pgo` makes of its
+//! build before keeping it.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -74,4 +75,26 @@ fn every_script_makes_its_temporary_folder_with_scratch_dir() {
         checked += 1;
     }
     assert!(checked >= 8, "only {checked} scripts found in {:?}", scripts());
+}
+
+/// `make release-pgo` keeps its build only when the build's gateway answers as the server does
+/// (scripts/build_pgo.py, `verify`): the check passes this build's gateway, and fails one whose
+/// answers differ (the same gateway, its answers cut by `max_result_rows`).
+#[test]
+fn the_profile_guided_builds_differential_check_passes_same_answers_and_fails_changed_ones() {
+    let chstorm = env!("CARGO_BIN_EXE_chstorm");
+    let check = |wrap: &str| {
+        run_with_scratch(&format!(
+            "import build_pgo\norig = build_pgo.start_gateway\n\
+             def start(*a):\n    p, u = orig(*a)\n    return p, u{wrap}\n\
+             build_pgo.start_gateway = start\ntry:\n    build_pgo.verify({chstorm:?}, tmp, queries=20)\n\
+             except SystemExit as e:\n    print(e, flush=True)\n    raise\nprint('verified', flush=True)"
+        ))
+    };
+    let (code, left, stdout) = check("");
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("verified") && !left, "{stdout}");
+    let (code, left, stdout) = check(" + '/?max_result_rows=5'");
+    assert_eq!(code, 1, "a changed answer must fail the check: {stdout}");
+    assert!(stdout.contains("the optimised gateway answered") && !stdout.contains("verified") && !left, "{stdout}");
 }

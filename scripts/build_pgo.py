@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""make release-pgo: a profile-guided release build of chstorm, trained on the gateway's hot path.
+
+Profile-guided optimisation lays the code a query runs out together and moves what it does not
+run out of the way, so a query's code takes fewer instruction-cache lines. That is where the
+gateway's per-query cost against HAProxy goes (docs/PERFORMANCE.md, "In cache misses").
+
+1. An instrumented build (`-Cprofile-generate`) in target/pgo-generate.
+2. Training, on this machine's loopback only: one local 18.16 server (`chstorm local up`), the
+   instrumented gateway in front of it with every function on (bench_gateway_cpu.py's config:
+   shard routing, users and limits, metrics, the KILL guard, hedged reads, the thread budget),
+   and the load the gateway is for: `SELECT 1` and routed point lookups over HTTP (wrk, and the
+   instrumented `chstorm bench`, which trains the load generator too) and over the native port;
+   POST bodies, gzip bodies, a syntax error, `/ping`, `/metrics`. The gateway is stopped with
+   SIGTERM, so it writes its profile as it exits.
+3. `llvm-profdata merge` (rustup's `llvm-tools`, which the script adds when missing).
+4. The release build with `-Cprofile-use` in target/pgo: target/pgo/release/chstorm.
+5. A differential check of that binary: 60 generated queries (sizes, formats) straight to a new
+   local server and through its gateway, the same bytes over HTTP and the same rows over the
+   native port (clickhouse-client); any difference fails the build.
+
+Every path still works in the built binary; the ones training did not run are only laid out as
+cold. A clean run takes about three release builds' time (15 minutes on 2 cores).
+
+  python3 scripts/build_pgo.py                 # target/pgo/release/chstorm
+  python3 scripts/build_pgo.py --seconds 20    # longer training (default 8 s per load)
+"""
+import argparse, glob, json, os, random, shutil, signal, subprocess, sys
+
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway  # noqa: E402
+from bench_gateway_cpu import CONFIG, wrk  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cargo_build(target_dir, rustflags):
+    env = dict(os.environ, CARGO_TARGET_DIR=target_dir,
+               RUSTFLAGS=(os.environ.get("RUSTFLAGS", "") + " " + rustflags).strip())
+    subprocess.run(["cargo", "build", "--release", "-p", "chstorm"], check=True, cwd=ROOT, env=env)
+    return os.path.join(target_dir, "release", "chstorm")
+
+
+def llvm_profdata():
+    """rustup's llvm-profdata, which matches rustc's LLVM (a system one may not read its files)."""
+    sysroot = sh(["rustc", "--print", "sysroot"]).strip()
+    host = next(l.split()[1] for l in sh(["rustc", "-vV"]).splitlines() if l.startswith("host:"))
+    tool = os.path.join(sysroot, "lib", "rustlib", host, "bin", "llvm-profdata")
+    if not os.path.exists(tool):
+        subprocess.run(["rustup", "component", "add", "llvm-tools"], check=True)
+    if not os.path.exists(tool):
+        raise SystemExit(f"build_pgo: {tool} is missing after `rustup component add llvm-tools`; "
+                         "install that component by hand")
+    return tool
+
+
+def curl(url, *args):
+    """One request; its status is not checked (an error answer is part of the training)."""
+    subprocess.run(["curl", "-s", "-m", "10", "-o", "/dev/null", *args, url], check=False)
+
+
+def train(chstorm, seconds, tmp):
+    """Runs the training load through the instrumented gateway and stops it with SIGTERM."""
+    sdir = os.path.join(tmp, "server")
+    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
+    gw = None
+    try:
+        sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+        sh(["curl", "-sf", url, "--data-binary", "INSERT INTO t_local SELECT number FROM system.numbers LIMIT 1000"])
+        port, native_port = free_port(), free_port()
+        cfg = os.path.join(tmp, "gateway.yaml")
+        open(cfg, "w").write(CONFIG.format(port=port, url=url, native_port=native_port, native=native))
+        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(tmp, "gateway.log"))
+        nat = f"clickhouse://127.0.0.1:{native_port}"
+        point = "SELECT id FROM t WHERE id = {k:uniform(1,1000)}"
+        for c in (8, 64):
+            wrk(gw_url, seconds, c)
+        for target in (gw_url, nat):
+            chstorm_bench(chstorm, target, ["-q", "SELECT 1", "-c", "8", "-d", f"{seconds}s"])
+            chstorm_bench(chstorm, target, ["-q", point, "-c", "8", "-d", f"{seconds // 2 or 1}s"])
+        for _ in range(50):
+            curl(f"{gw_url}/", "--data-binary", "SELECT number FROM system.numbers LIMIT 100")
+            curl(f"{gw_url}/?query=INSERT%20INTO%20t%20FORMAT%20TSV", "--data-binary", "1\n2\n3\n")
+            curl(f"{gw_url}/", "-H", "Content-Encoding: gzip", "--data-binary", "@" + gzipped(tmp))
+            curl(f"{gw_url}/?query=SELEC%201")
+            curl(f"{gw_url}/ping")
+            curl(f"{gw_url}/metrics")
+        gw.send_signal(signal.SIGTERM)
+        if gw.wait(timeout=60) != 0:
+            raise SystemExit(f"build_pgo: the instrumented gateway exited with {gw.returncode}; "
+                             f"see {tmp}/gateway.log")
+        gw = None
+    finally:
+        if gw is not None:
+            gw.kill()
+        sh([chstorm, "local", "down", "--dir", sdir])
+
+
+def verify(chstorm, tmp, queries=60):
+    """The optimised binary's gateway against the server it fronts, on `queries` generated
+    queries: the same bytes over HTTP and the same rows over the native port (clickhouse-client),
+    else an exit."""
+    sdir = os.path.join(tmp, "verify-server")
+    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
+    gw = None
+    try:
+        sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+        port, native_port = free_port(), free_port()
+        cfg = os.path.join(tmp, "verify.yaml")
+        open(cfg, "w").write(CONFIG.format(port=port, url=url, native_port=native_port, native=native))
+        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(tmp, "verify.log"))
+        rng = random.Random(20261126)
+        formats = ["TabSeparated", "CSV", "JSONEachRow", "JSON", "Pretty", "RowBinary", "Values"]
+        for _ in range(queries):
+            n, k, fmt = rng.randrange(0, 3000), rng.randrange(1, 10**6), rng.choice(formats)
+            q = f"SELECT number, number * {k} AS x, toString(number % {k}) AS s FROM numbers({n}) FORMAT {fmt}"
+            # JSON's statistics (elapsed time) differ from run to run: compared without them.
+            strip = (lambda b: b.split(b'"statistics"')[0]) if fmt == "JSON" else (lambda b: b)
+            direct = subprocess.run(["curl", "-s", "-m", "10", url, "--data-binary", q], capture_output=True).stdout
+            through = subprocess.run(["curl", "-s", "-m", "10", gw_url, "--data-binary", q], capture_output=True).stdout
+            if strip(direct) != strip(through) or not direct:
+                raise SystemExit(f"build_pgo: the optimised gateway answered `{q}` differently from the server "
+                                 f"({len(through)} against {len(direct)} bytes); do not use this build")
+            host, nport = native.split(":")
+            cq = q.rsplit(" FORMAT ", 1)[0] + " FORMAT TabSeparated"
+            rows = [sh(["clickhouse-client", "--host", "127.0.0.1", "--port", p, "--query", cq])
+                    for p in (nport, str(native_port))]
+            if rows[0] != rows[1]:
+                raise SystemExit(f"build_pgo: the optimised gateway's native port answered `{cq}` differently "
+                                 "from the server's; do not use this build")
+    finally:
+        if gw is not None:
+            gw.kill()
+        sh([chstorm, "local", "down", "--dir", sdir])
+
+
+def gzipped(tmp):
+    import gzip
+    path = os.path.join(tmp, "query.gz")
+    if not os.path.exists(path):
+        open(path, "wb").write(gzip.compress(b"SELECT count() FROM numbers(10)"))
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=int, default=8, help="seconds per training load (default 8)")
+    ap.add_argument("--target-dir", default=os.path.join(ROOT, "target", "pgo"),
+                    help="where the optimised build goes (default target/pgo; the binary is release/chstorm in it)")
+    args = ap.parse_args()
+    if args.seconds < 1:
+        raise SystemExit("build_pgo: --seconds must be at least 1")
+    profdata = llvm_profdata()
+    tmp = scratch_dir("chstorm-pgo-")
+    # A fixed folder: the path is part of RUSTFLAGS, so a new one would rebuild every crate. The
+    # instrumented binary writes one file per process into it.
+    raw = os.path.join(ROOT, "target", "pgo-profiles")
+    shutil.rmtree(raw, ignore_errors=True)
+    os.makedirs(raw)
+    instrumented = cargo_build(os.path.join(ROOT, "target", "pgo-generate"), f"-Cprofile-generate={raw}")
+    train(instrumented, args.seconds, tmp)
+    files = glob.glob(os.path.join(raw, "*.profraw"))
+    if not files:
+        raise SystemExit(f"build_pgo: training left no profile in {raw}; the gateway did not exit cleanly")
+    merged = os.path.join(ROOT, "target", "pgo-merged.profdata")
+    subprocess.run([profdata, "merge", "-o", merged, *files], check=True)
+    binary = cargo_build(os.path.abspath(args.target_dir), f"-Cprofile-use={merged}")
+    shutil.rmtree(raw, ignore_errors=True)
+    verify(binary, tmp)
+    print(f"build_pgo: {binary} (profile {merged}, {len(files)} training processes)")
+
+
+if __name__ == "__main__":
+    main()
