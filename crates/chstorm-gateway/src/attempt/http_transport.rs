@@ -57,7 +57,10 @@ impl Transport for Http<'_> {
         live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
         let plan = self.plan;
-        let mut uri = replica.addr.base.clone();
+        // An `http://` replica's request goes through the own HTTP/1 client, which writes the path
+        // and query alone (its pool holds the authority): the URI is made and parsed without a
+        // scheme and authority. hyper's client, for `https://`, needs the whole URI.
+        let mut uri = if replica.addr.https { replica.addr.base.clone() } else { String::new() };
         plan.path_and_query_into(&mut uri, threads);
         // An empty body still says so: 18.16 answers a POST without Content-Length or
         // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.

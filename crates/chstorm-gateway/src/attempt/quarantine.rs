@@ -115,9 +115,9 @@ pub struct Refusal {
 #[derive(Default)]
 struct Tables {
     /// Shape -> its last success.
-    good: HashMap<u64, Instant>,
+    good: HashMap<u64, Instant, ahash::RandomState>,
     /// Shape -> (refused until, the replica it killed).
-    refused: HashMap<u64, (Instant, String)>,
+    refused: HashMap<u64, (Instant, String), ahash::RandomState>,
 }
 
 /// The known-good and refused shapes of one gateway.

@@ -78,13 +78,13 @@ pub enum Probe {
 pub struct Upstream {
     /// The `http://` replicas' pools per base URL: one per worker thread
     /// ([`super::worker::current`]), so a connection stays on one thread.
-    h1: HashMap<String, Vec<Arc<super::h1::pool::Pool>>>,
+    h1: HashMap<String, Vec<Arc<super::h1::pool::Pool>>, ahash::RandomState>,
     /// For KILL QUERY and the thread budget's polls.
     client: HttpsClient,
     /// The `https://` replicas' pools per base URL: one per worker thread
     /// ([`super::worker::current`]), so a pooled connection's task runs on the thread of the
     /// requests that use it. Each is swapped for a fresh one when the replica goes down.
-    pools: HashMap<String, Vec<ArcSwap<HttpsClient>>>,
+    pools: HashMap<String, Vec<ArcSwap<HttpsClient>>, ahash::RandomState>,
     /// Builds a fresh per-replica client.
     make_pool: Box<dyn Fn() -> HttpsClient + Send + Sync>,
     /// For health probes: no pooling, so every probe tests the replica's listener. A server in

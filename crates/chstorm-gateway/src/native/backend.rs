@@ -41,7 +41,7 @@ pub struct BackendConn {
 
 /// Idle connections by replica (its native address), newest last: a lookup by `&str` makes no
 /// key, and a replica's list is short (at most `max_idle` per database, revision and worker).
-type IdleMap = HashMap<String, Vec<(BackendConn, Instant)>>;
+type IdleMap = HashMap<String, Vec<(BackendConn, Instant)>, ahash::RandomState>;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Key {
@@ -142,7 +142,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(max_idle_per_replica: usize) -> Pool {
-        Pool { idle: Arc::new(Mutex::new(HashMap::new())), max_idle: max_idle_per_replica }
+        Pool { idle: Arc::new(Mutex::new(HashMap::default())), max_idle: max_idle_per_replica }
     }
 
     /// An idle connection, if one is alive: the newest of those to `native` for `database` and
