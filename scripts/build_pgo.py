@@ -25,7 +25,7 @@ cold. A clean run takes about three release builds' time (15 minutes on 2 cores)
   python3 scripts/build_pgo.py                 # target/pgo/release/chstorm
   python3 scripts/build_pgo.py --seconds 20    # longer training (default 8 s per load)
 """
-import argparse, glob, json, os, random, shutil, signal, subprocess, sys
+import argparse, contextlib, glob, json, os, random, shutil, signal, subprocess, sys, types
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -60,20 +60,36 @@ def curl(url, *args):
     subprocess.run(["curl", "-s", "-m", "10", "-o", "/dev/null", *args, url], check=False)
 
 
-def train(chstorm, seconds, tmp):
-    """Runs the training load through the instrumented gateway and stops it with SIGTERM."""
-    sdir = os.path.join(tmp, "server")
+@contextlib.contextmanager
+def server_and_gateway(chstorm, tmp, name, rows=0):
+    """A new local server with `t_local` (`rows` rows) and a gateway of `chstorm` in front of it
+    with every function on (bench_gateway_cpu.py's config): yields a namespace with `url`,
+    `native` (the server's), `gw` (the process), `gw_url` and `gw_native` (the gateway's). Both
+    are stopped at the end; a gateway the caller stopped itself is left as it is."""
+    sdir = os.path.join(tmp, f"{name}-server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
-    gw = None
+    run = types.SimpleNamespace(url=url, native=native, gw=None)
     try:
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
-        sh(["curl", "-sf", url, "--data-binary", "INSERT INTO t_local SELECT number FROM system.numbers LIMIT 1000"])
+        if rows:
+            sh(["curl", "-sf", url, "--data-binary", f"INSERT INTO t_local SELECT number FROM system.numbers LIMIT {rows}"])
         port, native_port = free_port(), free_port()
-        cfg = os.path.join(tmp, "gateway.yaml")
+        cfg = os.path.join(tmp, f"{name}.yaml")
         open(cfg, "w").write(CONFIG.format(port=port, url=url, native_port=native_port, native=native))
-        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(tmp, "gateway.log"))
-        nat = f"clickhouse://127.0.0.1:{native_port}"
+        run.gw, run.gw_url = start_gateway(chstorm, cfg, os.path.join(tmp, f"{name}.log"))
+        run.gw_native = native_port
+        yield run
+    finally:
+        if run.gw is not None and run.gw.poll() is None:
+            run.gw.kill()
+        sh([chstorm, "local", "down", "--dir", sdir])
+
+
+def train(chstorm, seconds, tmp):
+    """Runs the training load through the instrumented gateway and stops it with SIGTERM."""
+    with server_and_gateway(chstorm, tmp, "train", rows=1000) as run:
+        gw_url, nat = run.gw_url, f"clickhouse://127.0.0.1:{run.gw_native}"
         point = "SELECT id FROM t WHERE id = {k:uniform(1,1000)}"
         for c in (8, 64):
             wrk(gw_url, seconds, c)
@@ -87,31 +103,17 @@ def train(chstorm, seconds, tmp):
             curl(f"{gw_url}/?query=SELEC%201")
             curl(f"{gw_url}/ping")
             curl(f"{gw_url}/metrics")
-        gw.send_signal(signal.SIGTERM)
-        if gw.wait(timeout=60) != 0:
-            raise SystemExit(f"build_pgo: the instrumented gateway exited with {gw.returncode}; "
-                             f"see {tmp}/gateway.log")
-        gw = None
-    finally:
-        if gw is not None:
-            gw.kill()
-        sh([chstorm, "local", "down", "--dir", sdir])
+        run.gw.send_signal(signal.SIGTERM)
+        if run.gw.wait(timeout=60) != 0:
+            raise SystemExit(f"build_pgo: the instrumented gateway exited with {run.gw.returncode}; "
+                             f"see {tmp}/train.log")
 
 
 def verify(chstorm, tmp, queries=60):
     """The optimised binary's gateway against the server it fronts, on `queries` generated
     queries: the same bytes over HTTP and the same rows over the native port (clickhouse-client),
     else an exit."""
-    sdir = os.path.join(tmp, "verify-server")
-    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
-    url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
-    gw = None
-    try:
-        sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
-        port, native_port = free_port(), free_port()
-        cfg = os.path.join(tmp, "verify.yaml")
-        open(cfg, "w").write(CONFIG.format(port=port, url=url, native_port=native_port, native=native))
-        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(tmp, "verify.log"))
+    with server_and_gateway(chstorm, tmp, "verify") as run:
         rng = random.Random(20261126)
         formats = ["TabSeparated", "CSV", "JSONEachRow", "JSON", "Pretty", "RowBinary", "Values"]
         for _ in range(queries):
@@ -119,22 +121,18 @@ def verify(chstorm, tmp, queries=60):
             q = f"SELECT number, number * {k} AS x, toString(number % {k}) AS s FROM numbers({n}) FORMAT {fmt}"
             # JSON's statistics (elapsed time) differ from run to run: compared without them.
             strip = (lambda b: b.split(b'"statistics"')[0]) if fmt == "JSON" else (lambda b: b)
-            direct = subprocess.run(["curl", "-s", "-m", "10", url, "--data-binary", q], capture_output=True).stdout
-            through = subprocess.run(["curl", "-s", "-m", "10", gw_url, "--data-binary", q], capture_output=True).stdout
+            direct = subprocess.run(["curl", "-s", "-m", "10", run.url, "--data-binary", q], capture_output=True).stdout
+            through = subprocess.run(["curl", "-s", "-m", "10", run.gw_url, "--data-binary", q],
+                                     capture_output=True).stdout
             if strip(direct) != strip(through) or not direct:
                 raise SystemExit(f"build_pgo: the optimised gateway answered `{q}` differently from the server "
                                  f"({len(through)} against {len(direct)} bytes); do not use this build")
-            host, nport = native.split(":")
             cq = q.rsplit(" FORMAT ", 1)[0] + " FORMAT TabSeparated"
-            rows = [sh(["clickhouse-client", "--host", "127.0.0.1", "--port", p, "--query", cq])
-                    for p in (nport, str(native_port))]
+            rows = [sh(["clickhouse-client", "--host", "127.0.0.1", "--port", str(p), "--query", cq])
+                    for p in (run.native.split(":")[1], run.gw_native)]
             if rows[0] != rows[1]:
                 raise SystemExit(f"build_pgo: the optimised gateway's native port answered `{cq}` differently "
                                  "from the server's; do not use this build")
-    finally:
-        if gw is not None:
-            gw.kill()
-        sh([chstorm, "local", "down", "--dir", sdir])
 
 
 def gzipped(tmp):
