@@ -322,20 +322,25 @@ def main():
             native_peers = {m: v for m, v in peers.items() if v[1].startswith("clickhouse://")}
             floors.update({f"peer_{m}": v for m, v in peers.items() if m not in native_peers})
         sh(["curl", "-sf", url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
-        port, native_port = free_port(), free_port()
         native = info["native_url"].removeprefix("clickhouse://")
-        cfg = os.path.join(tmp, "gateway.yaml")
-        text = (BARE if args.bare else CONFIG).format(port=port, url=url, native_port=native_port, native=native)
-        if args.workers:
-            text = f"workers: {args.workers}\n" + text
-        open(cfg, "w").write(text)
-        gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gateway-cpu.log"))
+
+        def gateway_config(name, port, native_port):
+            """The measured gateway's config, on the given ports, written to TMP/NAME.yaml."""
+            text = (BARE if args.bare else CONFIG).format(port=port, url=url, native_port=native_port, native=native)
+            if args.workers:
+                text = f"workers: {args.workers}\n" + text
+            cfg = os.path.join(tmp, f"{name}.yaml")
+            open(cfg, "w").write(text)
+            return cfg
+
+        port, native_port = free_port(), free_port()
+        gw, gw_url = start_gateway(chstorm, gateway_config("gateway", port, native_port),
+                                   os.path.join(out, "gateway-cpu.log"))
         if args.pgo:
             # The profile-guided build: the same config on ports of its own, measured as a peer.
-            pport, pnative = free_port(), free_port()
-            pcfg = os.path.join(tmp, "gateway-pgo.yaml")
-            open(pcfg, "w").write(text.replace(f":{port}\n", f":{pport}\n").replace(f":{native_port}\n", f":{pnative}\n"))
-            gw_pgo, pgo_url = start_gateway(os.path.abspath(args.pgo), pcfg, os.path.join(out, "gateway-cpu-pgo.log"))
+            pnative = free_port()
+            gw_pgo, pgo_url = start_gateway(os.path.abspath(args.pgo), gateway_config("gateway-pgo", free_port(), pnative),
+                                            os.path.join(out, "gateway-cpu-pgo.log"))
             floors["peer_gateway_pgo"] = (gw_pgo, pgo_url)
             native_peers["gateway_pgo"] = (gw_pgo, f"clickhouse://127.0.0.1:{pnative}")
         if args.gateway_pid_file:
