@@ -17,7 +17,7 @@ gateway's per-query cost against HAProxy goes (docs/PERFORMANCE.md, "In cache mi
 4. The release build with `-Cprofile-use` in target/pgo: target/pgo/release/chstorm.
 5. A differential check of that binary: 60 generated queries (sizes, formats) straight to a new
    local server and through its gateway, the same bytes over HTTP and the same rows over the
-   native port (clickhouse-client); any difference fails the build.
+   native port (clickhouse-client); any difference fails the build and removes its binary.
 
 Every path still works in the built binary; the ones training did not run are only laid out as
 cold. A clean run takes about three release builds' time (15 minutes on 2 cores).
@@ -135,6 +135,16 @@ def verify(chstorm, tmp, queries=60):
                                  "from the server's; do not use this build")
 
 
+def keep_if_verified(binary, tmp, queries=60):
+    """`verify`, and the binary removed when it fails: nothing installs a build that answered
+    otherwise."""
+    try:
+        verify(binary, tmp, queries)
+    except SystemExit:
+        os.remove(binary)
+        raise
+
+
 def gzipped(tmp):
     import gzip
     path = os.path.join(tmp, "query.gz")
@@ -167,7 +177,7 @@ def main():
     subprocess.run([profdata, "merge", "-o", merged, *files], check=True)
     binary = cargo_build(os.path.abspath(args.target_dir), f"-Cprofile-use={merged}")
     shutil.rmtree(raw, ignore_errors=True)
-    verify(binary, tmp)
+    keep_if_verified(binary, tmp)
     print(f"build_pgo: {binary} (profile {merged}, {len(files)} training processes)")
 
 

@@ -78,23 +78,28 @@ fn every_script_makes_its_temporary_folder_with_scratch_dir() {
 }
 
 /// `make release-pgo` keeps its build only when the build's gateway answers as the server does
-/// (scripts/build_pgo.py, `verify`): the check passes this build's gateway, and fails one whose
-/// answers differ (the same gateway, its answers cut by `max_result_rows`).
+/// (scripts/build_pgo.py, `keep_if_verified`): the check passes this build's gateway and keeps
+/// the binary, and fails one whose answers differ (the same gateway, its answers cut by
+/// `max_result_rows`) and removes the binary. The binary checked is a copy of this build's.
 #[test]
-fn the_profile_guided_builds_differential_check_passes_same_answers_and_fails_changed_ones() {
-    let chstorm = env!("CARGO_BIN_EXE_chstorm");
+fn the_profile_guided_builds_differential_check_keeps_same_answers_and_removes_changed_ones() {
+    let dir = tempfile::tempdir().unwrap();
     let check = |wrap: &str| {
-        run_with_scratch(&format!(
+        let binary = dir.path().join("chstorm");
+        std::fs::copy(env!("CARGO_BIN_EXE_chstorm"), &binary).unwrap();
+        let run = run_with_scratch(&format!(
             "import build_pgo\norig = build_pgo.start_gateway\n\
              def start(*a):\n    p, u = orig(*a)\n    return p, u{wrap}\n\
-             build_pgo.start_gateway = start\ntry:\n    build_pgo.verify({chstorm:?}, tmp, queries=20)\n\
+             build_pgo.start_gateway = start\ntry:\n    build_pgo.keep_if_verified({binary:?}, tmp, queries=20)\n\
              except SystemExit as e:\n    print(e, flush=True)\n    raise\nprint('verified', flush=True)"
-        ))
+        ));
+        (run, binary.exists())
     };
-    let (code, left, stdout) = check("");
+    let ((code, left, stdout), kept) = check("");
     assert_eq!(code, 0, "{stdout}");
-    assert!(stdout.contains("verified") && !left, "{stdout}");
-    let (code, left, stdout) = check(" + '/?max_result_rows=5'");
+    assert!(stdout.contains("verified") && !left && kept, "{stdout}");
+    let ((code, left, stdout), kept) = check(" + '/?max_result_rows=5'");
     assert_eq!(code, 1, "a changed answer must fail the check: {stdout}");
     assert!(stdout.contains("the optimised gateway answered") && !stdout.contains("verified") && !left, "{stdout}");
+    assert!(!kept, "a build that answered otherwise is removed");
 }
