@@ -245,8 +245,10 @@ fn kw_at(toks: &[Tok<'_>], i: usize, kw: &str) -> bool {
 /// FROM`. Below those, a depth past its `max_ast_depth` (1000 AST levels,
 /// about 500 function calls) is refused with Code 167.
 pub fn nesting_depth(sql: &str) -> usize {
-    // Open CASEs per open bracket (index 0: outside every bracket).
-    let mut cases: Vec<usize> = vec![0];
+    // Open CASEs per open bracket, and outside every bracket (no allocation for a statement
+    // without brackets).
+    let mut cases: Vec<usize> = Vec::new();
+    let mut outer_cases = 0;
     let mut open_cases = 0;
     let mut deepest = 0;
     let mut first: Option<Token<'_>> = None;
@@ -255,21 +257,22 @@ pub fn nesting_depth(sql: &str) -> usize {
             break;
         }
         let insert = first.get_or_insert(t).is_kw("INSERT");
-        if insert && cases.len() == 1 && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
+        if insert && cases.is_empty() && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
             break;
         }
+        let here = cases.last_mut().unwrap_or(&mut outer_cases);
         if t.is_punct("(") || t.is_punct("[") {
             cases.push(0);
-        } else if (t.is_punct(")") || t.is_punct("]")) && cases.len() > 1 {
+        } else if t.is_punct(")") || t.is_punct("]") {
             open_cases -= cases.pop().unwrap_or(0);
         } else if t.is_kw("CASE") {
             open_cases += 1;
-            *cases.last_mut().expect("never empty") += 1;
-        } else if t.is_kw("END") && cases.last().is_some_and(|&c| c > 0) {
+            *here += 1;
+        } else if t.is_kw("END") && *here > 0 {
             open_cases -= 1;
-            *cases.last_mut().expect("never empty") -= 1;
+            *here -= 1;
         }
-        deepest = deepest.max(cases.len() - 1 + open_cases);
+        deepest = deepest.max(cases.len() + open_cases);
     }
     deepest
 }
@@ -507,6 +510,68 @@ mod tests {
     }
     fn funcs(sql: &str) -> Vec<String> {
         table_functions(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// The depth as one counter per bracket level, level 0 outside every bracket: the count the
+    /// allocation-free [`nesting_depth`] must agree with.
+    fn depth_by_levels(sql: &str) -> usize {
+        let (mut cases, mut open, mut deepest) = (vec![0usize], 0, 0);
+        let mut first: Option<Token<'_>> = None;
+        for t in Lexer::new(sql).take_while(|t| t.kind != TokenKind::Error) {
+            let insert = first.get_or_insert(t).is_kw("INSERT");
+            if insert && cases.len() == 1 && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
+                break;
+            }
+            if t.is_punct("(") || t.is_punct("[") {
+                cases.push(0);
+            } else if (t.is_punct(")") || t.is_punct("]")) && cases.len() > 1 {
+                open -= cases.pop().unwrap_or(0);
+            } else if t.is_kw("CASE") {
+                open += 1;
+                *cases.last_mut().unwrap() += 1;
+            } else if t.is_kw("END") && *cases.last().unwrap() > 0 {
+                open -= 1;
+                *cases.last_mut().unwrap() -= 1;
+            }
+            deepest = deepest.max(cases.len() - 1 + open);
+        }
+        deepest
+    }
+
+    #[test]
+    fn nesting_depth_counts_brackets_and_open_cases() {
+        for (sql, depth) in [
+            ("SELECT 1", 0),
+            ("SELECT count() FROM t", 1),
+            ("SELECT ((1))", 2),
+            ("SELECT [[1], [2]]", 2),
+            ("SELECT CASE WHEN 1 THEN 2 END", 1),
+            ("SELECT CASE WHEN 1 THEN (CASE WHEN 2 THEN 3 END) END", 3),
+            ("SELECT CASE WHEN (1) THEN 2 END, (CASE WHEN 1 THEN 2 END)", 2),
+            ("SELECT 1)) + ((2", 2),
+            ("SELECT '((((' AS s -- ((((", 0),
+            ("INSERT INTO t VALUES ((((((1))))))", 0),
+            ("INSERT INTO t SELECT ((1)) FORMAT TSV", 2),
+            ("SELECT END, CASE END END", 1),
+        ] {
+            assert_eq!(nesting_depth(sql), depth, "{sql}");
+            assert_eq!(depth_by_levels(sql), depth, "{sql}");
+        }
+    }
+
+    #[test]
+    fn nesting_depth_agrees_with_a_counter_per_level_on_generated_statements() {
+        use rand::{Rng, SeedableRng};
+        let parts = ["(", ")", "[", "]", "CASE", "END", "WHEN 1 THEN", "1", ",", "'('", "x", "INSERT", "VALUES"];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(16);
+        for _ in 0..5_000 {
+            let n = rng.gen_range(0..40);
+            let words: Vec<&str> = (0..n).map(|_| parts[rng.gen_range(0..parts.len())]).collect();
+            let sql = format!("SELECT {}", words.join(" "));
+            assert_eq!(nesting_depth(&sql), depth_by_levels(&sql), "{sql}");
+            let insert = format!("INSERT {}", words.join(" "));
+            assert_eq!(nesting_depth(&insert), depth_by_levels(&insert), "{insert}");
+        }
     }
 
     #[test]
