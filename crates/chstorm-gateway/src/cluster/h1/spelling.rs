@@ -27,8 +27,16 @@ pub const CLICKHOUSE_NAMES: &[&str] = &[
     "X-ClickHouse-User",
 ];
 
-/// Which of [`CLICKHOUSE_NAMES`] `name` is, in any case.
+/// The start all of [`CLICKHOUSE_NAMES`] share, in lower case.
+const CLICKHOUSE_PREFIX: &[u8] = b"x-clickhouse-";
+
+/// Which of [`CLICKHOUSE_NAMES`] `name` is, in any case. A name without their common start is
+/// none of them, found without comparing it to each.
 pub fn clickhouse_name(name: &str) -> Option<usize> {
+    let b = name.as_bytes();
+    if b.len() <= CLICKHOUSE_PREFIX.len() || !b[..CLICKHOUSE_PREFIX.len()].eq_ignore_ascii_case(CLICKHOUSE_PREFIX) {
+        return None;
+    }
     CLICKHOUSE_NAMES.iter().position(|c| c.len() == name.len() && c.eq_ignore_ascii_case(name))
 }
 
@@ -116,6 +124,21 @@ mod tests {
     fn own(names: &[&str]) -> bool {
         let h: Vec<_> = names.iter().map(|n| httparse::Header { name: n, value: b"x" }).collect();
         own_spelling(&h)
+    }
+
+    #[test]
+    fn clickhouse_names_are_found_in_any_case_and_no_other_name_is() {
+        for (i, name) in CLICKHOUSE_NAMES.iter().enumerate() {
+            assert!(name.as_bytes()[..CLICKHOUSE_PREFIX.len()].eq_ignore_ascii_case(CLICKHOUSE_PREFIX), "{name}");
+            assert_eq!(clickhouse_name(name), Some(i));
+            assert_eq!(clickhouse_name(&name.to_ascii_lowercase()), Some(i));
+            assert_eq!(clickhouse_name(&name.to_ascii_uppercase()), Some(i));
+            assert_eq!(clickhouse_name(&name[..name.len() - 1]), None);
+            assert_eq!(clickhouse_name(&format!("{name}x")), None);
+        }
+        for other in ["", "x-clickhouse-", "X-ClickHouse-", "Date", "x-clickhouse-formats", "y-clickhouse-format"] {
+            assert_eq!(clickhouse_name(other), None, "{other}");
+        }
     }
 
     #[test]
