@@ -17,9 +17,10 @@ release: deps
 	$(CARGO) build --release -p chstorm
 
 ## A profile-guided release build for a gateway (scripts/build_pgo.py): target/pgo/release/chstorm,
-## trained on the gateway's hot path against a local server, then checked against it differentially.
-## About three release builds' time.
+## trained on the gateway's hot path against a local server, laid out again by BOLT, then checked
+## against the server differentially. About three release builds' time.
 release-pgo: deps
+	@EXTRA_PKGS=bolt scripts/install-deps
 	python3 scripts/build_pgo.py
 
 ## Every test, against real ClickHouse servers that the tests start and stop themselves; the lint
