@@ -103,3 +103,52 @@ fn the_profile_guided_builds_differential_check_keeps_same_answers_and_removes_c
     assert!(stdout.contains("the optimised gateway answered") && !stdout.contains("verified") && !left, "{stdout}");
     assert!(!kept, "a build that answered otherwise is removed");
 }
+
+/// `make release-pgo`'s BOLT step (scripts/build_pgo.py, `bolt`) with stand-ins for `llvm-bolt`
+/// and `merge-fdata` that do what the real ones do to files: the instrumented binary it trains is
+/// this build's chstorm behind a wrapper that writes a profile file per process, the merged
+/// profile is the files' text, and the laid-out binary replaces the build. Then with an
+/// `llvm-bolt` that fails: the build is left as it was, with a note.
+#[test]
+fn the_bolt_step_trains_the_instrumented_binary_and_keeps_the_build_when_a_step_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("chstorm");
+    let fake = dir.path().join("llvm-bolt");
+    let merge = dir.path().join("merge-fdata");
+    let real = env!("CARGO_BIN_EXE_chstorm");
+    // -instrument -o OUT -instrumentation-file=P: OUT runs chstorm after writing P.<pid>.fdata.
+    // Else (the layout): -o OUT gets the data file's text and the word "laid-out".
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/usr/bin/env python3\nimport os, sys\na = sys.argv[1:]\nout = a[a.index('-o') + 1]\n\
+             if '-instrument' in a:\n    p = next(x.split('=', 1)[1] for x in a if x.startswith('-instrumentation-file='))\n\
+             \x20   open(out, 'w').write('#!/bin/sh\\necho trained > ' + p + '.$$.fdata\\nexec {real} \"$@\"\\n')\n\
+             \x20   os.chmod(out, 0o755)\nelse:\n    d = next(x.split('=', 1)[1] for x in a if x.startswith('-data='))\n\
+             \x20   open(out, 'w').write('laid-out ' + open(d).read().splitlines()[0])\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(&merge, "#!/bin/sh\ncat \"$@\"\n").unwrap();
+    for f in [&fake, &merge] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let step = |tools: String| {
+        std::fs::copy(real, &binary).unwrap();
+        run_with_scratch(&format!(
+            "import build_pgo\nprint('bolted', build_pgo.bolt({binary:?}, {tools}, 1, tmp), flush=True)"
+        ))
+    };
+    let (code, left, stdout) = step(format!("({fake:?}, {merge:?})"));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("bolted True") && !left, "{stdout}");
+    assert_eq!(std::fs::read(&binary).unwrap(), b"laid-out trained", "the layout replaces the build");
+    let (code, _, stdout) = step("('/bin/false', '/bin/false')".into());
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("bolted False"), "{stdout}");
+    assert_eq!(
+        std::fs::read(&binary).unwrap(),
+        std::fs::read(real).unwrap(),
+        "a failed step leaves the build as it was"
+    );
+}
