@@ -43,28 +43,19 @@ fn plain(align: usize, size: usize) -> bool {
     align <= MIN_ALIGN && align <= size
 }
 
-/// mimalloc's block for `layout`.
-fn mi_alloc(layout: Layout) -> *mut u8 {
+/// mimalloc's block for `layout`, zeroed when `zeroed`.
+fn mi_alloc(layout: Layout, zeroed: bool) -> *mut u8 {
+    let (size, align) = (layout.size(), layout.align());
     // SAFETY: mimalloc's entries take any size and a power-of-two alignment, which `Layout` is.
-    unsafe {
-        if plain(layout.align(), layout.size()) {
-            mi::mi_malloc(layout.size()) as *mut u8
-        } else {
-            mi::mi_malloc_aligned(layout.size(), layout.align()) as *mut u8
+    let p = unsafe {
+        match (plain(align, size), zeroed) {
+            (true, false) => mi::mi_malloc(size),
+            (true, true) => mi::mi_zalloc(size),
+            (false, false) => mi::mi_malloc_aligned(size, align),
+            (false, true) => mi::mi_zalloc_aligned(size, align),
         }
-    }
-}
-
-/// mimalloc's zeroed block for `layout`.
-fn mi_alloc_zeroed(layout: Layout) -> *mut u8 {
-    // SAFETY: as in `mi_alloc`.
-    unsafe {
-        if plain(layout.align(), layout.size()) {
-            mi::mi_zalloc(layout.size()) as *mut u8
-        } else {
-            mi::mi_zalloc_aligned(layout.size(), layout.align()) as *mut u8
-        }
-    }
+    };
+    p as *mut u8
 }
 
 /// mimalloc's block `ptr` of `layout` resized to `new_size`, keeping its alignment.
@@ -88,7 +79,7 @@ unsafe impl GlobalAlloc for Split {
         if large(layout.size()) {
             System.alloc(layout)
         } else {
-            mi_alloc(layout)
+            mi_alloc(layout, false)
         }
     }
 
@@ -96,7 +87,7 @@ unsafe impl GlobalAlloc for Split {
         if large(layout.size()) {
             System.alloc_zeroed(layout)
         } else {
-            mi_alloc_zeroed(layout)
+            mi_alloc(layout, true)
         }
     }
 
