@@ -306,7 +306,7 @@ impl<'a> Speller<'a> {
             if let Some(s) = list.iter().filter(|s| s.eq_ignore_ascii_case(n)).nth(nth) {
                 return out.extend_from_slice(s.as_bytes());
             }
-        } else if (nth == 0 || self.backend) && n.starts_with("x-clickhouse-") {
+        } else if nth == 0 || self.backend {
             if let Some(i) = clickhouse_name(n) {
                 return out.extend_from_slice(CLICKHOUSE_NAMES[i].as_bytes());
             }
