@@ -11,8 +11,8 @@
 //!
 //! mimalloc is called through its C entry points (`libmimalloc-sys`), not the `mimalloc` crate's
 //! allocator, which passes every block to `mi_malloc_aligned`: that entry checks the alignment
-//! before it reaches the small-block path, and cost about 35 instructions more a block, 1,700
-//! per `SELECT 1` through the gateway. A block whose alignment the plain entries already give
+//! before it reaches the small-block path, which cost 1,347 instructions per `SELECT 1` through
+//! the gateway, about 27 a block (docs/PERFORMANCE.md, "The allocator"). A block whose alignment the plain entries already give
 //! ([`MIN_ALIGN`] and at most its size, the rule Rust's `System` allocator uses) takes `mi_malloc`,
 //! `mi_zalloc` and `mi_realloc`; any other takes the aligned ones.
 //!
