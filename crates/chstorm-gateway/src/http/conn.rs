@@ -39,7 +39,7 @@ use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpo
 use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
 use super::wire::{Ended, Rewind};
-use crate::cluster::h1::spelling::{case_map, clickhouse_name, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
+use crate::cluster::h1::spelling::{case_map, clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel};
@@ -499,7 +499,7 @@ async fn parse_spelling(names: usize) -> Result<http::Extensions, String> {
 fn clickhouse_names_in(headers: &http::HeaderMap) -> usize {
     let mut names = 0;
     for k in headers.keys() {
-        if let Some(i) = clickhouse_name(k.as_str()) {
+        if let Some(i) = clickhouse_header(k) {
             names |= 1 << i;
         }
     }

@@ -15,7 +15,7 @@
 //! ([`BackendSpelling`] without [`SpelledNames`]) has each of ClickHouse's names in ClickHouse's
 //! spelling, every time it comes; which is how a ClickHouse replica spells them.
 
-use crate::cluster::h1::spelling::{clickhouse_name, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
+use crate::cluster::h1::spelling::{clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use http::{header, HeaderValue, Method, StatusCode};
 use std::cell::RefCell;
 
@@ -307,7 +307,7 @@ impl<'a> Speller<'a> {
                 return out.extend_from_slice(s.as_bytes());
             }
         } else if nth == 0 || self.backend {
-            if let Some(i) = clickhouse_name(n) {
+            if let Some(i) = clickhouse_header(name) {
                 return out.extend_from_slice(CLICKHOUSE_NAMES[i].as_bytes());
             }
         }
