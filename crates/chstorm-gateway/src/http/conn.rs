@@ -206,7 +206,7 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, fin, keep_alive, marks) = (this.clone(), fin.clone(), keep_alive.clone(), marks.clone());
             async move {
-                let mut resp = this.answer(req.map(FrontBody::Hyper), peer, &fin, &keep_alive).await;
+                let mut resp = this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
                 with_spelling(&mut resp).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
@@ -243,7 +243,7 @@ impl Listener {
     /// The answer to one request, with its connection headers as 18.16 sends them.
     async fn answer(
         &self,
-        req: Request<FrontBody>,
+        req: Box<Request<FrontBody>>,
         peer: SocketAddr,
         fin: &ClientFin,
         keep_alive: &HeaderValue,
@@ -258,7 +258,7 @@ impl Listener {
         resp
     }
 
-    async fn respond(&self, req: Request<FrontBody>, peer: SocketAddr, fin: &ClientFin) -> Response<GBody> {
+    async fn respond(&self, req: Box<Request<FrontBody>>, peer: SocketAddr, fin: &ClientFin) -> Response<GBody> {
         let state = self.state.load_full();
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let get = req.method() == Method::GET || req.method() == Method::HEAD;
@@ -347,17 +347,17 @@ impl Listener {
     /// A query through [`super::service`], given up (408) when its body stalls.
     async fn query(
         &self,
-        req: Request<FrontBody>,
+        req: Box<Request<FrontBody>>,
         peer: SocketAddr,
         state: Arc<State>,
         fin: &ClientFin,
     ) -> Response<GBody> {
         let idle = state.config.limits.client_body_idle_timeout.0;
-        let (parts, body) = req.into_parts();
+        let (parts, body) = (*req).into_parts();
         let whole = matches!(body, FrontBody::Whole(_));
         let (body, watch) = IdleBody::new(body, idle);
         let body = body.with_min_rate(state.config.limits.client_body_min_rate);
-        let req: Request<ClientBody> = Request::from_parts(parts, body);
+        let req: Box<Request<ClientBody>> = Box::new(Request::from_parts(parts, body));
         let who = AuthenticatedAs::default();
         if whole {
             // A body that came whole with its head never waits for its client: nothing to watch.

@@ -66,7 +66,7 @@ pub async fn serve<IO, S, F>(
 ) -> Ended
 where
     IO: AsyncRead + AsyncWrite + Unpin,
-    S: FnMut(Request<FrontBody>) -> F,
+    S: FnMut(Box<Request<FrontBody>>) -> F,
     F: Future<Output = Response<GBody>>,
 {
     tokio::pin!(forced);
@@ -78,7 +78,7 @@ where
             Err(ended) => return ended,
         };
         let method = parts.method.clone();
-        let resp = service(Request::from_parts(parts, FrontBody::Whole(body))).await;
+        let resp = service(Box::new(Request::from_parts(parts, FrontBody::Whole(body)))).await;
         match write_answer(io, &method, resp, &mut out).await {
             Ok(false) => {}
             Ok(true) => {

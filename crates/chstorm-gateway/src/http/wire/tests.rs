@@ -170,7 +170,7 @@ async fn kept_alive_requests_are_served_in_turn_and_the_rest_go_to_hyper_whole()
     let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
     let log = seen.clone();
     let front = tokio::spawn(async move {
-        serve(&mut server, Duration::from_secs(5), std::future::pending::<()>(), move |req: Request<FrontBody>| {
+        serve(&mut server, Duration::from_secs(5), std::future::pending::<()>(), move |req: Box<Request<FrontBody>>| {
             let log = log.clone();
             async move {
                 let body = req.into_body().collect().await.unwrap().to_bytes();
