@@ -51,7 +51,7 @@ bench: release release-pgo
 	$(CARGO) build --release -p chstorm-gateway --example floor_relay
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
-	python3 scripts/bench_gateway_cpu.py --pgo target/pgo/release/chstorm --out bench-results
+	python3 scripts/bench_gateway_cpu.py --pgo target/pgo/release/chstorm --cap 8 --out bench-results
 	EXTRA_PKGS=valgrind bash scripts/install-deps
 	python3 scripts/bench_gateway_instructions.py --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_gateway_instructions.py --native --b target/pgo/release/chstorm --out bench-results

@@ -11,7 +11,8 @@ a 2-core box sees.
 
 Then 10,000 idle client connections are opened to the gateway and held: its RSS
 (/proc/PID/status VmRSS) with them open, and the time of 50 `/ping`s on a fresh connection each
-while they are held (median and max).
+while they are held (median and max), each beside one straight to the server: the machine's own
+noise in the same seconds.
 
 Then the native port: `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` straight
 to the server's native port and through the gateway's `listen_native`, alternated --reps times,
@@ -21,7 +22,9 @@ the server's native port (its CPU per query read the same way).
 Then many keep-alive clients (--many, default 256; `wrk -t2 -c256 --latency`), alternated --reps
 times: direct, HAProxy in HTTP mode, the gateway above (limits raised so that nothing is
 refused), and a gateway with the default limits (routing and the thread budget on): QPS, P50, P99
-and refused requests.
+and refused requests. --cap N adds the gateway (the --pgo build when given) with its user's
+`max_concurrency: N` (queue 1024, 5 s: nothing refused) and HAProxy with `maxconn N` on its
+server line: each proxy holding the server to N queries at once.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
 ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Targets: no
@@ -163,6 +166,28 @@ http {{
 """
 
 
+HAPROXY_CAPPED = """global
+    nbthread 1
+    maxconn 4096
+defaults
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout queue 30s
+listen http
+    mode http
+    bind 127.0.0.1:{port}
+    http-reuse always
+    server ch {backend} maxconn {cap}
+"""
+
+
+def capped_config(cap, **kw):
+    """CONFIG with its user held to `cap` queries at once, queued (1024, 5 s) rather than refused."""
+    return CONFIG.format(**kw).replace("    max_concurrency: 512\n",
+                                       f"    max_concurrency: {cap}\n    queue_size: 1024\n    queue_max_wait: 5s\n")
+
+
 def start_peers(tmp, backend, native_backend):
     """HAProxy (HTTP and TCP mode, one process) and nginx in front of backend (HOST:PORT), and
     HAProxy's TCP mode in front of native_backend (the server's native port, HOST:PORT):
@@ -251,8 +276,10 @@ def ping_ms(port):
     return (time.perf_counter() - t) * 1e3
 
 
-def idle_connections(pid, port, n):
-    """Opens n idle connections, then measures RSS and /ping; closes them."""
+def idle_connections(pid, port, n, server_port):
+    """Opens n idle connections, then measures RSS and /ping; closes them. Each /ping of the
+    gateway alternates with one straight to the server (server_port), the same way: the
+    machine's own noise, beside the gateway's."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, n + 1000)), hard))
     before = rss_mb(pid)
@@ -262,12 +289,37 @@ def idle_connections(pid, port, n):
             socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
         time.sleep(1.0)  # let the gateway accept them all
         held = rss_mb(pid)
-        pings = [ping_ms(port) for _ in range(50)]
+        pings, server = [], []
+        for _ in range(50):
+            pings.append(ping_ms(port))
+            server.append(ping_ms(server_port))
     finally:
         for s in socks:
             s.close()
     return {"connections": n, "rss_mb_before": before, "rss_mb_held": held,
-            "ping_ms_median": statistics.median(pings), "ping_ms_max": max(pings)}
+            "ping_ms_median": statistics.median(pings), "ping_ms_max": max(pings),
+            "server_ping_ms_median": statistics.median(server), "server_ping_ms_max": max(server)}
+
+
+def start_capped(args, chstorm, tmp, out, url, native):
+    """The --cap rows' gateway and HAProxy: {name: URL}; their processes are killed at exit."""
+    binary = os.path.abspath(args.pgo) if args.pgo else chstorm
+    cfg = os.path.join(tmp, "gateway-capped.yaml")
+    open(cfg, "w").write(capped_config(args.cap, port=free_port(), url=url, native_port=free_port(), native=native))
+    proc, gw_url = start_gateway(binary, cfg, os.path.join(out, "gateway-cpu-capped.log"))
+    CAPPED.append(proc)
+    rows = {f"gateway_cap{args.cap}": gw_url}
+    if shutil.which("haproxy"):
+        port = free_port()
+        hcfg = os.path.join(tmp, "haproxy-capped.cfg")
+        open(hcfg, "w").write(HAPROXY_CAPPED.format(port=port, backend=url.removeprefix("http://"), cap=args.cap))
+        CAPPED.append(subprocess.Popen(["haproxy", "-db", "-f", hcfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        time.sleep(0.3)
+        rows[f"haproxy_maxconn{args.cap}"] = f"http://127.0.0.1:{port}"
+    return rows
+
+
+CAPPED = []
 
 
 def main():
@@ -287,6 +339,9 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
     ap.add_argument("--many", type=int, default=256,
                     help="keep-alive clients of the many-connections rows (wrk -t2; default 256; 0 leaves them out)")
+    ap.add_argument("--cap", type=int, default=0,
+                    help="also run the many-clients rows with the gateway's user at max_concurrency N and HAProxy "
+                         "with maxconn N on its server (default 0: not)")
     ap.add_argument("--floor-relay", default="target/release/examples/floor_relay",
                     help="the floor relays' binary (built by `cargo build --release -p chstorm-gateway --example floor_relay` when missing)")
     args = ap.parse_args()
@@ -401,6 +456,8 @@ def main():
                 who["gateway_pgo"] = floors["peer_gateway_pgo"][1]
             if "peer_haproxy_http" in floors:
                 who["haproxy_http"] = floors["peer_haproxy_http"][1]
+            if args.cap:
+                who.update(start_capped(args, chstorm, tmp, out, url, native))
             for name, u in who.items():
                 wrk_many(u, 1, args.many)
                 many[name] = []
@@ -411,7 +468,7 @@ def main():
                     print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
                           f"errors {r['errors']}", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
-        idle = idle_connections(gw.pid, port, args.idle)
+        idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
                "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
                "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
@@ -438,7 +495,7 @@ def main():
         for proc in {id(p): p for p, _ in floors.values()}.values():
             proc.terminate()
             proc.wait()
-        for g in (gw, gw_default):
+        for g in [gw, gw_default] + CAPPED:
             if g:
                 g.terminate()
                 g.wait()
@@ -484,9 +541,14 @@ def main():
                     g = rows[name]
                     print(f"c{args.many} {name} / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
                           f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
+        g, h = rows.get(f"gateway_cap{args.cap}"), rows.get(f"haproxy_maxconn{args.cap}")
+        if g and h:
+            print(f"c{args.many} both held to {args.cap} at once, gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x, "
+                  f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x")
     print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
           f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
-          f"max {idle['ping_ms_max']:.3f} ms (target < 1)")
+          f"max {idle['ping_ms_max']:.3f} ms (target < 1); the server's own /ping meanwhile: median "
+          f"{idle['server_ping_ms_median']:.3f} ms, max {idle['server_ping_ms_max']:.3f} ms")
     if res["errors"]:
         print(f"WARNING: {res['errors']} failed requests in the wrk runs")
     print(f"figures written to {os.path.join(out, 'gateway_cpu.json')} (load average {res['loadavg'][0]:.1f})")
