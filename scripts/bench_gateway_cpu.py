@@ -114,14 +114,18 @@ def defaults_config(**kw):
     return "".join(l for l in CONFIG.format(**kw).splitlines(True) if not l.startswith(drop))
 
 
-HAPROXY = """global
+# HAProxy as every run here starts it: one process with one thread; its timeouts (a wait in a server's queue too).
+HAPROXY_HEAD = """global
     nbthread 1
     maxconn 4096
 defaults
     timeout connect 5s
     timeout client 30s
     timeout server 30s
-listen http
+    timeout queue 30s
+"""
+
+HAPROXY = HAPROXY_HEAD + """listen http
     mode http
     bind 127.0.0.1:{http_port}
     http-reuse always
@@ -166,15 +170,7 @@ http {{
 """
 
 
-HAPROXY_CAPPED = """global
-    nbthread 1
-    maxconn 4096
-defaults
-    timeout connect 5s
-    timeout client 30s
-    timeout server 30s
-    timeout queue 30s
-listen http
+HAPROXY_CAPPED = HAPROXY_HEAD + """listen http
     mode http
     bind 127.0.0.1:{port}
     http-reuse always
