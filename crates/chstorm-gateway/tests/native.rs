@@ -608,13 +608,19 @@ fn native_tls_and_graceful_stop() {
     // 5. The restart of a gateway with reuse_port: a second instance starts on the same ports
     //    while the first runs a query; the first drains: its query answers whole, its idle
     //    session closes after the grace, and new connections go to the second instance.
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let (hp, np) = (free(), free());
+    // The first takes free ports itself (a port picked beforehand and let go can be taken by a
+    // connection's source port before the bind); the second is given the first's.
+    let first = env
+        .rt
+        .block_on(Gateway::start(
+            env.gateway_config(|t| t.replace("listen: 127.0.0.1:0\n", "listen: 127.0.0.1:0\nreuse_port: true\n")),
+        ))
+        .unwrap();
+    let (hp, np) = (first.addr.port(), first.native_addr.expect("listen_native").port());
     let cfg = env.gateway_config(|t| {
         t.replace("listen: 127.0.0.1:0\n", &format!("listen: 127.0.0.1:{hp}\nreuse_port: true\n"))
             .replace("listen_native: 127.0.0.1:0", &format!("listen_native: 127.0.0.1:{np}"))
     });
-    let first = env.rt.block_on(Gateway::start(cfg.clone())).unwrap();
     let mut idle = native_conn(&env, np, "default");
     env.rt.block_on(idle.query("", "SELECT 1", Duration::from_secs(5))).unwrap();
     // Two queries on one connection: the second comes after the first gateway closed the

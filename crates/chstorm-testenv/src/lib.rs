@@ -93,6 +93,31 @@ pub fn gateway_config_text(cluster: &LocalCluster) -> String {
     text
 }
 
+/// The HTTP address a `chstorm gateway` process listens on, read from the `gateway listening`
+/// line of its log (`log`, where its stderr goes). Its config listens on port 0 (as
+/// [`gateway_config_text`] writes it): a port picked beforehand and let go can be taken by any
+/// connection's source port before the gateway binds it. Panics with the log when the process
+/// exits first, or when `within` passes.
+pub fn listening_addr(
+    log: &std::path::Path,
+    child: &mut std::process::Child,
+    within: std::time::Duration,
+) -> std::net::SocketAddr {
+    let started = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("\"msg\":\"gateway listening\"")) {
+            let at = line.find("\"addr\":\"").expect("an addr in the gateway listening line") + 8;
+            return line[at..].split('"').next().unwrap().parse().unwrap();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the gateway exited ({status}) before listening; its log:\n{text}");
+        }
+        assert!(started.elapsed() < within, "the gateway did not listen within {within:?}; its log:\n{text}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 fn next_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static N: AtomicU64 = AtomicU64::new(0);

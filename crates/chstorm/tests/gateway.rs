@@ -436,10 +436,7 @@ fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
 #[test]
 fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs() {
     let (env, _) = env();
-    let text = std::fs::read_to_string(&env.cluster.topology().gateway_config).unwrap();
-    let listen = text.lines().find(|l| l.starts_with("listen:")).unwrap().to_string();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let text = text.replace(&listen, &format!("listen: 127.0.0.1:{port}"));
+    let text = chstorm_testenv::gateway_config_text(&env.cluster);
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gw.yaml");
     std::fs::write(&cfg, &text).unwrap();
@@ -451,12 +448,7 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
             .spawn()
             .unwrap(),
     );
-    let url = format!("http://127.0.0.1:{port}");
-    let t = Instant::now();
-    while curl(&[&format!("{url}/ping")]).0 != 200 {
-        assert!(t.elapsed() < Duration::from_secs(10), "gateway did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let url = format!("http://{}", chstorm_testenv::listening_addr(&log, &mut child.0, Duration::from_secs(10)));
     let logs = || std::fs::read_to_string(&log).unwrap();
     assert!(logs().contains("\"pool_idle_timeout_ms\":2500"), "learned from Keep-Alive: timeout=3: {}", logs());
     // gzip request body: the gateway reads it decompressed (to classify and route it) and forwards it.
