@@ -106,9 +106,8 @@ pub fn listening_addr(
     let started = std::time::Instant::now();
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
-        if let Some(line) = text.lines().find(|l| l.contains("\"msg\":\"gateway listening\"")) {
-            let at = line.find("\"addr\":\"").expect("an addr in the gateway listening line") + 8;
-            return line[at..].split('"').next().unwrap().parse().unwrap();
+        if let Some(line) = text.lines().find(|l| is_listening_line(l)) {
+            return listening_field(line, "addr");
         }
         if let Some(status) = child.try_wait().unwrap() {
             panic!("the gateway exited ({status}) before listening; its log:\n{text}");
@@ -116,6 +115,20 @@ pub fn listening_addr(
         assert!(started.elapsed() < within, "the gateway did not listen within {within:?}; its log:\n{text}");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// Whether `line` is the gateway's `gateway listening` log line.
+pub fn is_listening_line(line: &str) -> bool {
+    line.contains("\"msg\":\"gateway listening\"")
+}
+
+/// An address field (`addr`, `native_addr`) of the `gateway listening` log line. Panics, naming
+/// the field, when the line lacks it.
+pub fn listening_field(line: &str, key: &str) -> std::net::SocketAddr {
+    let tag = format!("\"{key}\":\"");
+    let at = line.find(&tag).unwrap_or_else(|| panic!("no {key} in the gateway listening line: {line}"));
+    let value = line[at + tag.len()..].split('"').next().unwrap();
+    value.parse().unwrap_or_else(|e| panic!("{key} {value:?} in the gateway listening line: {e}"))
 }
 
 fn next_id() -> u64 {

@@ -50,14 +50,11 @@ impl Gw {
             .spawn()
             .unwrap();
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let addr = |line: &str, key: &str| -> SocketAddr {
-            let at = line.find(&format!("\"{key}\":\"")).unwrap() + key.len() + 4;
-            line[at..].split('"').next().unwrap().parse().unwrap()
-        };
         let (http, native) = loop {
             let line = lines.next().expect("the gateway started").unwrap();
-            if line.contains("gateway listening") {
-                break (addr(&line, "addr"), addr(&line, "native_addr"));
+            if chstorm_testenv::is_listening_line(&line) {
+                let field = |key| chstorm_testenv::listening_field(&line, key);
+                break (field("addr"), field("native_addr"));
             }
         };
         // The rest of its log is not needed; it must not block on a full pipe.
