@@ -24,7 +24,9 @@ times: direct, HAProxy in HTTP mode, the gateway above (limits raised so that no
 refused), and a gateway with the default limits (routing and the thread budget on): QPS, P50, P99
 and refused requests. --cap N adds the gateway (the --pgo build when given) with its user's
 `max_concurrency: N` (queue 1024, 5 s: nothing refused) and HAProxy with `maxconn N` on its
-server line: each proxy holding the server to N queries at once.
+server line: each proxy holding the server to N queries at once. Each of these rows also has the
+server's CPU per query, and each proxy's, user and system time apart (from /proc, around the run);
+so do the 8-client rows.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
 ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Targets: no
@@ -213,9 +215,37 @@ def start_peers(tmp, backend, native_backend):
     return peers
 
 
-def cpu_seconds(pid):
+def cpu_times(pid):
+    """(user, system) CPU seconds of process pid, all its threads."""
     f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(f[11]) + int(f[12])) / TICK  # utime, stime (fields 14 and 15)
+    return int(f[11]) / TICK, int(f[12]) / TICK  # utime, stime (fields 14 and 15)
+
+
+def cpu_seconds(pid):
+    return sum(cpu_times(pid))
+
+
+def split_cpu(pid, before, requests, who):
+    """The CPU per query of pid since `before` (cpu_times): WHO_cpu_us_per_query, and its user
+    and system parts."""
+    after = cpu_times(pid)
+    user, system = ((a - b) / max(1, requests) * 1e6 for a, b in zip(after, before))
+    return {f"{who}_cpu_us_per_query": user + system, f"{who}_user_us_per_query": user,
+            f"{who}_sys_us_per_query": system}
+
+
+def timed_many(url, duration, conns, proxy_pid, server_pid):
+    """wrk_many, with the CPU per query of the proxy (user and system apart; none when
+    proxy_pid is None) and of the server, read from /proc around the run."""
+    p0 = cpu_times(proxy_pid) if proxy_pid else None
+    s0 = cpu_seconds(server_pid)
+    r = wrk_many(url, duration, conns)
+    per = lambda secs: secs / max(1, r["requests"]) * 1e6
+    r["server_cpu_us_per_query"] = per(cpu_seconds(server_pid) - s0)
+    if p0:
+        p1 = cpu_times(proxy_pid)
+        r["proxy_user_us_per_query"], r["proxy_sys_us_per_query"] = per(p1[0] - p0[0]), per(p1[1] - p0[1])
+    return r
 
 
 def rss_mb(pid):
@@ -298,24 +328,27 @@ def idle_connections(pid, port, n, server_port):
 
 
 def start_capped(args, chstorm, tmp, out, url, native):
-    """The --cap rows' gateway and HAProxy: {name: URL}; their processes are killed at exit."""
+    """The --cap rows' gateway and HAProxy: {name: (URL, pid)}; their processes are killed at exit."""
     binary = os.path.abspath(args.pgo) if args.pgo else chstorm
     cfg = os.path.join(tmp, "gateway-capped.yaml")
     open(cfg, "w").write(capped_config(args.cap, port=free_port(), url=url, native_port=free_port(), native=native))
     proc, gw_url = start_gateway(binary, cfg, os.path.join(out, "gateway-cpu-capped.log"))
     CAPPED.append(proc)
-    rows = {f"gateway_cap{args.cap}": gw_url}
+    rows = {f"gateway_cap{args.cap}": (gw_url, proc.pid)}
     if shutil.which("haproxy"):
         port = free_port()
         hcfg = os.path.join(tmp, "haproxy-capped.cfg")
         open(hcfg, "w").write(HAPROXY_CAPPED.format(port=port, backend=url.removeprefix("http://"), cap=args.cap))
         CAPPED.append(subprocess.Popen(["haproxy", "-db", "-f", hcfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         time.sleep(0.3)
-        rows[f"haproxy_maxconn{args.cap}"] = f"http://127.0.0.1:{port}"
+        rows[f"haproxy_maxconn{args.cap}"] = (f"http://127.0.0.1:{port}", CAPPED[-1].pid)
     return rows
 
 
 CAPPED = []
+# What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
+MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
+             "proxy_sys_us_per_query")
 
 
 def main():
@@ -405,18 +438,19 @@ def main():
         for _ in range(args.reps):
             runs["direct"].append(wrk(url, args.duration, args.connections))
             for mode, (proc, furl) in floors.items():
-                c0 = cpu_seconds(proc.pid)
+                c0 = cpu_times(proc.pid)
                 r = wrk(furl, args.duration, args.connections)
-                r["relay_cpu_us_per_query"] = (cpu_seconds(proc.pid) - c0) / max(1, r["requests"]) * 1e6
+                r.update(split_cpu(proc.pid, c0, r["requests"], "relay"))
                 runs[f"floor_{mode}"].append(r)
-                print(f"  {mode:<18} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
-            c0 = cpu_seconds(gw.pid)
+                print(f"  {mode:<18} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query "
+                      f"(user {r['relay_user_us_per_query']:.1f}, sys {r['relay_sys_us_per_query']:.1f})", file=sys.stderr)
+            c0 = cpu_times(gw.pid)
             r = wrk(gw_url, args.duration, args.connections)
-            r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
-            r["gateway_cpu_us_per_query"] = r["gateway_cpu_s"] / max(1, r["requests"]) * 1e6
+            r.update(split_cpu(gw.pid, c0, r["requests"], "gateway"))
             runs["gateway"].append(r)
             print(f"  direct qps {runs['direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
-                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query (user {r['gateway_user_us_per_query']:.1f}, "
+                  f"sys {r['gateway_sys_us_per_query']:.1f})", file=sys.stderr)
         # The native port: chstorm bench straight to the server's and through the gateway's.
         gw_native = f"clickhouse://127.0.0.1:{native_port}"
         native_bench(chstorm, gw_native, 1, args.connections)
@@ -447,26 +481,32 @@ def main():
             cfg2 = os.path.join(tmp, "gateway-defaults.yaml")
             open(cfg2, "w").write(defaults_config(port=free_port(), url=url, native_port=free_port(), native=native))
             gw_default, gw_default_url = start_gateway(chstorm, cfg2, os.path.join(out, "gateway-cpu-defaults.log"))
-            who = {"direct": url, "gateway": gw_url, "gateway_default_limits": gw_default_url}
-            if "peer_gateway_pgo" in floors:
-                who["gateway_pgo"] = floors["peer_gateway_pgo"][1]
-            if "peer_haproxy_http" in floors:
-                who["haproxy_http"] = floors["peer_haproxy_http"][1]
+            # {name: (URL, the proxy's pid or None)}
+            who = {"direct": (url, None), "gateway": (gw_url, gw.pid),
+                   "gateway_default_limits": (gw_default_url, gw_default.pid)}
+            for peer in ("gateway_pgo", "haproxy_http"):
+                if f"peer_{peer}" in floors:
+                    proc, purl = floors[f"peer_{peer}"]
+                    who[peer] = (purl, proc.pid)
             if args.cap:
                 who.update(start_capped(args, chstorm, tmp, out, url, native))
-            for name, u in who.items():
+            for name, (u, _) in who.items():
                 wrk_many(u, 1, args.many)
                 many[name] = []
             for _ in range(args.reps):
-                for name, u in who.items():
-                    r = wrk_many(u, args.duration, args.many)
+                for name, (u, pid) in who.items():
+                    r = timed_many(u, args.duration, args.many, pid, info["pid"])
                     many[name].append(r)
+                    cpu = (f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query"
+                           if pid else "")
                     print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
-                          f"errors {r['errors']}", file=sys.stderr)
+                          f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
                "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
+               "gateway_user_us_per_query": med("gateway", "gateway_user_us_per_query"),
+               "gateway_sys_us_per_query": med("gateway", "gateway_sys_us_per_query"),
                "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
                "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),
                "native": {"bench": f"chstorm bench -q 'SELECT 1' -c {args.connections} -d {args.duration}s",
@@ -477,13 +517,15 @@ def main():
                                  "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
                                  "qps": med(f"floor_{mode}", "qps")} for mode in floors if not mode.startswith("peer_")},
                "peers": {mode.removeprefix("peer_"): {"cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
+                                                      "user_us_per_query": med(f"floor_{mode}", "relay_user_us_per_query"),
+                                                      "sys_us_per_query": med(f"floor_{mode}", "relay_sys_us_per_query"),
                                                       "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
                                                       "qps": med(f"floor_{mode}", "qps")} for mode in floors if mode.startswith("peer_")},
                "native_peers": {mode: {"cpu_us_per_query": med(f"native_{mode}", "relay_cpu_us_per_query"),
                                        "qps_ratio": med(f"native_{mode}", "qps") / med("native_direct", "qps"),
                                        "qps": med(f"native_{mode}", "qps")} for mode in native_peers},
                "many": {"wrk": f"wrk -t2 -c{args.many} -d{args.duration}s --latency",
-                        "rows": {name: {k: statistics.median(x[k] for x in rs) for k in ("qps", "p50_ms", "p99_ms", "errors")}
+                        "rows": {name: {k: statistics.median(x[k] for x in rs) for k in MANY_KEYS if k in rs[0]}
                                  for name, rs in many.items()}, "runs": many} if many else None,
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
@@ -499,7 +541,8 @@ def main():
     json.dump(res, open(os.path.join(out, "gateway_cpu_bare.json" if args.bare else "gateway_cpu.json"), "w"), indent=2)
     peers = res["peers"]
     hp = peers.get("haproxy_http")
-    print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f}"
+    print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (user {res['gateway_user_us_per_query']:.1f}, "
+          f"sys {res['gateway_sys_us_per_query']:.1f})"
           + (f" ({res['gateway_cpu_us_per_query'] / hp['cpu_us_per_query']:.2f}x HAProxy HTTP mode; target <= 1.00)" if hp else ""))
     print(f"select1_c{args.connections} gateway_qps / direct_qps = {res['qps_ratio']:.3f} "
           f"({res['gateway_qps']:.0f} / {res['direct_qps']:.0f}"
@@ -511,7 +554,8 @@ def main():
     names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
              "nginx": "nginx, proxy_pass, upstream keepalive", "gateway_pgo": "the gateway, profile-guided build"}
     for mode, f in peers.items():
-        print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
+        print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query (user {f['user_us_per_query']:.1f}, "
+              f"sys {f['sys_us_per_query']:.1f}), qps / direct {f['qps_ratio']:.3f}")
     n = res["native"]
     ht = res["native_peers"].get("haproxy_native")
     print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
@@ -529,7 +573,10 @@ def main():
     if res["many"]:
         rows = res["many"]["rows"]
         for name, r in rows.items():
-            print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  errors {r['errors']:.0f}")
+            cpu = (f"  cpu user {r['proxy_user_us_per_query']:5.1f} sys {r['proxy_sys_us_per_query']:5.1f} us/query"
+                   if "proxy_user_us_per_query" in r else "")
+            print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
+                  f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query")
         if "haproxy_http" in rows:
             h = rows["haproxy_http"]
             for name in ("gateway", "gateway_pgo"):
