@@ -9,7 +9,7 @@ use super::exits::{no_replica, query_of_death, timed_out, DEATH_PROBE};
 use super::policy::{Decision, Failure, Policy};
 use super::running::{excluded, start, AttemptEnd, Running};
 use super::watch::{any_alive, Ping, Watch, DEAD_GRACE, MIN_PROBE};
-use super::{Ctx, Judged, Outcome, Transport, Won};
+use super::{Answered, Ctx, Judged, Outcome, Transport, Won};
 use crate::cluster::replica::{Overdue, Replica};
 use crate::cluster::upstream::{BackendError, Probe};
 use crate::metrics::ReasonLabel;
@@ -108,7 +108,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     }
 
     /// Sends the first attempt, then handles events until the request ends.
-    pub(super) async fn run(mut self) -> Outcome<T::Head> {
+    pub(super) async fn run(&mut self) -> Outcome<T::Head> {
         let Some(first) = start(self.plan, self.transport, self.ctx, &[], None).await else {
             return no_replica(self.plan, None, 0, 0);
         };
@@ -447,7 +447,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
 
     fn won(&self, a: Running<T::Head>, head: T::Head) -> Outcome<T::Head> {
         let won = Won { replica: a.inflight.replica().clone(), inflight: a.inflight, grant: a.grant, guard: a.guard };
-        Outcome::Answer { head, won, retries: self.retries, hedged: self.hedged }
+        Outcome::Answer(Box::new(Answered { head, won, retries: self.retries, hedged: self.hedged }))
     }
 
     /// An error answer head: a retry-safe refusal is a failure, any other error is the answer.

@@ -242,9 +242,9 @@ const ROUTED_READ: &str = "SELECT * FROM items WHERE shop_id = 123";
 /// end (its KILL guard disarmed), as a client that got the whole answer.
 fn answered(o: &mut Outcome) -> (String, bool) {
     match o {
-        Outcome::Answer { won, hedged, .. } => {
-            won.guard.disarm();
-            (won.replica.addr.base.clone(), *hedged)
+        Outcome::Answer(a) => {
+            a.won.guard.disarm();
+            (a.won.replica.addr.base.clone(), a.hedged)
         }
         Outcome::Failed { status, message, .. } => panic!("failed: {status} {message}"),
     }
@@ -376,7 +376,7 @@ async fn a_streamed_body_is_never_sent_twice() {
             assert_eq!((status, retries), (StatusCode::BAD_GATEWAY, 0));
             assert!(message.starts_with("Code: 210.") && message.contains("connection reset"), "{message}");
         }
-        Outcome::Answer { .. } => panic!("answered"),
+        Outcome::Answer(_) => panic!("answered"),
     }
     assert_eq!(fake.sent_to().len(), 1);
     assert!(w.balancer.replicas().all(|r| r.is_healthy()), "a broken upload may be the client's fault");
@@ -424,7 +424,7 @@ async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried
             assert_eq!((status, retries), (StatusCode::SERVICE_UNAVAILABLE, 1));
             assert!(message.starts_with("Code: 202"), "the server's own message: {message}");
         }
-        Outcome::Answer { .. } => panic!("answered"),
+        Outcome::Answer(_) => panic!("answered"),
     }
     assert_eq!(fake.sent_to().len(), 2, "both replicas of the shard, then no replica left");
     // A read answered 216 (its query id still taken by a hedged copy being killed there) goes to
@@ -455,7 +455,7 @@ async fn refused_connections_are_resent_even_for_writes_and_busy_answers_retried
     let w = World::new(&fake);
     let o = w.run(&w.plan(ROUTED_READ, BodyShape::Held), held()).await;
     match o {
-        Outcome::Answer { head, retries, .. } => assert_eq!((head.resp.status().as_u16(), retries), (404, 0)),
+        Outcome::Answer(a) => assert_eq!((a.head.resp.status().as_u16(), a.retries), (404, 0)),
         Outcome::Failed { .. } => panic!("failed"),
     }
     assert_eq!(fake.sent_to().len(), 1);
@@ -487,7 +487,7 @@ async fn the_head_deadline_kills_every_copy() {
             assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
             assert!(message.starts_with("Code: 159."), "{message}");
         }
-        Outcome::Answer { .. } => panic!("answered"),
+        Outcome::Answer(_) => panic!("answered"),
     }
     assert_eq!(t0.elapsed(), Duration::from_secs(3));
     settle().await;
@@ -739,9 +739,9 @@ impl World {
 
 fn scripted_winner(o: &mut Outcome<String>) -> (String, bool) {
     match o {
-        Outcome::Answer { head, won, hedged, .. } => {
-            won.guard.disarm();
-            (head.clone(), *hedged)
+        Outcome::Answer(a) => {
+            a.won.guard.disarm();
+            (a.head.clone(), a.hedged)
         }
         Outcome::Failed { message, .. } => panic!("failed: {message}"),
     }
@@ -860,7 +860,7 @@ async fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_ref
                 assert!(message.contains("not sent to another replica"), "{message}");
                 assert!(message.contains("refused for 300 s"), "{message}");
             }
-            Outcome::Answer { .. } => panic!("answered ({how})"),
+            Outcome::Answer(_) => panic!("answered ({how})"),
         }
         assert_eq!(fake.sent_to().len(), 1, "sent once: not retried, not hedged");
         assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
@@ -871,7 +871,7 @@ async fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_ref
                 assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
                 assert!(message.contains("refused") && message.contains("limits.query_of_death_ttl"), "{message}");
             }
-            Outcome::Answer { .. } => panic!("answered"),
+            Outcome::Answer(_) => panic!("answered"),
         }
         assert_eq!(fake.sent_to().len(), 1, "the refused read reached no replica");
         assert_eq!(w.metrics.attempt.quarantine_refusals.get(), 1);
@@ -911,7 +911,8 @@ async fn resent_past_a_death(death: Behave, answer: &'static str) {
         let before = fake.sent_to().len();
         let mut o = w.run(&p, held()).await;
         assert_eq!(answered(&mut o).0, other);
-        let Outcome::Answer { head, .. } = o else { unreachable!() };
+        let Outcome::Answer(a) = o else { unreachable!() };
+        let head = a.head;
         assert_eq!(head.whole, Some(answer.len() as u64), "held whole");
         let body = http_body_util::BodyExt::collect(head.resp.into_body()).await.unwrap().to_bytes();
         assert_eq!(body, answer, "nothing of a broken answer");
@@ -936,7 +937,7 @@ async fn a_write_whose_answer_breaks_after_its_head_fails_in_one_line() {
             assert_eq!(status, StatusCode::BAD_GATEWAY, "{message}");
             assert!(message.contains("the answer broke after 0 bytes"), "{message}");
         }
-        Outcome::Answer { .. } => panic!("a cut answer went to the client"),
+        Outcome::Answer(_) => panic!("a cut answer went to the client"),
     }
     assert_eq!(fake.sent_to().len(), 1, "a write is sent once");
 }

@@ -6,7 +6,7 @@
 
 use super::body::{Guarded, Streamed};
 use super::client_fin::ClientFin;
-use crate::attempt::{HttpHead, Outcome};
+use crate::attempt::{Answered, HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
@@ -56,7 +56,8 @@ impl Answer<'_, '_> {
                 set_ids(r.headers_mut(), query_id, route, None, None);
                 r
             }
-            Outcome::Answer { head: HttpHead { resp, whole }, mut won, retries, hedged } => {
+            Outcome::Answer(answered) => {
+                let Answered { head: HttpHead { resp, whole }, mut won, retries, hedged } = *answered;
                 let (mut parts, body) = resp.into_parts();
                 strip_hop(&mut parts.headers);
                 // An answer read whole leaves in one write, with its length; its query has

@@ -30,7 +30,7 @@ use super::backend::BackendConn;
 use super::client::{ClientConn, ClientPacket, Pinned, Shared};
 use super::client_io::ClientWrite;
 use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Packet};
-use crate::attempt::Outcome;
+use crate::attempt::{Answered, Outcome};
 use crate::metrics::UNKNOWN_USER;
 use crate::query::admission::{admit_global, admit_user};
 use crate::query::exit::{Exit, REJECTED};
@@ -315,7 +315,8 @@ async fn answer(
             let out = progress_then(&progress, revision, exception_bytes(code, text));
             (status.as_u16(), say(&mut conn.w, out).await)
         }
-        Outcome::Answer { head, mut won, .. } => {
+        Outcome::Answer(answered) => {
+            let Answered { head, mut won, .. } = *answered;
             let NativeHead { conn: backend, code, exception, raw } = head;
             let raw = progress_then(&progress, revision, raw);
             let Some(mut backend) = backend else {
