@@ -57,6 +57,7 @@ mod http;
 mod log;
 mod metrics;
 mod native;
+mod out_of_line;
 mod query;
 pub mod request;
 mod runtime;

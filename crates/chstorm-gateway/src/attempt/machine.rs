@@ -13,6 +13,7 @@ use super::{Answered, Ctx, Judged, Outcome, Transport, Won};
 use crate::cluster::replica::{Overdue, Replica};
 use crate::cluster::upstream::{BackendError, Probe};
 use crate::metrics::ReasonLabel;
+use crate::out_of_line::boxed;
 use crate::query::plan::Plan;
 use chstorm_proto::rules::retry_safe_code;
 use std::future::Future;
@@ -121,15 +122,16 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             let step = match self.next_event().await {
                 Event::Deadline => ControlFlow::Break(self.on_deadline()),
                 Event::PingDue => self.on_ping_due(),
-                Event::Look => self.on_look().await,
-                Event::Probed(found) if self.watch.awaiting => self.on_probed(found).await,
+                // The rare events run out of line: the loop's poll keeps a small frame.
+                Event::Look => boxed(|| self.on_look()).await,
+                Event::Probed(found) if self.watch.awaiting => boxed(|| self.on_probed(found)).await,
                 Event::Probed(found) => {
                     // Answered ahead of its look: the look reads it.
                     self.watch.ping = Ping::Found(found);
                     ControlFlow::Continue(())
                 }
-                Event::PeerProbed(found) => self.on_peer_probed(found).await,
-                Event::Down(i) => self.on_replica_down(i).await,
+                Event::PeerProbed(found) => boxed(|| self.on_peer_probed(found)).await,
+                Event::Down(i) => boxed(|| self.on_replica_down(i)).await,
                 Event::Ended(i, end) => self.on_ended(i, end).await,
             };
             if let ControlFlow::Break(outcome) = step {
@@ -417,14 +419,14 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         }
         let (failure, detail) = match end {
             AttemptEnd::Head(head) if T::is_success(&head) => return ControlFlow::Break(self.on_answer(a, head)),
-            AttemptEnd::Head(head) => self.on_error_answer(a, head).await?,
-            AttemptEnd::Failed(e) => self.on_failure(a, e).await?,
+            AttemptEnd::Head(head) => boxed(|| self.on_error_answer(a, head)).await?,
+            AttemptEnd::Failed(e) => boxed(|| self.on_failure(a, e)).await?,
         };
         if !self.running.is_empty() {
             // Another copy is still on its way: wait for it.
             return ControlFlow::Continue(());
         }
-        self.retry_after(failure, detail, replica).await
+        boxed(|| self.retry_after(failure, detail, replica)).await
     }
 
     /// A successful answer head: it wins, every other copy is cancelled.

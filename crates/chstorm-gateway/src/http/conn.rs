@@ -43,6 +43,7 @@ use crate::cluster::h1::spelling::{case_map, clickhouse_header, BackendSpelling,
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::metrics::{Metrics, PhaseLabel};
+use crate::out_of_line::boxed;
 use crate::query::exit::{Exit, REJECTED};
 use crate::state::State;
 use arc_swap::ArcSwap;
@@ -100,7 +101,7 @@ impl Listener {
                         Ok(Ok(n)) if n > 0 => {
                             // Watched once it has sent something: an idle socket costs one descriptor.
                             let fin = super::client_fin::watch(&tcp);
-                            Box::pin(self.serve(tcp, peer, header_timeout, fin)).await
+                            boxed(move || self.serve(tcp, peer, header_timeout, fin)).await
                         }
                         Ok(_) => {} // closed before sending anything, or an error
                         Err(_) => self.timed_out("idle"),
@@ -108,10 +109,10 @@ impl Listener {
                     _ = self.drain.forced() => {}
                 }
             }
-            Some(a) => match Box::pin(tokio::time::timeout(header_timeout, a.accept(tcp))).await {
+            Some(a) => match boxed(|| tokio::time::timeout(header_timeout, a.accept(tcp))).await {
                 Ok(Ok(stream)) => {
                     let fin = super::client_fin::watch(stream.get_ref().0);
-                    Box::pin(self.serve(stream, peer, header_timeout, fin)).await
+                    boxed(move || self.serve(stream, peer, header_timeout, fin)).await
                 }
                 Ok(Err(_)) => {}
                 Err(_) => self.timed_out("tls"),
@@ -163,7 +164,7 @@ impl Listener {
                     .at_last_answer
                     .store(reads.total.load(Ordering::Acquire) - prefix.len() as u64, Ordering::Release);
                 let io = Rewind::new(prefix, &mut io);
-                let timed_out = self.serve_hyper(io, peer, header_timeout, fin, keep_alive, &reads).await;
+                let timed_out = boxed(|| self.serve_hyper(io, peer, header_timeout, fin, keep_alive, &reads)).await;
                 timed_out.then(|| reads.partial())
             }
         };

@@ -200,7 +200,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
     let mut charge = mem.charge();
     let params = parse_params(parts.uri.query());
     if forms && is_multipart(&parts.headers) {
-        return read_form(parts, body, params, charge).await;
+        return crate::out_of_line::boxed(|| read_form(parts, body, params, charge)).await;
     }
     let url_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.clone());
     let enc = encoding(parts);

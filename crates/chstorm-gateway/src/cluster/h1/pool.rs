@@ -65,10 +65,19 @@ impl Pool {
     /// An idle connection the server has not closed; else a new one, or one that comes back
     /// while it is made, whichever comes first.
     pub async fn checkout(self: &Arc<Self>) -> Result<Conn, BackendError> {
-        let back = match self.idle_or_wait() {
-            Ok(c) => return Ok(c),
-            Err(back) => back,
-        };
+        match self.idle_or_wait() {
+            Ok(c) => Ok(c),
+            // Out of line: the usual checkout's poll keeps a small frame.
+            Err(back) => crate::out_of_line::boxed(|| self.clone().connect_or_wait(back)).await,
+        }
+    }
+
+    /// A new connection, or an idle one that comes back first (`back`); a connect that loses
+    /// the race goes on, and its connection joins the pool.
+    async fn connect_or_wait(
+        self: Arc<Self>,
+        back: tokio::sync::oneshot::Receiver<Conn>,
+    ) -> Result<Conn, BackendError> {
         let mut connect = Box::pin(self.clone().connect());
         tokio::select! {
             made = &mut connect => made,
