@@ -40,6 +40,10 @@
 //!   SIGTERM, SIGHUP reloads, the worker threads (each a current-thread runtime with its own
 //!   pools), systemd's readiness, reload, stop and watchdog notifications.
 //!
+//! * `out_of_line`: rare paths (hyper's connection, a TLS handshake, a multipart body, a backend
+//!   connect, the attempt loop's rare events) made and polled out of line, so the poll functions
+//!   of the usual request keep small stack frames.
+//!
 //! ClickHouse's own rules (retry-safe codes, exception parsing, statement kinds) come from
 //! `chstorm_proto::rules`; the reading of SQL text (the lexer, shard routing with bit-exact
 //! cityHash64, weights, WHERE-key extraction and table rewrite, the rules on settings, table
