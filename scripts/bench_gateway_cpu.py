@@ -238,13 +238,11 @@ def timed_many(url, duration, conns, proxy_pid, server_pid):
     """wrk_many, with the CPU per query of the proxy (user and system apart; none when
     proxy_pid is None) and of the server, read from /proc around the run."""
     p0 = cpu_times(proxy_pid) if proxy_pid else None
-    s0 = cpu_seconds(server_pid)
+    s0 = cpu_times(server_pid)
     r = wrk_many(url, duration, conns)
-    per = lambda secs: secs / max(1, r["requests"]) * 1e6
-    r["server_cpu_us_per_query"] = per(cpu_seconds(server_pid) - s0)
+    r.update(split_cpu(server_pid, s0, r["requests"], "server"))
     if p0:
-        p1 = cpu_times(proxy_pid)
-        r["proxy_user_us_per_query"], r["proxy_sys_us_per_query"] = per(p1[0] - p0[0]), per(p1[1] - p0[1])
+        r.update(split_cpu(proxy_pid, p0, r["requests"], "proxy"))
     return r
 
 
@@ -462,15 +460,14 @@ def main():
         for _ in range(args.reps):
             runs["native_direct"].append(native_bench(chstorm, info["native_url"], args.duration, args.connections))
             for mode, (proc, purl) in native_peers.items():
-                c0 = cpu_seconds(proc.pid)
+                c0 = cpu_times(proc.pid)
                 r = native_bench(chstorm, purl, args.duration, args.connections)
-                r["relay_cpu_us_per_query"] = (cpu_seconds(proc.pid) - c0) / max(1, r["requests"]) * 1e6
+                r.update(split_cpu(proc.pid, c0, r["requests"], "relay"))
                 runs[f"native_{mode}"].append(r)
                 print(f"  native {mode:<11} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
-            c0 = cpu_seconds(gw.pid)
+            c0 = cpu_times(gw.pid)
             r = native_bench(chstorm, gw_native, args.duration, args.connections)
-            r["gateway_cpu_s"] = cpu_seconds(gw.pid) - c0
-            r["gateway_cpu_us_per_query"] = r["gateway_cpu_s"] / max(1, r["requests"]) * 1e6
+            r.update(split_cpu(gw.pid, c0, r["requests"], "gateway"))
             runs["native_gateway"].append(r)
             print(f"  native direct qps {runs['native_direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
                   f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
