@@ -41,7 +41,7 @@ pub struct BackendConn {
 
 /// Idle connections by replica (its native address), newest last: a lookup by `&str` makes no
 /// key, and a replica's list is short (at most `max_idle` per database, revision and worker).
-type IdleMap = HashMap<String, Vec<(BackendConn, Instant)>, ahash::RandomState>;
+type IdleMap = HashMap<String, Vec<(Box<BackendConn>, Instant)>, ahash::RandomState>;
 
 #[derive(Debug, PartialEq, Eq)]
 struct Key {
@@ -82,7 +82,8 @@ impl ConnectError {
 }
 
 impl BackendConn {
-    /// Connects to `native` (`HOST:PORT`) and says Hello.
+    /// Connects to `native` (`HOST:PORT`) and says Hello. The connection is boxed: it moves
+    /// through the attempt loop, the pool and the session by pointer, not its 416 bytes.
     pub async fn connect(
         native: &str,
         database: &str,
@@ -90,7 +91,7 @@ impl BackendConn {
         user: &str,
         password: &str,
         connect_timeout: Duration,
-    ) -> Result<BackendConn, ConnectError> {
+    ) -> Result<Box<BackendConn>, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(native)).await {
             Ok(Ok(t)) => t,
             Ok(Err(e)) => return Err(ConnectError::new(format!("connect {native}: {e}"))),
@@ -120,7 +121,7 @@ impl BackendConn {
         };
         let revision = revision.min(server.revision);
         let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
-        Ok(BackendConn { io, w, server, revision, scratch: Scratch::default(), key })
+        Ok(Box::new(BackendConn { io, w, server, revision, scratch: Scratch::default(), key }))
     }
 
     /// False when the server closed the connection (or sent something unasked).
@@ -147,7 +148,7 @@ impl Pool {
 
     /// An idle connection, if one is alive: the newest of those to `native` for `database` and
     /// `revision` on this worker. Those found expired or closed on the way are dropped.
-    pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<BackendConn> {
+    pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<Box<BackendConn>> {
         let worker = current();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(native)?;
@@ -162,7 +163,7 @@ impl Pool {
     }
 
     /// Keeps a connection whose exchange ended cleanly, unless `max_idle` like it are kept.
-    pub fn put(&self, c: BackendConn) {
+    pub fn put(&self, c: Box<BackendConn>) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = match idle.get_mut(&c.key.native) {
             Some(l) => l,
@@ -189,7 +190,7 @@ mod tests {
 
     /// A connection to a listener that accepts and keeps it open (a pooled connection with
     /// nothing to read), keyed by `native`, `database`, `revision` and this worker.
-    async fn conn(native: &str, database: &str, revision: u64) -> (BackendConn, TcpStream) {
+    async fn conn(native: &str, database: &str, revision: u64) -> (Box<BackendConn>, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tcp = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (peer, _) = listener.accept().await.unwrap();
@@ -204,7 +205,7 @@ mod tests {
             display_name: "test".into(),
         };
         let key = Key { native: native.into(), database: database.into(), revision, worker: current() };
-        (BackendConn { io: Io::new(r), w, server, revision, scratch: Scratch::default(), key }, peer)
+        (Box::new(BackendConn { io: Io::new(r), w, server, revision, scratch: Scratch::default(), key }), peer)
     }
 
     fn port(c: &BackendConn) -> u16 {

@@ -93,12 +93,12 @@ pub struct ClientConn {
 /// A backend connection that belongs to one client connection: never pooled, closed when the
 /// client leaves. Counted in `chstorm_gateway_native_pinned_sessions` while it lives.
 pub struct Pinned {
-    pub conn: BackendConn,
+    pub conn: Box<BackendConn>,
     gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Pinned {
-    pub fn new(conn: BackendConn, gauge: prometheus_client::metrics::gauge::Gauge) -> Pinned {
+    pub fn new(conn: Box<BackendConn>, gauge: prometheus_client::metrics::gauge::Gauge) -> Pinned {
         gauge.inc();
         Pinned { conn, gauge }
     }

@@ -46,7 +46,7 @@ use tokio::net::tcp::OwnedReadHalf;
 pub struct NativeHead {
     /// None when the server refused the Hello for the client's reason (no such database, a bad
     /// login): `raw` is then its exception, and no query ran.
-    pub conn: Option<BackendConn>,
+    pub conn: Option<Box<BackendConn>>,
     /// The last packet's code (`server::DATA`, `server::EXCEPTION`, ...).
     pub code: u64,
     /// Its exception code, when it is an Exception.
