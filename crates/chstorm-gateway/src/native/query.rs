@@ -156,7 +156,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         held: &held,
         settings: plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect(),
         readonly: user.cfg.readonly,
-        ungranted: None,
+        encoded: None,
         progress: Default::default(),
     };
     // The client's own readonly (1 or 2, in the Query packet or SET) goes to the server as it
@@ -172,7 +172,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         pinned(&plan, &mut transport, conn).await
     } else {
         // The first statement that is not a plain read pins the session to its connection.
-        let pin = chstorm_proto::rules::statement_kind(&q.sql) == chstorm_proto::rules::StatementKind::Write;
+        let pin = plan.kind == chstorm_proto::rules::StatementKind::Write;
         answer(state, cluster, &plan, &mut transport, conn, pin).await
     };
     if let (Some(db), 200) = (use_db, status) {

@@ -144,6 +144,22 @@ impl HeldProgress {
     }
 }
 
+/// Where an attempt's connection comes from.
+enum Start {
+    Pooled(Box<BackendConn>),
+    Dial(Dial),
+}
+
+/// How an attempt opens a connection when none is pooled: owned, as its future outlives the
+/// transport's borrows.
+struct Dial {
+    native: String,
+    database: String,
+    user: String,
+    password: String,
+    timeout: Duration,
+}
+
 /// One server packet, as read by [`read_server_packet`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Packet {
@@ -188,20 +204,29 @@ pub struct Native<'a> {
     pub settings: Vec<(String, String)>,
     /// `readonly = 1` goes last, for a read-only user.
     pub readonly: bool,
-    /// The Query packet without a thread grant, built once when the settings were checked
-    /// ([`Native::check`]): an attempt without a grant sends it (shared, not copied) instead of
-    /// encoding again.
-    pub ungranted: Option<bytes::Bytes>,
+    /// The Query packet before and after the settings an attempt adds (its thread grant,
+    /// `readonly`), encoded once when the settings were checked ([`Native::check`]): an attempt
+    /// copies them around its own settings instead of encoding again.
+    pub encoded: Option<(Vec<u8>, Vec<u8>)>,
     /// Where the attempts of a read put its Progress packets for the client.
     pub progress: Arc<HeldProgress>,
 }
 
 impl Native<'_> {
     /// Encodes the Query packet once, before any replica is tried: a setting whose value cannot
-    /// be encoded fails here. The packet is kept for the attempts that get no thread grant.
+    /// be encoded fails here. Its parts are kept for the attempts ([`Native::query_packet`]).
     pub fn check(&mut self) -> Result<(), super::settings::SettingError> {
-        self.ungranted = Some(self.query_packet(None)?.into());
+        self.encoded = Some(self.encode()?);
         Ok(())
+    }
+
+    /// The Query packet up to the plan's last setting, and from the end of the settings on.
+    fn encode(&self) -> Result<(Vec<u8>, Vec<u8>), super::settings::SettingError> {
+        let mut head = Vec::with_capacity(256);
+        packets::backend_query_head(&mut head, self.q, &self.plan.query_id, &self.settings)?;
+        let mut tail = Vec::with_capacity(16 + self.sql.len());
+        packets::backend_query_tail(&mut tail, self.q, self.sql);
+        Ok((head, tail))
     }
 
     fn pace(&self) -> Duration {
@@ -209,17 +234,26 @@ impl Native<'_> {
     }
 
     /// The Query packet for one attempt, with `threads` granted as a real `max_threads`
-    /// setting (the typed settings of revision 54412 carry it as well as a string would).
+    /// setting (the typed settings of revision 54412 carry it as well as a string would), then
+    /// `readonly = 1` for a read-only user, and the held external tables after it.
     pub fn query_packet(&self, threads: Option<usize>) -> Result<Vec<u8>, super::settings::SettingError> {
-        let mut settings = self.settings.clone();
+        let fresh;
+        let (head, tail) = match &self.encoded {
+            Some(e) => e,
+            None => {
+                fresh = self.encode()?;
+                &fresh
+            }
+        };
+        let mut out = Vec::with_capacity(head.len() + 64 + tail.len() + self.held.len());
+        out.extend_from_slice(head);
         if let Some(t) = threads {
-            settings.push(("max_threads".into(), t.to_string()));
+            super::settings::put_setting(&mut out, "max_threads", itoa::Buffer::new().format(t))?;
         }
         if self.readonly {
-            settings.push(("readonly".into(), "1".into()));
+            super::settings::put_setting(&mut out, "readonly", "1")?;
         }
-        let mut out = Vec::with_capacity(256 + self.sql.len() + self.held.len());
-        packets::backend_query(&mut out, self.q, &self.plan.query_id, &settings, self.sql)?;
+        out.extend_from_slice(tail);
         out.extend_from_slice(self.held);
         Ok(out)
     }
@@ -237,32 +271,37 @@ impl Transport for Native<'_> {
         let fail = |connect: bool, message: String| -> BoxFuture<Result<NativeHead, BackendError>> {
             Box::pin(std::future::ready(Err(BackendError { connect, message })))
         };
-        let Some(native) = self.natives.get(&replica.addr.base).cloned() else {
+        let Some(native) = self.natives.get(&replica.addr.base) else {
             let msg = format!("replica {} has no native address in the config", replica.label());
             return Some(fail(true, msg));
         };
-        let packet = match (threads, &self.ungranted) {
-            (None, Some(p)) => Ok(p.clone()),
-            _ => self.query_packet(threads).map(bytes::Bytes::from),
-        };
-        let query = match packet {
+        let query = match self.query_packet(threads) {
             Ok(q) => q,
             Err(e) => return Some(fail(true, e.to_string())),
         };
-        let (pool, revision, compressed) = (self.pool.clone(), self.revision, self.q.compression);
+        let (revision, compressed) = (self.revision, self.q.compression);
         // Only a read is held: an INSERT's header waits for the client's data.
         let hold = self.plan.latitude.retry;
-        let (database, user, password) = (self.database.to_string(), self.user.to_string(), self.password.to_string());
-        let (connect_timeout, label) = (self.connect_timeout, replica.label().to_string());
         let (progress, replica, pace) = (self.progress.clone(), replica.clone(), self.pace());
+        // A pooled connection is taken now; only a new one needs the login, made owned here.
+        let start = match self.pool.take(native, self.database, revision) {
+            Some(c) => Start::Pooled(c),
+            None => Start::Dial(Dial {
+                native: native.clone(),
+                database: self.database.to_string(),
+                user: self.user.to_string(),
+                password: self.password.to_string(),
+                timeout: self.connect_timeout,
+            }),
+        };
         Some(Box::pin(async move {
-            let pooled = pool.take(&native, &database, revision);
-            let was_pooled = pooled.is_some();
-            let mut conn = match pooled {
-                Some(c) => c,
+            let was_pooled = matches!(start, Start::Pooled(_));
+            let mut conn = match start {
+                Start::Pooled(c) => c,
                 // Nothing was sent when the connection or its Hello failed: the query did not run.
-                None => {
-                    match BackendConn::connect(&native, &database, revision, &user, &password, connect_timeout).await {
+                Start::Dial(d) => {
+                    match BackendConn::connect(&d.native, &d.database, revision, &d.user, &d.password, d.timeout).await
+                    {
                         Ok(c) => c,
                         // The client's mistake is its answer, and no fault of the replica's.
                         Err(e) if e.blames_client() => {
@@ -277,23 +316,24 @@ impl Transport for Native<'_> {
             };
             if conn.revision != revision {
                 let message = format!(
-                    "replica {label} speaks protocol revision {}, below the client's {revision}",
+                    "replica {} speaks protocol revision {}, below the client's {revision}",
+                    replica.label(),
                     conn.revision
                 );
                 return Err(BackendError { connect: true, message });
             }
-            let lost = |what: &str, e: &dyn std::fmt::Display| BackendError {
+            let lost = |what: &str, native: &str, e: &dyn std::fmt::Display| BackendError {
                 connect: false,
                 message: format!("{what} {native}{}: {e}", if was_pooled { " (pooled connection)" } else { "" }),
             };
-            conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", &e))?;
+            conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", conn.native(), &e))?;
             let mut held = Held::new(revision);
             let mut reads = conn.io.reads();
             loop {
                 let at = held.raw.len();
                 let read =
                     read_server_packet(&mut conn.io, revision, compressed, &mut conn.scratch, &mut held.raw).await;
-                let p = read.map_err(|e| lost("reading the answer from", &e))?;
+                let p = read.map_err(|e| lost("reading the answer from", conn.native(), &e))?;
                 if p.code == server::PROGRESS {
                     live.activity.set_pace(pace);
                 }
@@ -481,12 +521,52 @@ mod tests {
             held: &[],
             settings: Vec::new(),
             readonly: false,
-            ungranted: None,
+            encoded: None,
             progress: Default::default(),
         };
         let activity = Arc::new(Activity::default());
         let head = t.send(&replica, None, Live { activity: activity.clone() }).unwrap();
         (head, t.progress.clone(), activity)
+    }
+
+    #[test]
+    fn an_attempt_s_packet_is_the_checked_one_with_its_grant_and_readonly_among_the_settings() {
+        let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
+        let sql = "SELECT 1";
+        let req = QueryRequest::native(vec![], sql, 300);
+        let plan = crate::query::plan::plan(req, &cfg.users["default"], &cfg.clusters["storm"], None, || "qid".into())
+            .unwrap();
+        let q = Query { query_id: "qid".into(), sql: sql.into(), stage: 2, ..Query::default() };
+        let natives = BTreeMap::new();
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        for (threads, readonly) in [(None, false), (Some(3), false), (None, true), (Some(12), true)] {
+            let mut t = Native {
+                pool: Pool::new(1),
+                natives: &natives,
+                database: "default",
+                revision: REV,
+                user: "default",
+                password: "",
+                connect_timeout: Duration::from_secs(5),
+                q: &q,
+                plan: &plan,
+                sql,
+                held: b"external tables",
+                settings: vec![kv("max_block_size", "10"), kv("load_balancing", "random")],
+                readonly,
+                encoded: None,
+                progress: Default::default(),
+            };
+            let mut settings = t.settings.clone();
+            settings.extend(threads.map(|n| kv("max_threads", &n.to_string())));
+            settings.extend(readonly.then(|| kv("readonly", "1")));
+            let mut want = Vec::new();
+            packets::backend_query(&mut want, &q, "qid", &settings, sql).unwrap();
+            want.extend_from_slice(b"external tables");
+            assert_eq!(t.query_packet(threads).unwrap(), want, "unchecked, {threads:?} {readonly}");
+            t.check().unwrap();
+            assert_eq!(t.query_packet(threads).unwrap(), want, "checked, {threads:?} {readonly}");
+        }
     }
 
     #[test]

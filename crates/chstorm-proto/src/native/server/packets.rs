@@ -304,6 +304,19 @@ pub fn backend_query(
     settings: &[(String, String)],
     sql: &str,
 ) -> Result<(), super::typed_settings::SettingError> {
+    backend_query_head(out, q, query_id, settings)?;
+    backend_query_tail(out, q, sql);
+    Ok(())
+}
+
+/// A backend Query packet up to its last setting (see [`backend_query`]): more settings may
+/// follow (each by [`super::typed_settings::put_setting`]), then [`backend_query_tail`].
+pub fn backend_query_head(
+    out: &mut Vec<u8>,
+    q: &Query,
+    query_id: &str,
+    settings: &[(String, String)],
+) -> Result<(), super::typed_settings::SettingError> {
     put_varuint(out, client::QUERY);
     put_str(out, query_id.as_bytes());
     out.extend_from_slice(&q.client_info);
@@ -317,6 +330,12 @@ pub fn backend_query(
             None => super::typed_settings::put_setting(out, k, v)?,
         }
     }
+    Ok(())
+}
+
+/// The rest of a backend Query packet after its settings: their end, stage, compression and
+/// text.
+pub fn backend_query_tail(out: &mut Vec<u8>, q: &Query, sql: &str) {
     put_str(out, b"");
     put_varuint(out, q.stage);
     put_varuint(out, q.compression as u64);
@@ -324,7 +343,6 @@ pub fn backend_query(
         Some(raw) if sql == q.sql => put_str(out, raw),
         _ => put_str(out, sql.as_bytes()),
     }
-    Ok(())
 }
 
 #[cfg(test)]
