@@ -124,6 +124,11 @@ impl BackendConn {
         Ok(Box::new(BackendConn { io, w, server, revision, scratch: Scratch::default(), key }))
     }
 
+    /// The replica's native address (`HOST:PORT`).
+    pub fn native(&self) -> &str {
+        &self.key.native
+    }
+
     /// False when the server closed the connection (or sent something unasked).
     fn looks_alive(&self) -> bool {
         if self.io.has_buffered() {
@@ -170,8 +175,12 @@ impl Pool {
             None => idle.entry(c.key.native.clone()).or_default(),
         };
         let now = Instant::now();
-        list.retain(|(_, at)| now.duration_since(*at) < IDLE_TIMEOUT);
-        let like = list.iter().filter(|(o, _)| o.key == c.key).count();
+        // A list is in the order its connections were put back (a take removes, never
+        // reorders), so those idle too long are its first ones.
+        let expired = list.iter().take_while(|(_, at)| now.duration_since(*at) >= IDLE_TIMEOUT).count();
+        list.drain(..expired);
+        let key = &c.key;
+        let like = list.iter().filter(|(o, _)| o.key.is(&key.database, key.revision, key.worker)).count();
         if like < self.max_idle {
             list.push((c, now));
         }
