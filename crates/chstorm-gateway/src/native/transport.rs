@@ -486,6 +486,35 @@ mod tests {
         addr
     }
 
+    /// The plan of `sql` for the example config's default user.
+    fn plan_of(sql: &str) -> Plan {
+        let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
+        let req = QueryRequest::native(vec![], sql, 300);
+        crate::query::plan::plan(req, &cfg.users["default"], &cfg.clusters["storm"], None, || "qid".into()).unwrap()
+    }
+
+    /// A transport for `q` under `plan` to `natives`, as the session makes one: no settings,
+    /// no external tables, not read-only.
+    fn transport<'a>(natives: &'a BTreeMap<String, String>, q: &'a Query, plan: &'a Plan) -> Native<'a> {
+        Native {
+            pool: Pool::new(1),
+            natives,
+            database: "default",
+            revision: REV.min(CLIENT_REVISION),
+            user: "default",
+            password: "",
+            connect_timeout: Duration::from_secs(5),
+            q,
+            plan,
+            sql: &q.sql,
+            held: &[],
+            settings: Vec::new(),
+            readonly: false,
+            encoded: None,
+            progress: Default::default(),
+        }
+    }
+
     /// Sends a read to a replica answering `answer`; (its head's future, the transport's
     /// progress taken apart, the attempt's signs of work).
     async fn read_from(
@@ -493,37 +522,13 @@ mod tests {
         linger: Duration,
     ) -> (BoxFuture<Result<NativeHead, BackendError>>, Arc<HeldProgress>, Arc<Activity>) {
         let native = replica(answer, linger).await;
-        let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
         let sql = "SELECT count() FROM items";
-        let plan = crate::query::plan::plan(
-            QueryRequest::native(vec![], sql, 300),
-            &cfg.users["default"],
-            &cfg.clusters["storm"],
-            None,
-            || "qid".into(),
-        )
-        .unwrap();
+        let plan = plan_of(sql);
         assert!(plan.latitude.retry, "a read");
         let replica = Arc::new(Replica::new(ReplicaAddr { base: "http://r1".into(), https: false }, 1, 1));
         let natives = BTreeMap::from([("http://r1".to_string(), native)]);
         let q = Query { query_id: "qid".into(), sql: sql.into(), stage: 2, ..Query::default() };
-        let mut t = Native {
-            pool: Pool::new(1),
-            natives: &natives,
-            database: "default",
-            revision: REV.min(CLIENT_REVISION),
-            user: "default",
-            password: "",
-            connect_timeout: Duration::from_secs(5),
-            q: &q,
-            plan: &plan,
-            sql,
-            held: &[],
-            settings: Vec::new(),
-            readonly: false,
-            encoded: None,
-            progress: Default::default(),
-        };
+        let mut t = transport(&natives, &q, &plan);
         let activity = Arc::new(Activity::default());
         let head = t.send(&replica, None, Live { activity: activity.clone() }).unwrap();
         (head, t.progress.clone(), activity)
@@ -531,31 +536,17 @@ mod tests {
 
     #[test]
     fn an_attempt_s_packet_is_the_checked_one_with_its_grant_and_readonly_among_the_settings() {
-        let cfg = Config::parse(include_str!("../../../../docs/gateway.example.yaml"), "g.yaml".as_ref()).unwrap();
         let sql = "SELECT 1";
-        let req = QueryRequest::native(vec![], sql, 300);
-        let plan = crate::query::plan::plan(req, &cfg.users["default"], &cfg.clusters["storm"], None, || "qid".into())
-            .unwrap();
+        let plan = plan_of(sql);
         let q = Query { query_id: "qid".into(), sql: sql.into(), stage: 2, ..Query::default() };
         let natives = BTreeMap::new();
         let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
         for (threads, readonly) in [(None, false), (Some(3), false), (None, true), (Some(12), true)] {
             let mut t = Native {
-                pool: Pool::new(1),
-                natives: &natives,
-                database: "default",
-                revision: REV,
-                user: "default",
-                password: "",
-                connect_timeout: Duration::from_secs(5),
-                q: &q,
-                plan: &plan,
-                sql,
                 held: b"external tables",
                 settings: vec![kv("max_block_size", "10"), kv("load_balancing", "random")],
                 readonly,
-                encoded: None,
-                progress: Default::default(),
+                ..transport(&natives, &q, &plan)
             };
             let mut settings = t.settings.clone();
             settings.extend(threads.map(|n| kv("max_threads", &n.to_string())));
