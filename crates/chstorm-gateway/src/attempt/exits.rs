@@ -28,7 +28,7 @@ pub(super) fn query_of_death<H>(
     crate::log::log(
         "warn",
         "query of death: its replica died while running it; not resent, its shape refused",
-        serde_json::json!({"query_id": plan.query_id, "replica": replica.label(), "url": replica.addr.base,
+        serde_json::json!({"query_id": &*plan.query_id, "replica": replica.label(), "url": replica.addr.base,
             "shape": format!("{fp:016x}"), "refused_for_s": ttl.as_secs(), "error": why}),
     );
     let refused = if ttl.is_zero() {
@@ -54,7 +54,7 @@ pub(super) fn refused_shape<H>(plan: &Plan, r: &Refusal, ttl: Duration) -> Outco
     crate::log::log(
         "info",
         "query of death refused",
-        serde_json::json!({"query_id": plan.query_id, "replica": r.replica, "refused_for_s": r.left.as_secs()}),
+        serde_json::json!({"query_id": &*plan.query_id, "replica": r.replica, "refused_for_s": r.left.as_secs()}),
     );
     Outcome::Failed {
         status: StatusCode::SERVICE_UNAVAILABLE,

@@ -30,7 +30,7 @@ impl BackendAuth {
 pub struct KillGuard {
     pub armed: bool,
     pub reason: &'static str,
-    pub query_id: String,
+    pub query_id: Arc<str>,
     pub replica: Arc<Replica>,
     pub auth: Arc<str>,
     pub backend: Arc<dyn Backend>,
@@ -76,7 +76,7 @@ impl Drop for KillGuard {
                 crate::log::log(
                     "info",
                     "killed query",
-                    serde_json::json!({"query_id": qid, "replica": r.addr.base, "reason": reason, "ok": ok}),
+                    serde_json::json!({"query_id": &*qid, "replica": r.addr.base, "reason": reason, "ok": ok}),
                 );
             });
         }

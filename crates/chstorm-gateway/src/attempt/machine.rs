@@ -563,7 +563,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             "warn",
             "replica down (request failed)",
             serde_json::json!({"replica": replica.label(), "url": replica.addr.base, "error": why,
-                "query_id": self.plan.query_id}),
+                "query_id": &*self.plan.query_id}),
         );
     }
 }

@@ -74,8 +74,8 @@ pub struct Latitude {
 pub struct Plan {
     pub target: Target,
     /// The query_id the backend runs the query under: the client's, in its user's namespace
-    /// ([`backend_id`]), or one the gateway made.
-    pub query_id: String,
+    /// ([`backend_id`]), or one the gateway made. Shared: each attempt's KILL guard holds it.
+    pub query_id: std::sync::Arc<str>,
     /// The query_id the client sees (`X-ClickHouse-Query-Id`): its own, or the gateway's.
     pub client_query_id: String,
     /// The backend URL's path and query up to (not including) the parts each attempt adds:
@@ -484,7 +484,7 @@ fn assemble(
     let held_read = kind == StatementKind::Read && body == BodyShape::Held && !in_session;
     Plan {
         target,
-        query_id: ids.query_id,
+        query_id: ids.query_id.into(),
         client_query_id: ids.client_query_id,
         path_and_params,
         tail,
@@ -547,7 +547,7 @@ mod tests {
         assert!(p.path_and_params.is_empty() && p.tail.is_empty());
         // The user's capped max_execution_time is among them, as in an HTTP query's URL.
         assert_eq!(p.params, [("max_block_size".into(), "10".into()), ("max_execution_time".into(), "30".into())]);
-        assert_eq!(p.query_id, "default:q1");
+        assert_eq!(&*p.query_id, "default:q1");
         let http = run(&user(|u| u.readonly = true), "max_block_size=10&query_id=q1", "SELECT 1").unwrap();
         let url = http.path_and_query(None);
         assert!(url.ends_with("?max_block_size=10&max_execution_time=30&query_id=default%3Aq1&readonly=1"), "{url}");
@@ -679,7 +679,7 @@ mod tests {
         assert!(e.message.contains("setting 'max_block_size' is not allowed"), "{e}");
         let p = run(&u, "max_threads=2&max_execution_time=100&query_id=mine&user=x&password=y", "SELECT 1").unwrap();
         let pq = p.path_and_query(None);
-        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("default:mine", "mine"));
+        assert_eq!((&*p.query_id, p.client_query_id.as_str()), ("default:mine", "mine"));
         assert!(pq.contains("max_threads=2") && pq.contains("max_memory_usage=1000"), "{pq}");
         assert!(pq.contains("max_execution_time=30") && !pq.contains("max_execution_time=100"), "capped: {pq}");
         assert!(!pq.contains("user=") && !pq.contains("password="), "{pq}");
@@ -763,12 +763,12 @@ mod tests {
     #[test]
     fn query_and_session_ids_live_in_their_users_namespace() {
         let p = run(&user(|_| {}), "query_id=q1&session_id=s1&replace_running_query=1", "SELECT 1").unwrap();
-        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("default:q1", "q1"));
+        assert_eq!((&*p.query_id, p.client_query_id.as_str()), ("default:q1", "q1"));
         let pq = p.path_and_query(None);
         assert!(pq.contains("session_id=default%3As1") && pq.contains("query_id=default%3Aq1"), "{pq}");
         let other = user(|u| u.name = "other".into());
         let q = run(&other, "query_id=q1&session_id=s1", "SELECT 1").unwrap();
-        assert_eq!(q.query_id, "other:q1");
+        assert_eq!(&*q.query_id, "other:q1");
         assert!(q.path_and_query(None).contains("session_id=other%3As1"));
         // No user's namespace holds another's, whatever the names.
         assert_ne!(backend_id("a:b", "c"), backend_id("a", "b:c"));
@@ -776,7 +776,7 @@ mod tests {
         assert_eq!(backend_id("a%b:c é", "x:y"), "a%25b%3Ac é:x:y");
         // The gateway's own ids stay as made.
         let p = run(&user(|_| {}), "", "SELECT 1").unwrap();
-        assert_eq!((p.query_id.as_str(), p.client_query_id.as_str()), ("gen-1", "gen-1"));
+        assert_eq!((&*p.query_id, p.client_query_id.as_str()), ("gen-1", "gen-1"));
     }
 
     #[test]
