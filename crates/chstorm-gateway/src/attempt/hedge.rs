@@ -111,7 +111,12 @@ impl Default for Activity {
 impl Activity {
     /// A sign of work now.
     pub fn bump(&self) {
-        let us = self.origin.elapsed().as_micros().min(u64::MAX as u128) as u64;
+        self.bump_at(tokio::time::Instant::now());
+    }
+
+    /// A sign of work at `now` (read once for several records of the same moment).
+    pub fn bump_at(&self, now: tokio::time::Instant) {
+        let us = now.saturating_duration_since(self.origin).as_micros().min(u64::MAX as u128) as u64;
         self.last_us.fetch_max(us, Ordering::Relaxed);
     }
 

@@ -165,7 +165,12 @@ impl Replica {
 
     /// An answer head came from it (any status: an error answer also shows the server is alive).
     pub fn answered(&self) {
-        let us = tokio::time::Instant::now().saturating_duration_since(self.created).as_micros() as u64;
+        self.answered_at(tokio::time::Instant::now());
+    }
+
+    /// [`Replica::answered`], at `now` (read once for several records of the same moment).
+    pub fn answered_at(&self, now: tokio::time::Instant) {
+        let us = now.saturating_duration_since(self.created).as_micros() as u64;
         self.last_answer_us.fetch_max(us, Ordering::Relaxed);
     }
 

@@ -271,8 +271,9 @@ async fn answer(
     let mut _early_charge = conn.mem.charge();
     // A held read's progress goes to the client as it runs.
     let (progress, revision) = (transport.progress.clone(), conn.revision);
-    // The earliest time of the next Progress write: at most one every PROGRESS_EVERY.
-    let mut next_progress = tokio::time::Instant::now();
+    // The earliest time of the next Progress write (none before the first): at most one every
+    // PROGRESS_EVERY.
+    let mut next_progress = None;
     let outcome = {
         let attempts = crate::attempt::attempts(plan, transport, &ctx);
         tokio::pin!(attempts);
@@ -281,7 +282,7 @@ async fn answer(
                 biased;
                 o = &mut attempts => break o,
                 _ = progress.ready(next_progress) => {
-                    next_progress = tokio::time::Instant::now() + PROGRESS_EVERY;
+                    next_progress = Some(tokio::time::Instant::now() + PROGRESS_EVERY);
                     let sent = progress_then(&progress, revision, Vec::new());
                     // Dropping the attempts cancels their queries (KILL QUERY by query_id).
                     if !sent.is_empty() && conn.w.write_all(&sent).await.is_err() {
@@ -374,6 +375,17 @@ struct First {
 /// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
 /// backend, until the answer ends, the client leaves, or the body deadline passes.
 async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: Option<First>) -> End {
+    let first = match first {
+        // A held answer that is whole (a short read's) goes out as it came, in one write.
+        Some(f) if f.code == server::END_OF_STREAM || f.code == server::EXCEPTION => {
+            if conn.w.write_all(&f.raw).await.is_err() {
+                return End::ClientGone;
+            }
+            let clean = f.code == server::END_OF_STREAM && !b.io.has_buffered();
+            return End::Done { clean, server_ended: true, status: if f.exception.is_some() { 500 } else { 200 } };
+        }
+        f => f,
+    };
     let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();

@@ -86,13 +86,14 @@ impl Held {
         }
     }
 
-    /// Holds the packet read last, `raw[at..]`, where [`read_server_packet`] put it. A Progress
-    /// packet [`PROGRESS_APART_AFTER`] into the read takes the Progress packets held so far out
-    /// of the answer into `apart`, and from then on each goes there.
-    fn push(&mut self, code: u64, at: usize, apart: &HeldProgress) {
+    /// Holds the packet read last, `raw[at..]`, where [`read_server_packet`] put it; its bytes
+    /// came from the replica at `came`. A Progress packet [`PROGRESS_APART_AFTER`] into the read
+    /// takes the Progress packets held so far out of the answer into `apart`, and from then on
+    /// each goes there.
+    fn push(&mut self, code: u64, at: usize, apart: &HeldProgress, came: tokio::time::Instant) {
         let progress = (code == server::PROGRESS).then(|| Progress::decode(&self.raw[at..], self.revision)).flatten();
         let Some(one) = progress else { return };
-        if !self.apart && self.since.elapsed() >= PROGRESS_APART_AFTER {
+        if !self.apart && came.saturating_duration_since(self.since) >= PROGRESS_APART_AFTER {
             self.apart = true;
             self.raw.truncate(at);
             let mut kept = Vec::with_capacity(self.raw.len());
@@ -135,12 +136,14 @@ impl HeldProgress {
         self.sum.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
-    /// Resolves once progress was added, and not before `not_before`. (Dropped while it waits
-    /// for `not_before`, it loses its wake-up: the progress then goes with the next one added,
-    /// or before the answer.)
-    pub async fn ready(&self, not_before: tokio::time::Instant) {
+    /// Resolves once progress was added, and not before `not_before` (when given). (Dropped
+    /// while it waits for `not_before`, it loses its wake-up: the progress then goes with the
+    /// next one added, or before the answer.)
+    pub async fn ready(&self, not_before: Option<tokio::time::Instant>) {
         self.added.notified().await;
-        tokio::time::sleep_until(not_before).await;
+        if let Some(t) = not_before {
+            tokio::time::sleep_until(t).await;
+        }
     }
 }
 
@@ -329,6 +332,8 @@ impl Transport for Native<'_> {
             conn.w.write_all(&query).await.map_err(|e| lost("sending the query to", conn.native(), &e))?;
             let mut held = Held::new(revision);
             let mut reads = conn.io.reads();
+            // When the bytes of the packets at hand came: one clock read per read of the socket.
+            let mut came = held.since;
             loop {
                 let at = held.raw.len();
                 let read =
@@ -341,13 +346,14 @@ impl Transport for Native<'_> {
                 // Packets that came in one read are one sign.
                 if conn.io.reads() != reads {
                     reads = conn.io.reads();
-                    replica.answered();
-                    live.activity.bump();
+                    came = tokio::time::Instant::now();
+                    replica.answered_at(came);
+                    live.activity.bump_at(came);
                 }
                 if !hold {
                     return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held.raw });
                 }
-                held.push(p.code, at, &progress);
+                held.push(p.code, at, &progress, came);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
                 if end || held.raw.len() >= HOLD_AT {
                     return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held.raw });
