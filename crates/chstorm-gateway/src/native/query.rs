@@ -375,25 +375,14 @@ struct First {
 /// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
 /// backend, until the answer ends, the client leaves, or the body deadline passes.
 async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: Option<First>) -> End {
-    let first = match first {
-        // A held answer that is whole (a short read's) goes out as it came, in one write.
-        Some(f) if f.code == server::END_OF_STREAM || f.code == server::EXCEPTION => {
-            if conn.w.write_all(&f.raw).await.is_err() {
-                return End::ClientGone;
-            }
-            let clean = f.code == server::END_OF_STREAM && !b.io.has_buffered();
-            return End::Done { clean, server_ended: true, status: if f.exception.is_some() { 500 } else { 200 } };
-        }
-        f => f,
-    };
     let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
     // Each packet read, before it joins `out`.
     let mut packet: Vec<u8> = Vec::new();
-    // What was held goes out at once, a Progress packet among it too.
-    let now = std::time::Instant::now();
-    let mut last_write = now.checked_sub(PROGRESS_EVERY).unwrap_or(now);
+    // The last write to the client; none yet, so what was held goes out at once, a Progress
+    // packet among it too.
+    let mut last_write: Option<std::time::Instant> = None;
     let revision = b.revision;
     let BackendConn { io, w: bw, scratch, .. } = b;
     let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
@@ -456,16 +445,28 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 return End::Done { clean: false, server_ended: false, status: 502 };
             }
         };
-        out.extend_from_slice(&packet);
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
         let status_only = code == server::PROGRESS || code == server::PROFILE_INFO;
-        let drained = !io.has_buffered() && (!status_only || last_write.elapsed() >= PROGRESS_EVERY);
-        if end || out.len() >= FLUSH_AT || drained {
-            last_write = std::time::Instant::now();
-            if conn.w.write_all(&out).await.is_err() {
+        let quiet = last_write.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
+        let drained = !io.has_buffered() && (!status_only || quiet);
+        if end || out.len() + packet.len() >= FLUSH_AT || drained {
+            // Nothing gathered before it (a held answer that is whole, most often): the packet
+            // goes out as it is, not copied into `out` first.
+            let bytes = if out.is_empty() {
+                &packet
+            } else {
+                out.extend_from_slice(&packet);
+                &out
+            };
+            if conn.w.write_all(bytes).await.is_err() {
                 return End::ClientGone;
             }
+            if !end {
+                last_write = Some(std::time::Instant::now());
+            }
             out.clear();
+        } else {
+            out.extend_from_slice(&packet);
         }
         if end {
             let clean = code == server::END_OF_STREAM && !cancelled && !io.has_buffered();
