@@ -98,6 +98,27 @@ pub fn encode_bytes(text: &str) -> Vec<u8> {
     out
 }
 
+/// The first value of each of `names` in `headers` (what `HeaderMap::get` gives), as text; a
+/// value that is not visible ASCII is not found, as `get(..).to_str().ok()` would not find it.
+/// One pass over the headers, where each `get` hashes its name: a request has few headers, and
+/// the query path reads several names of every request.
+pub fn first_headers<'h, const N: usize>(
+    headers: &'h http::HeaderMap,
+    names: [&http::HeaderName; N],
+) -> [Option<&'h str>; N] {
+    let mut found = [None; N];
+    let mut seen = [false; N];
+    for (k, v) in headers {
+        if let Some(i) = names.iter().position(|n| *n == k) {
+            if !seen[i] {
+                seen[i] = true;
+                found[i] = v.to_str().ok();
+            }
+        }
+    }
+    found
+}
+
 /// Splits a query string into decoded (name, value) pairs, in order. Percent-encoded bytes that
 /// are not UTF-8 are kept ([`decode_bytes`]); [`encode_params`] sends them back unchanged.
 pub fn parse_params(query: Option<&str>) -> Vec<(String, String)> {
@@ -297,6 +318,43 @@ pub fn current_database<'a>(params: &'a [(String, String)], header: Option<&'a s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_headers_are_what_get_finds_in_generated_maps() {
+        use http::{HeaderName, HeaderValue};
+        let names = [
+            http::header::AUTHORIZATION,
+            http::header::CONTENT_TYPE,
+            HeaderName::from_static("x-clickhouse-user"),
+            HeaderName::from_static("x-clickhouse-key"),
+            HeaderName::from_static("x-clickhouse-database"),
+            HeaderName::from_static("x-clickhouse-usex"),
+            http::header::HOST,
+        ];
+        let values = [
+            HeaderValue::from_static("a"),
+            HeaderValue::from_static(""),
+            HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+            HeaderValue::from_static("multipart/form-data; boundary=x"),
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..3000 {
+            let mut h = http::HeaderMap::new();
+            for _ in 0..next(9) {
+                h.append(names[next(names.len())].clone(), values[next(values.len())].clone());
+            }
+            let wanted = [&names[0], &names[2], &names[3], &names[4], &names[1]];
+            let got = first_headers(&h, wanted);
+            let by_get = wanted.map(|n| h.get(n).and_then(|v| v.to_str().ok()));
+            assert_eq!(got, by_get, "{h:?}");
+        }
+    }
 
     #[test]
     fn params_round_trip() {

@@ -7,11 +7,11 @@ use super::held::{hold, HttpHead, HOLD_AT};
 use super::quarantine::fingerprint;
 use super::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
-use crate::cluster::upstream::{full, Backend, BackendError, BoxFuture, GBody};
+use crate::cluster::upstream::{full, Backend, BackendError, BackendRequest, BoxFuture, GBody};
 use crate::query::plan::Plan;
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere};
-use http::{Request, Response};
+use http::Response;
 use http_body_util::BodyExt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,17 +22,17 @@ const MAX_ERROR_BODY: usize = 64 << 10;
 const ERROR_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The backend request's method and headers, from the HTTP front; POST and none by default.
-/// [`super::run`] adds the gateway's `Authorization`.
+/// The attempts add the gateway's `Authorization` as they write them.
 #[derive(Debug, Clone)]
 pub struct HttpParts {
     pub method: http::Method,
-    /// The client's headers that go on.
-    pub headers: http::HeaderMap,
+    /// The client's headers that go on, shared by the attempts.
+    pub headers: Arc<http::HeaderMap>,
 }
 
 impl Default for HttpParts {
     fn default() -> Self {
-        HttpParts { method: http::Method::POST, headers: http::HeaderMap::new() }
+        HttpParts { method: http::Method::POST, headers: Default::default() }
     }
 }
 
@@ -42,6 +42,8 @@ pub struct Http<'a> {
     pub(super) parts: HttpParts,
     pub(super) body: SendBody,
     pub(super) backend: Arc<dyn Backend>,
+    /// The gateway's own `Authorization` ([`super::Ctx::auth`]).
+    pub(super) auth: http::HeaderValue,
     /// How long a successful answer is held after its head ([`super::held`]); None for a
     /// `HEAD` request, whose answer has no body.
     pub(super) hold_for: Option<Duration>,
@@ -57,11 +59,8 @@ impl Transport for Http<'_> {
         live: Live,
     ) -> Option<BoxFuture<Result<Self::Head, BackendError>>> {
         let plan = self.plan;
-        // An `http://` replica's request goes through the own HTTP/1 client, which writes the path
-        // and query alone (its pool holds the authority): the URI is made and parsed without a
-        // scheme and authority. hyper's client, for `https://`, needs the whole URI.
-        let mut uri = if replica.addr.https { replica.addr.base.clone() } else { String::new() };
-        plan.path_and_query_into(&mut uri, threads);
+        let mut target = String::new();
+        plan.path_and_query_into(&mut target, threads);
         // An empty body still says so: 18.16 answers a POST without Content-Length or
         // Transfer-Encoding with 411 (Code 381), and hyper writes neither for an empty body.
         let empty_post = self.parts.method == http::Method::POST
@@ -77,13 +76,14 @@ impl Transport for Http<'_> {
             },
             SendBody::Once(b) => b.take()?,
         };
-        let mut req = Request::new(req_body);
-        *req.method_mut() = self.parts.method.clone();
-        *req.uri_mut() = http::Uri::from_maybe_shared(Bytes::from(uri)).ok()?;
-        *req.headers_mut() = self.parts.headers.clone();
-        if empty_post {
-            req.headers_mut().insert(http::header::CONTENT_LENGTH, http::HeaderValue::from_static("0"));
-        }
+        let req = BackendRequest {
+            method: self.parts.method.clone(),
+            target,
+            headers: self.parts.headers.clone(),
+            auth: Some(self.auth.clone()),
+            empty_post,
+            body: req_body,
+        };
         let (head, hold_for) = (self.backend.send(&replica.addr, req), self.hold_for);
         Some(Box::pin(async move {
             let head = head.await?;

@@ -174,13 +174,13 @@ pub enum Outcome<H = HttpHead> {
 }
 
 /// Runs the attempts for `plan` over HTTP, each a `parts` request carrying `body`.
-pub async fn run(plan: &Plan, mut parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
-    // The gateway's own credentials, the same for every attempt.
-    parts.headers.insert(::http::header::AUTHORIZATION, ctx.auth.header.clone());
+pub async fn run(plan: &Plan, parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -> Outcome {
     // A successful answer is held for at most the per-try deadline after its head.
     let hold_for = (parts.method != ::http::Method::HEAD)
         .then(|| ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0));
-    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), hold_for };
+    // The gateway's own credentials, the same for every attempt.
+    let auth = ctx.auth.header.clone();
+    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth, hold_for };
     attempts(plan, &mut http, ctx).await
 }
 

@@ -11,7 +11,6 @@ use crate::query::plan::Target;
 use crate::query::request::{BodyShape, QueryRequest};
 use ::http::Response;
 use bytes::Bytes;
-use http::Request;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
@@ -112,9 +111,9 @@ impl Backend for Fake {
     fn send(
         &self,
         replica: &crate::config::ReplicaAddr,
-        req: Request<GBody>,
+        req: crate::cluster::upstream::BackendRequest,
     ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
-        self.sent.lock().unwrap().push((replica.base.clone(), req.uri().to_string()));
+        self.sent.lock().unwrap().push((replica.base.clone(), req.target));
         let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
         Box::pin(async move {
             match b {
@@ -206,7 +205,8 @@ impl World {
     /// Marks the shape of `plan` (held, empty body) as having run fine lately.
     fn known_good(&self, plan: &Plan) {
         let backend = self.backend.clone();
-        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, hold_for: None };
+        let auth = http::HeaderValue::from_static("Basic Og==");
+        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, auth, hold_for: None };
         self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
     }
 

@@ -11,7 +11,7 @@
 //! 2.5 s). TCP_NODELAY is set; the number of idle connections per replica is bounded.
 
 use super::h1::spelling::BackendSpelling;
-pub use super::message::{empty, full, BackendError, BoxError, BoxFuture, GBody, Prefixed};
+pub use super::message::{empty, full, BackendError, BackendRequest, BoxError, BoxFuture, GBody, Prefixed};
 use crate::config::{IdleTimeout, PoolCfg, ReplicaAddr};
 use arc_swap::ArcSwap;
 use http_body_util::BodyExt;
@@ -38,7 +38,7 @@ pub trait Backend: Send + Sync + 'static {
     fn send(
         &self,
         replica: &ReplicaAddr,
-        req: hyper::Request<GBody>,
+        req: BackendRequest,
     ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>>;
     /// `KILL QUERY WHERE query_id = '...' ASYNC` on `replica`, authenticated by `auth` (an
     /// `Authorization` header value); true when the server accepted it. Bounded by 5 s.
@@ -239,14 +239,15 @@ impl Backend for Upstream {
     fn send(
         &self,
         replica: &ReplicaAddr,
-        req: hyper::Request<GBody>,
+        req: BackendRequest,
     ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>> {
         if let Some(p) = self.h1.get(&replica.base) {
             return Box::pin(super::h1::send(p[super::worker::current() % p.len()].clone(), req));
         }
         let pool = self.pool(replica);
+        let req = req.into_hyper(&replica.base);
         Box::pin(async move {
-            match pool.request(req).await {
+            match pool.request(req?).await {
                 Ok(resp) => {
                     let (mut parts, body) = resp.into_parts();
                     note_backend_spelling(&mut parts);

@@ -440,10 +440,12 @@ fn as_clickhouse_sends_it(
     }
 }
 
-/// For hyper's server: the answer's spelling as hyper's header case map (`super::wire` spells
-/// names itself). The replica's, when the HTTP/1 client kept its names; hyper's client's own
+/// For hyper's server: the gateway's own headers in the answer's map ([`super::ids`]), and the
+/// answer's spelling as hyper's header case map (`super::wire` spells names itself). The replica's, when the HTTP/1 client kept its names; hyper's client's own
 /// map is in place already; else ClickHouse's spelling of its own names.
 pub(crate) async fn with_spelling(resp: &mut Response<GBody>) {
+    // hyper writes only the map: the gateway's own headers go into it first.
+    super::ids::Ids::materialize(resp);
     if let Some(SpelledNames(names)) = resp.extensions().get::<SpelledNames>().cloned() {
         if let Ok(map) = case_map(&names).await {
             return resp.extensions_mut().extend(map);

@@ -7,7 +7,8 @@
 //!   client's FIN, which ends a read and lets any other statement run to its end.
 //! * [`service`]: a query request: global admission, authentication, user admission, then the
 //!   body read ([`read`]: held, streamed or opaque), the plan, the attempts and the answer.
-//! * [`respond`]: the answer's head and its one-line errors; [`body`]: response bodies that
+//! * [`respond`]: the answer's head and its one-line errors, with the gateway's own headers
+//!   ([`ids`], written by the answer writer); [`body`]: response bodies that
 //!   carry the guards (permits, grants, the KILL guard), and a small answer held whole so that it
 //!   leaves in one write.
 
@@ -16,6 +17,7 @@ pub mod client_body;
 pub mod client_fin;
 pub mod conn;
 pub mod endpoints;
+pub mod ids;
 pub mod read;
 pub mod respond;
 pub mod service;

@@ -44,10 +44,14 @@ pub enum ClientBody {
 /// True for a `multipart/form-data` body: 18.16 reads its plain fields as URL parameters
 /// (applied after the URL's) and the `query` fields as the statement.
 pub fn is_multipart(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim_start().to_ascii_lowercase().starts_with("multipart/form-data"))
+    is_multipart_type(headers.get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()))
+}
+
+/// [`is_multipart`], of the request's `Content-Type` (None: none, or not visible ASCII).
+pub fn is_multipart_type(content_type: Option<&str>) -> bool {
+    const MULTIPART: &str = "multipart/form-data";
+    content_type
+        .is_some_and(|v| v.trim_start().get(..MULTIPART.len()).is_some_and(|p| p.eq_ignore_ascii_case(MULTIPART)))
 }
 
 /// A request read far enough to be planned.

@@ -6,6 +6,7 @@
 
 use super::body::{Guarded, Streamed};
 use super::client_fin::ClientFin;
+use super::ids::Ids;
 use crate::attempt::{Answered, HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
@@ -39,7 +40,7 @@ impl Answer<'_, '_> {
         &self,
         outcome: Outcome,
         route: &'static str,
-        query_id: &str,
+        query_id: String,
         body_deadline: Option<Duration>,
     ) -> Response<GBody> {
         match outcome {
@@ -53,7 +54,7 @@ impl Answer<'_, '_> {
                         "ms": self.exit.started.elapsed().as_millis() as u64, "error": message}),
                 );
                 let mut r = reply(status, message);
-                set_ids(r.headers_mut(), query_id, route, None, None);
+                r.extensions_mut().insert(Ids { replica: None, route, query_id, threads: None });
                 r
             }
             Outcome::Answer(answered) => {
@@ -66,8 +67,6 @@ impl Answer<'_, '_> {
                     parts.headers.insert(http::header::CONTENT_LENGTH, number(len));
                     won.guard.disarm();
                 }
-                let threads = won.grant.as_ref().map(|g| g.threads());
-                set_ids(&mut parts.headers, query_id, route, Some(won.replica.label_value()), threads);
                 self.record(parts.status, route);
                 if retries > 0 || hedged || !parts.status.is_success() {
                     log(
@@ -78,6 +77,8 @@ impl Answer<'_, '_> {
                             "ms": self.exit.started.elapsed().as_millis() as u64}),
                     );
                 }
+                let threads = won.grant.as_ref().map(|g| g.threads());
+                parts.extensions.insert(Ids { replica: Some(won.replica.label_value()), route, query_id, threads });
                 // The replica's in-flight count, its thread grant and the KILL guard live as long
                 // as the body. A body read whole is in memory and its query has ended: nothing
                 // to kill, no deadline to watch.
@@ -92,30 +93,6 @@ impl Answer<'_, '_> {
                 Response::from_parts(parts, body)
             }
         }
-    }
-}
-
-static X_CHSTORM_REPLICA: HeaderName = HeaderName::from_static("x-chstorm-replica");
-static X_CHSTORM_ROUTE: HeaderName = HeaderName::from_static("x-chstorm-route");
-static X_CHSTORM_THREADS: HeaderName = HeaderName::from_static("x-chstorm-threads");
-static X_CLICKHOUSE_QUERY_ID: HeaderName = HeaderName::from_static("x-clickhouse-query-id");
-
-fn set_ids(
-    h: &mut HeaderMap,
-    query_id: &str,
-    route: &'static str,
-    replica: Option<HeaderValue>,
-    threads: Option<usize>,
-) {
-    if let Some(r) = replica {
-        h.insert(X_CHSTORM_REPLICA.clone(), r);
-    }
-    h.insert(X_CHSTORM_ROUTE.clone(), HeaderValue::from_static(route));
-    if let Ok(v) = HeaderValue::from_str(query_id) {
-        h.insert(X_CLICKHOUSE_QUERY_ID.clone(), v);
-    }
-    if let Some(t) = threads {
-        h.insert(X_CHSTORM_THREADS.clone(), number(t as u64));
     }
 }
 

@@ -132,12 +132,11 @@ static X_CHSTORM_SHARD_KEY: http::HeaderName = http::HeaderName::from_static(SHA
 
 /// Who the request says it is: (user, password).
 pub fn credentials<B>(req: &Request<B>) -> (String, String) {
-    let h = req.headers();
-    if let Some(basic) = h
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic ")))
-    {
+    let [authorization, user, password] = crate::request::first_headers(
+        req.headers(),
+        [&http::header::AUTHORIZATION, &X_CLICKHOUSE_USER, &X_CLICKHOUSE_KEY],
+    );
+    if let Some(basic) = authorization.and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic "))) {
         use base64::Engine as _;
         if let Ok(dec) = base64::engine::general_purpose::STANDARD.decode(basic.trim()) {
             let s = String::from_utf8_lossy(&dec).into_owned();
@@ -145,8 +144,7 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
             return (u.to_string(), p.to_string());
         }
     }
-    let header = |n: &http::HeaderName| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let (user, password) = (header(&X_CLICKHOUSE_USER), header(&X_CLICKHOUSE_KEY));
+    let (user, password) = (user.map(str::to_string), password.map(str::to_string));
     let [param_user, param_password] = match (&user, &password) {
         (Some(_), Some(_)) => [None, None],
         _ => crate::request::first_params(req.uri().query(), ["user", "password"]),
@@ -178,7 +176,7 @@ where
     let _held = read.charge;
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
-    let plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
+    let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
         Err(refusal) => return refused(&exit, &refusal),
     };
@@ -193,14 +191,20 @@ where
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = fin.filter(|_| plan.kind == StatementKind::Read);
-    let outcome = match fin {
-        Some(fin) => tokio::select! {
-            o = crate::attempt::run(&plan, http, body, &ctx) => o,
-            _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)),
-        },
-        None => crate::attempt::run(&plan, http, body, &ctx).await,
+    let outcome = {
+        // Made in its place and polled there: the attempts' future is over a kilobyte, and
+        // `select!` would copy it into its own state.
+        let mut run = std::pin::pin!(crate::attempt::run(&plan, http, body, &ctx));
+        match fin {
+            Some(fin) => tokio::select! {
+                o = run.as_mut() => o,
+                _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)),
+            },
+            None => run.await,
+        }
     };
-    Answer { exit: &exit, fin }.outcome(outcome, plan.target.label(), &plan.client_query_id, plan.body_deadline)
+    let query_id = std::mem::take(&mut plan.client_query_id);
+    Answer { exit: &exit, fin }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline)
 }
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
@@ -218,17 +222,20 @@ fn query_request<'a>(
     form_read: bool,
     state: &State,
 ) -> QueryRequest<'a> {
-    let header = |n: &http::HeaderName| parts.headers.get(n).and_then(|v| v.to_str().ok());
+    let [shard_key, database, content_type] = crate::request::first_headers(
+        &parts.headers,
+        [&X_CHSTORM_SHARD_KEY, &X_CLICKHOUSE_DATABASE, &http::header::CONTENT_TYPE],
+    );
     QueryRequest {
         path: parts.uri.path(),
         params,
         sql,
         body,
-        multipart: super::read::is_multipart(&parts.headers),
+        multipart: super::read::is_multipart_type(content_type),
         form_read,
         statement_in_url: parts.method == Method::GET,
-        shard_key: header(&X_CHSTORM_SHARD_KEY),
-        database: header(&X_CLICKHOUSE_DATABASE),
+        shard_key,
+        database,
         max_depth: state.config.limits.max_query_depth,
     }
 }
@@ -242,19 +249,19 @@ fn for_http(parts: &Parts, readonly: bool, decoded: bool) -> HttpParts {
     HttpParts { method, headers: forwarded(&parts.headers, decoded) }
 }
 
-/// The client's `headers` a backend gets; without `content-encoding` when `decoded`.
-fn forwarded(headers: &HeaderMap, decoded: bool) -> HeaderMap {
-    // Room for the gateway's `Authorization`, and a `Content-Length` (an empty POST).
-    let mut out = HeaderMap::with_capacity(headers.len() + 2);
-    for (k, v) in headers {
-        if !NOT_FORWARDED.contains(&k.as_str()) && !HOP_BY_HOP.contains(&k.as_str()) {
-            out.append(k.clone(), v.clone());
-        }
+/// The client's `headers` a backend gets; without `content-encoding` when `decoded`. When none
+/// goes on (a client that sends only `Host`, or credentials), one empty map shared by all.
+fn forwarded(headers: &HeaderMap, decoded: bool) -> Arc<HeaderMap> {
+    static NONE: std::sync::LazyLock<Arc<HeaderMap>> = std::sync::LazyLock::new(Default::default);
+    let stays = |k: &str| NOT_FORWARDED.contains(&k) || HOP_BY_HOP.contains(&k) || (decoded && k == "content-encoding");
+    let mut out = HeaderMap::new();
+    for (k, v) in headers.iter().filter(|(k, _)| !stays(k.as_str())) {
+        out.append(k.clone(), v.clone());
     }
-    if decoded {
-        out.remove("content-encoding");
+    if out.is_empty() {
+        return NONE.clone();
     }
-    out
+    Arc::new(out)
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ pub mod pool;
 pub mod request;
 pub mod spelling;
 
-use crate::cluster::message::{BackendError, GBody};
+use crate::cluster::message::{BackendError, BackendRequest};
 use http_body_util::BodyExt;
 use pool::Pool;
 use std::sync::Arc;
@@ -30,12 +30,15 @@ use std::sync::Arc;
 /// Sends `req` over a connection of `pool`; resolves with the answer head, its body streaming
 /// off the connection. Dropping the future drops the connection (reset when the request was
 /// sent and not answered).
-pub async fn send(pool: Arc<Pool>, req: http::Request<GBody>) -> Result<http::Response<GBody>, BackendError> {
-    let (parts, mut body) = req.into_parts();
+pub async fn send(
+    pool: Arc<Pool>,
+    mut req: BackendRequest,
+) -> Result<http::Response<crate::cluster::message::GBody>, BackendError> {
     let mut conn = pool.checkout().await?;
-    let sent = request::write(&mut conn, &parts, &mut body, &pool.authority).await?;
-    drop(body);
-    let head = answer::read_head(&mut conn, parts.method == http::Method::HEAD).await?;
+    let sent = request::write(&mut conn, &mut req, &pool.authority).await?;
+    let is_head = req.method == http::Method::HEAD;
+    drop(req);
+    let head = answer::read_head(&mut conn, is_head).await?;
     let keep_alive = head.keep_alive && sent == request::Sent::Whole;
     let body = answer::Answer::new(conn, pool, keep_alive, head.framing);
     let mut resp = http::Response::from_parts(head.parts, body.boxed_unsync());

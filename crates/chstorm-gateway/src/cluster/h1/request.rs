@@ -4,7 +4,7 @@
 //! early) ends the sending: it is read like any answer, and its connection is not reused.
 
 use super::conn::Conn;
-use crate::cluster::message::{BackendError, GBody};
+use crate::cluster::message::{BackendError, BackendRequest, GBody};
 use bytes::Bytes;
 use http_body::Body;
 use http_body_util::BodyExt;
@@ -40,29 +40,20 @@ fn failed(message: String) -> BackendError {
     BackendError { connect: false, message }
 }
 
-/// Writes `parts` and `body` on `conn`. A failed write whose server answered first (an error,
-/// then its close) is [`Sent::Early`]: that answer is the one to read.
-pub async fn write(
-    conn: &mut Conn,
-    parts: &http::request::Parts,
-    body: &mut GBody,
-    authority: &str,
-) -> Result<Sent, BackendError> {
-    match write_all(conn, parts, body, authority).await {
+/// Writes `req` on `conn`. A failed write whose server answered first (an error, then its
+/// close) is [`Sent::Early`]: that answer is the one to read.
+pub async fn write(conn: &mut Conn, req: &mut BackendRequest, authority: &str) -> Result<Sent, BackendError> {
+    match write_all(conn, req, authority).await {
         Err(_) if conn.try_fill().is_ok_and(|n| n > 0) => Ok(Sent::Early),
         r => r,
     }
 }
 
-async fn write_all(
-    conn: &mut Conn,
-    parts: &http::request::Parts,
-    body: &mut GBody,
-    authority: &str,
-) -> Result<Sent, BackendError> {
-    let framing = framing(parts, body)?;
+async fn write_all(conn: &mut Conn, req: &mut BackendRequest, authority: &str) -> Result<Sent, BackendError> {
+    let framing = framing(req);
     let mut out = Vec::with_capacity(512);
-    head(&mut out, parts, framing, authority);
+    head(&mut out, req, framing, authority)?;
+    let body = &mut req.body;
     let mut sent = 0u64;
     loop {
         let frame = match ready_now(body) {
@@ -100,33 +91,38 @@ async fn write_all(
     }
 }
 
-/// The body's framing: an explicit `Content-Length` (the gateway's empty POST), else its exact
+/// The body's framing: `Content-Length: 0` for the gateway's empty POST, else the body's exact
 /// size, else chunked.
-fn framing(parts: &http::request::Parts, body: &GBody) -> Result<Framing, BackendError> {
-    if let Some(v) = parts.headers.get(http::header::CONTENT_LENGTH) {
-        let n = v.to_str().ok().and_then(|s| s.parse().ok());
-        return n.map(Framing::Length).ok_or_else(|| failed(format!("a bad Content-Length: {v:?}")));
+fn framing(req: &BackendRequest) -> Framing {
+    if req.empty_post {
+        return Framing::Length(0);
     }
-    Ok(match body.size_hint().exact() {
+    match req.body.size_hint().exact() {
         Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
-        None if body.is_end_stream() => Framing::None,
+        None if req.body.is_end_stream() => Framing::None,
         None => Framing::Chunked,
-    })
+    }
 }
 
-/// The request line and headers (names as the `http` crate keeps them, in lower case).
-fn head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: Framing, authority: &str) {
-    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    for piece in [parts.method.as_str(), " ", target, " HTTP/1.1\r\n"] {
+/// The request line and headers (names as the `http` crate keeps them, in lower case): `host`,
+/// unless the headers have one, the headers, the gateway's `authorization`, the framing. A target
+/// that is not all visible ASCII (which would end the request line early) is refused.
+fn head(out: &mut Vec<u8>, req: &BackendRequest, framing: Framing, authority: &str) -> Result<(), BackendError> {
+    let target = if req.target.is_empty() { "/" } else { req.target.as_str() };
+    if !target.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(failed(format!("a request target that is not all visible ASCII: {target:?}")));
+    }
+    for piece in [req.method.as_str(), " ", target, " HTTP/1.1\r\n"] {
         out.extend_from_slice(piece.as_bytes());
     }
-    if !parts.headers.contains_key(http::header::HOST) {
+    if !req.headers.contains_key(http::header::HOST) {
         for piece in ["host: ", authority, "\r\n"] {
             out.extend_from_slice(piece.as_bytes());
         }
     }
-    for (k, v) in &parts.headers {
+    let auth = req.auth.as_ref().map(|v| (&http::header::AUTHORIZATION, v));
+    for (k, v) in req.headers.iter().chain(auth) {
         if k != http::header::CONTENT_LENGTH && k != http::header::TRANSFER_ENCODING {
             out.extend_from_slice(k.as_str().as_bytes());
             out.extend_from_slice(b": ");
@@ -144,6 +140,7 @@ fn head(out: &mut Vec<u8>, parts: &http::request::Parts, framing: Framing, autho
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
+    Ok(())
 }
 
 /// Adds one frame's `data` (`sent` bytes so far, it included) to `out`, framed.

@@ -3,7 +3,7 @@
 
 use super::pool::Pool;
 use super::*;
-use crate::cluster::message::{full, BoxError};
+use crate::cluster::message::{full, BackendRequest, BoxError, GBody};
 use bytes::Bytes;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -83,8 +83,8 @@ fn pool(base: &str, idle: Duration) -> Arc<Pool> {
     Arc::new(Pool::new(base, idle, 8, Duration::from_secs(1)).unwrap())
 }
 
-fn post(base: &str, body: &'static str) -> http::Request<GBody> {
-    http::Request::post(format!("{base}/?query=x")).body(full(body)).unwrap()
+fn post(body: &'static str) -> BackendRequest {
+    BackendRequest::new(http::Method::POST, "/?query=x", full(body))
 }
 
 async fn text(resp: http::Response<GBody>) -> Result<String, BoxError> {
@@ -99,7 +99,7 @@ async fn a_held_body_goes_with_its_length_and_the_connection_is_reused() {
     let s = server(vec![keep(OK), keep(OK), keep(OK)]).await;
     let p = pool(&s.base, LONG);
     for _ in 0..3 {
-        let resp = send(p.clone(), post(&s.base, "SELECT 1")).await.unwrap();
+        let resp = send(p.clone(), post("SELECT 1")).await.unwrap();
         assert_eq!(resp.status(), 200);
         assert_eq!(text(resp).await.unwrap(), "1\n");
     }
@@ -111,15 +111,50 @@ async fn a_held_body_goes_with_its_length_and_the_connection_is_reused() {
 }
 
 #[tokio::test]
+async fn the_shared_headers_go_in_their_order_then_the_gateway_s_authorization_and_an_empty_post_says_its_length() {
+    let s = server(vec![keep(OK), keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    let mut shared = http::HeaderMap::new();
+    shared.append("x-b", http::HeaderValue::from_static("1"));
+    shared.append("accept-encoding", http::HeaderValue::from_static("gzip"));
+    shared.append("x-b", http::HeaderValue::from_static("2"));
+    let shared = Arc::new(shared);
+    for body in ["", "SELECT 1"] {
+        let mut req = post(body);
+        (req.headers, req.auth, req.empty_post) =
+            (shared.clone(), Some(http::HeaderValue::from_static("Basic Z3c6")), body.is_empty());
+        assert_eq!(text(send(p.clone(), req).await.unwrap()).await.unwrap(), "1\n");
+    }
+    let authority = s.base.strip_prefix("http://").unwrap();
+    let head = format!("POST /?query=x HTTP/1.1\r\nhost: {authority}\r\nx-b: 1\r\nx-b: 2\r\naccept-encoding: gzip\r\nauthorization: Basic Z3c6\r\n");
+    let got = s.requests.lock().unwrap().clone();
+    assert_eq!(got, [format!("{head}content-length: 0\r\n\r\n"), format!("{head}content-length: 8\r\n\r\nSELECT 1")]);
+    assert_eq!(Arc::strong_count(&shared), 1, "the requests' share is given back");
+}
+
+#[tokio::test]
+async fn a_target_that_would_end_the_request_line_is_refused_before_anything_is_written() {
+    let s = server(vec![keep(OK)]).await;
+    let p = pool(&s.base, LONG);
+    for target in ["/?query=1 HTTP/1.1\r\nx: y", "/a b", "/\n", "/\u{e9}", "/\t", "/\0"] {
+        let req = BackendRequest::new(http::Method::POST, target, full("q"));
+        let e = send(p.clone(), req).await.unwrap_err();
+        assert!(e.message.contains("not all visible ASCII"), "{target:?}: {e}");
+    }
+    assert!(s.requests.lock().unwrap().is_empty(), "nothing reached the server");
+    assert_eq!(text(send(p.clone(), post("SELECT 1")).await.unwrap()).await.unwrap(), "1\n");
+}
+
+#[tokio::test]
 async fn a_chunked_answer_streams_and_ends_with_its_trailers() {
     let chunked =
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n1\n\r\n3;ext=1\r\nab\n\r\n0\r\nX-T: 1\r\n\r\n";
     let s = server(vec![keep(chunked), keep(OK)]).await;
     let p = pool(&s.base, LONG);
-    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let resp = send(p.clone(), post("q")).await.unwrap();
     assert_eq!(text(resp).await.unwrap(), "1\nab\n");
     assert_eq!(p.idle_count(), 1, "whole: back in the pool");
-    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
     assert_eq!(s.accepts.load(Ordering::SeqCst), 1);
 }
 
@@ -132,10 +167,10 @@ async fn answers_that_end_their_connection_are_not_reused() {
     ] {
         let s = server(vec![Answer { bytes: ans, close: true }, keep(OK)]).await;
         let p = pool(&s.base, LONG);
-        let first = text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap();
+        let first = text(send(p.clone(), post("q")).await.unwrap()).await.unwrap();
         assert!(first == "until the close" || first == "1\n", "{first:?}");
         assert_eq!(p.idle_count(), 0, "{}", String::from_utf8_lossy(ans));
-        assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+        assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
         assert_eq!(s.accepts.load(Ordering::SeqCst), 2);
     }
 }
@@ -145,9 +180,9 @@ async fn a_connection_the_server_closed_while_idle_is_not_handed_out() {
     // The server closes after its answer, though the answer says nothing of it.
     let s = server(vec![Answer { bytes: OK, close: true }, keep(OK)]).await;
     let p = pool(&s.base, LONG);
-    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
     p.idle_readable().await; // the FIN has reached the reactor
-    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
     assert_eq!(s.accepts.load(Ordering::SeqCst), 2);
 }
 
@@ -157,7 +192,7 @@ async fn an_idle_connection_is_closed_at_its_idle_timeout() {
     let base = format!("http://{}", l.local_addr().unwrap());
     let p = pool(&base, Duration::from_millis(200));
     let t0 = std::time::Instant::now(); // before the connection goes idle
-    let exchange = tokio::spawn(send(p.clone(), post(&base, "q")));
+    let exchange = tokio::spawn(send(p.clone(), post("q")));
     let (mut srv, _) = l.accept().await.unwrap();
     read_request(&mut srv).await.unwrap();
     srv.write_all(OK).await.unwrap();
@@ -190,7 +225,7 @@ async fn a_streamed_body_goes_chunked_as_it_comes() {
     let s = server(vec![keep(OK)]).await;
     let p = pool(&s.base, LONG);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let req = http::Request::post(format!("{}/", s.base)).body(streamed(rx)).unwrap();
+    let req = BackendRequest::new(http::Method::POST, "/", streamed(rx));
     let exchange = tokio::spawn(send(p.clone(), req));
     tx.send(Bytes::from_static(b"INSERT ")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -209,7 +244,7 @@ async fn an_answer_before_the_body_s_end_ends_the_sending() {
     let p = pool(&base, LONG);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(Bytes::from_static(b"INSERT ")).await.unwrap();
-    let req = http::Request::post(format!("{base}/")).body(streamed(rx)).unwrap();
+    let req = BackendRequest::new(http::Method::POST, "/", streamed(rx));
     let exchange = tokio::spawn(send(p.clone(), req));
     let (mut srv, _) = l.accept().await.unwrap();
     let mut b = [0u8; 1024];
@@ -230,7 +265,7 @@ async fn an_exchange_dropped_mid_request_resets_its_connection() {
     let p = pool(&base, LONG);
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(Bytes::from_static(b"INSERT half")).await.unwrap();
-    let req = http::Request::post(format!("{base}/")).body(streamed(rx)).unwrap();
+    let req = BackendRequest::new(http::Method::POST, "/", streamed(rx));
     let exchange = tokio::spawn(send(p.clone(), req));
     let (mut srv, _) = l.accept().await.unwrap();
     let mut got = Vec::new();
@@ -249,8 +284,8 @@ async fn an_exchange_dropped_mid_request_resets_its_connection() {
 async fn a_reset_pool_takes_back_no_connection() {
     let s = server(vec![keep(OK), keep(OK)]).await;
     let p = pool(&s.base, LONG);
-    text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap();
-    let busy = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    text(send(p.clone(), post("q")).await.unwrap()).await.unwrap();
+    let busy = send(p.clone(), post("q")).await.unwrap();
     assert_eq!(p.idle_count(), 0, "the idle one is in use");
     p.reset();
     text(busy).await.unwrap();
@@ -266,12 +301,12 @@ async fn interim_heads_are_skipped_and_a_head_request_has_no_body() {
     ])
     .await;
     let p = pool(&s.base, LONG);
-    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
-    let head = http::Request::head(format!("{}/", s.base)).body(crate::cluster::message::empty()).unwrap();
+    assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
+    let head = BackendRequest::new(http::Method::HEAD, "/", crate::cluster::message::empty());
     let resp = send(p.clone(), head).await.unwrap();
     assert_eq!(resp.headers()["content-length"], "9");
     assert_eq!(text(resp).await.unwrap(), "");
-    assert_eq!(text(send(p.clone(), post(&s.base, "q")).await.unwrap()).await.unwrap(), "1\n");
+    assert_eq!(text(send(p.clone(), post("q")).await.unwrap()).await.unwrap(), "1\n");
     assert_eq!(s.accepts.load(Ordering::SeqCst), 1);
 }
 
@@ -289,7 +324,7 @@ async fn bad_answers_fail_in_one_line() {
     ] {
         let s = server(vec![Answer { bytes: ans, close: true }]).await;
         let p = pool(&s.base, LONG);
-        let e = match send(p.clone(), post(&s.base, "q")).await {
+        let e = match send(p.clone(), post("q")).await {
             Err(e) => e.message,
             Ok(resp) => text(resp).await.unwrap_err().to_string(),
         };
@@ -304,7 +339,7 @@ async fn a_refused_connect_is_a_connect_error() {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", l.local_addr().unwrap());
     drop(l);
-    let e = send(pool(&base, LONG), post(&base, "q")).await.unwrap_err();
+    let e = send(pool(&base, LONG), post("q")).await.unwrap_err();
     assert!(e.connect, "the query certainly did not run");
     assert!(e.message.starts_with("connect to 127.0.0.1:"), "{}", e.message);
 }
@@ -317,9 +352,9 @@ async fn a_repeated_clickhouse_header_keeps_its_replica_s_spelling() {
     ])
     .await;
     let p = pool(&s.base, LONG);
-    let twice = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let twice = send(p.clone(), post("q")).await.unwrap();
     assert!(twice.extensions().get::<spelling::BackendSpelling>().is_some());
-    let once = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let once = send(p.clone(), post("q")).await.unwrap();
     assert!(once.extensions().get::<spelling::BackendSpelling>().is_none(), "the front's own spelling is the same");
 }
 
@@ -333,11 +368,11 @@ async fn a_request_whose_connect_stalls_takes_a_connection_that_comes_back() {
     let addr = l.local_addr().unwrap();
     let base = format!("http://{addr}");
     let p = Arc::new(Pool::new(&base, LONG, 8, Duration::from_secs(30)).unwrap());
-    let a = tokio::spawn(send(p.clone(), post(&base, "a")));
+    let a = tokio::spawn(send(p.clone(), post("a")));
     let (mut first, _) = l.accept().await.unwrap();
     assert!(read_request(&mut first).await.unwrap().ends_with("\r\n\r\na"));
     let _fill: Vec<TcpStream> = futures_fill(addr).await;
-    let b = tokio::spawn(send(p.clone(), post(&base, "b")));
+    let b = tokio::spawn(send(p.clone(), post("b")));
     tokio::time::sleep(Duration::from_millis(50)).await; // b is connecting, and waits in line
     first.write_all(OK).await.unwrap();
     assert_eq!(text(a.await.unwrap().unwrap()).await.unwrap(), "1\n");
@@ -407,18 +442,18 @@ async fn hop_by_hop_headers_in_any_spelling_frame_the_answer_and_are_not_passed_
     ];
     let s = server(vec![keep(answers[0]), Answer { bytes: answers[1], close: true }]).await;
     let p = pool(&s.base, LONG);
-    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let resp = send(p.clone(), post("q")).await.unwrap();
     let names: Vec<_> = resp.headers().keys().map(|k| k.as_str().to_string()).collect();
     assert_eq!(names, ["x-a"], "only the end-to-end header");
     assert_eq!(text(resp).await.unwrap(), "1\n", "chunked, read by its last coding");
     assert_eq!(p.idle_count(), 1, "kept alive");
-    let resp = send(p.clone(), post(&s.base, "q")).await.unwrap();
+    let resp = send(p.clone(), post("q")).await.unwrap();
     let names: Vec<_> = resp.headers().keys().map(|k| k.as_str().to_string()).collect();
     assert_eq!(names, ["content-length"], "the length stays, for the front to frame by");
     assert_eq!(text(resp).await.unwrap(), "1\n");
     assert_eq!(p.idle_count(), 0, "`CLOSE` in any case closes");
     // A control byte in a hop-by-hop value is refused by the parser, as in any other value.
     let s = server(vec![Answer { bytes: answers[2], close: true }]).await;
-    let e = send(pool(&s.base, LONG), post(&s.base, "q")).await.unwrap_err();
+    let e = send(pool(&s.base, LONG), post("q")).await.unwrap_err();
     assert!(e.message.starts_with("a malformed answer head"), "{}", e.message);
 }

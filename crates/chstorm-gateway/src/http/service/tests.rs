@@ -29,13 +29,12 @@ impl Backend for Fake {
     fn send(
         &self,
         replica: &crate::config::ReplicaAddr,
-        req: Request<GBody>,
+        req: crate::cluster::upstream::BackendRequest,
     ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
-        let (parts, body) = req.into_parts();
         let (replica, answer, sent, gate) = (replica.base.clone(), self.answer, self.sent.clone(), self.gate.clone());
         Box::pin(async move {
-            let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            sent.lock().unwrap().push((replica, parts.method.to_string(), parts.uri.to_string(), body));
+            let body = req.body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            sent.lock().unwrap().push((replica, req.method.to_string(), req.target, body));
             if let Some(g) = gate {
                 g.acquire().await.expect("the gate stays open").forget();
             }
@@ -74,7 +73,8 @@ fn request(method: Method, uri: &str, body: &'static str) -> Request<Full<Bytes>
 
 async fn send(state: &Arc<State>, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, String) {
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    let resp = serve(state.clone(), Box::new(req), peer, &AuthenticatedAs::default(), None).await;
+    let mut resp = serve(state.clone(), Box::new(req), peer, &AuthenticatedAs::default(), None).await;
+    crate::http::ids::Ids::materialize(&mut resp);
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())
@@ -145,9 +145,12 @@ fn hop_headers_and_credentials_are_not_forwarded() {
     h.insert("connection", "keep-alive".parse().unwrap());
     h.insert("x-clickhouse-format", "JSON".parse().unwrap());
     h.insert("content-encoding", "gzip".parse().unwrap());
-    let names = |m: HeaderMap| m.keys().map(|k| k.as_str().to_string()).collect::<Vec<_>>();
+    let names = |m: Arc<HeaderMap>| m.keys().map(|k| k.as_str().to_string()).collect::<Vec<_>>();
     assert_eq!(names(forwarded(&h, true)), vec!["x-clickhouse-format"], "a held body goes decompressed");
     assert_eq!(names(forwarded(&h, false)), vec!["x-clickhouse-format", "content-encoding"]);
+    h.remove("x-clickhouse-format");
+    let (a, b) = (forwarded(&h, true), forwarded(&h, true));
+    assert!(a.is_empty() && Arc::ptr_eq(&a, &b), "nothing forwarded: one shared empty map");
 }
 
 /// A user waiting in its own queue holds no slot of the gateway's: with 2 global slots, a user

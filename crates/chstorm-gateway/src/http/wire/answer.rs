@@ -16,6 +16,7 @@
 //! spelling, every time it comes; which is how a ClickHouse replica spells them.
 
 use crate::cluster::h1::spelling::{clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
+use crate::http::ids::{self, Ids};
 use http::{header, HeaderValue, Method, StatusCode};
 use std::cell::RefCell;
 
@@ -55,7 +56,8 @@ pub fn head(
     status_line(status, out);
     let chunkable = can_chunk(method, status);
     let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
-    let lines = header_lines(&mut w, &parts.headers, method, body, chunkable)?;
+    let ids = if parts.extensions.is_empty() { None } else { parts.extensions.get::<Ids>() };
+    let lines = header_lines(&mut w, &parts.headers, ids, method, body, chunkable)?;
     let mut framing = match lines.framing {
         Some(f) => f,
         None => implicit_framing(&mut w, method, status, body, chunkable),
@@ -93,19 +95,33 @@ struct Lines {
     close: bool,
 }
 
-/// Writes the answer's own header lines, as hyper's `encode_headers` does.
+/// Writes the answer's own header lines, as hyper's `encode_headers` does, with the gateway's
+/// `ids` where inserting them into `headers` would have put them ([`super::super::ids`]).
 fn header_lines<'a>(
     w: &mut Writer<'a, '_>,
     headers: &'a http::HeaderMap,
+    ids: Option<&Ids>,
     method: &Method,
     body: BodyLength,
     chunkable: bool,
 ) -> Result<Lines, BadHead> {
     let mut lines = Lines { framing: None, wrote_date: false, close: false };
     let mut wrote_len = false;
+    // Which ids went out in place of an answer's header of their name.
+    let mut placed = [false; ids::NAMES.len()];
+    let mut n = itoa::Buffer::new();
     for (name, value) in headers {
         if w.open.is_some_and(|o| o.name != name) {
             w.close_line();
+        }
+        if let Some((ids, i)) = ids.and_then(|ids| Some((ids, Ids::index(name)?))) {
+            if let Some(v) = ids.value(i, &mut n) {
+                if !placed[i] {
+                    placed[i] = true;
+                    w.line(ids::NAMES[i], v);
+                }
+                continue;
+            }
         }
         let continued = w.open.is_some();
         if wrote_len && !continued && (*name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING) {
@@ -165,6 +181,11 @@ fn header_lines<'a>(
     }
     if w.open.is_some() {
         w.close_line();
+    }
+    for (i, name) in ids::NAMES.iter().enumerate() {
+        if let Some(v) = ids.filter(|_| !placed[i]).and_then(|ids| ids.value(i, &mut n)) {
+            w.line(name, v);
+        }
     }
     Ok(lines)
 }

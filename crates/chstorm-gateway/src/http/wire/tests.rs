@@ -4,6 +4,7 @@
 use super::*;
 use crate::cluster::h1::spelling::{BackendSpelling, SpelledNames};
 use crate::cluster::upstream::full;
+use crate::http::ids::Ids;
 use http::{HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -21,6 +22,10 @@ struct Canned {
     known_length: bool,
     spelled: Option<Vec<&'static str>>,
     backend: bool,
+    /// The gateway's own headers ([`crate::http::ids`]), and whether they are put in the map
+    /// before the answer is written.
+    ids: Option<Ids>,
+    materialized: bool,
 }
 
 impl Canned {
@@ -42,6 +47,12 @@ impl Canned {
         }
         if self.backend {
             r.extensions_mut().insert(BackendSpelling);
+        }
+        if let Some(ids) = &self.ids {
+            r.extensions_mut().insert(ids.clone());
+            if self.materialized {
+                Ids::materialize(&mut r);
+            }
         }
         r
     }
@@ -85,6 +96,8 @@ const NAMES: &[&str] = &[
     "x-clickhouse-summary",
     "x-clickhouse-progress",
     "x-chstorm-route",
+    "x-chstorm-replica",
+    "x-chstorm-threads",
     "connection",
     "keep-alive",
     "date",
@@ -120,7 +133,13 @@ fn generated(rng: &mut rand::rngs::StdRng) -> Canned {
         s
     });
     let backend = spelled.is_some();
-    Canned { status, headers, frames, known_length, spelled, backend }
+    let ids = rng.gen_bool(0.5).then(|| Ids {
+        replica: rng.gen_bool(0.8).then(|| HeaderValue::from_static("127.0.0.1:8123")),
+        route: ["fanout", "shard", "session"][rng.gen_range(0..3)],
+        query_id: ["q1", "", "a b\tc", "bad\u{1}id", "caf\u{e9}"][rng.gen_range(0..5)].to_string(),
+        threads: rng.gen_bool(0.5).then(|| rng.gen_range(1..20)),
+    });
+    Canned { status, headers, frames, known_length, spelled, backend, ids, materialized: false }
 }
 
 #[tokio::test]
@@ -133,6 +152,11 @@ async fn answers_leave_as_hypers_server_writes_them() {
         let own = through_own(request.as_bytes(), &canned).await;
         let theirs = through_hyper(request.as_bytes(), &canned).await;
         assert_eq!(undated(&own), undated(&theirs), "{canned:?} {method}");
+        if canned.ids.is_some() {
+            // The ids written by the writer are the ids inserted into the map.
+            let inserted = through_own(request.as_bytes(), &Canned { materialized: true, ..canned.clone() }).await;
+            assert_eq!(undated(&own), undated(&inserted), "{canned:?} {method}");
+        }
     }
 }
 

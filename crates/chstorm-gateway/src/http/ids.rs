@@ -1,0 +1,73 @@
+//! The gateway's own headers on a query's answer: `X-ChStorm-Replica` (the replica that
+//! answered), `X-ChStorm-Route`, `X-ClickHouse-Query-Id` (the client's query_id) and
+//! `X-ChStorm-Threads` (the thread grant). They ride in the answer's extensions as [`Ids`] and are
+//! written by the own front's answer writer ([`super::wire::answer`]) as it writes the head:
+//! inserted into the answer's header map, each hashing its name, they were 1,500 instructions of
+//! a proxied `SELECT 1`'s 43,000 (callgrind, docs/PERFORMANCE.md). hyper's server, which writes
+//! only the map, gets them inserted ([`Ids::materialize`]); both write the same bytes.
+//!
+//! They go where `HeaderMap::insert` would put them, in the order above: in place of the first
+//! header of the same name the answer has (its others dropped), else after the answer's own.
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, Response};
+
+static X_CHSTORM_REPLICA: HeaderName = HeaderName::from_static("x-chstorm-replica");
+static X_CHSTORM_ROUTE: HeaderName = HeaderName::from_static("x-chstorm-route");
+static X_CLICKHOUSE_QUERY_ID: HeaderName = HeaderName::from_static("x-clickhouse-query-id");
+static X_CHSTORM_THREADS: HeaderName = HeaderName::from_static("x-chstorm-threads");
+
+/// The names, in the order they go.
+pub static NAMES: [&HeaderName; 4] = [&X_CHSTORM_REPLICA, &X_CHSTORM_ROUTE, &X_CLICKHOUSE_QUERY_ID, &X_CHSTORM_THREADS];
+
+/// A query's ids, as its answer carries them.
+#[derive(Debug, Clone)]
+pub struct Ids {
+    /// The replica's label; None when no replica answered.
+    pub replica: Option<HeaderValue>,
+    pub route: &'static str,
+    /// The query_id the client sees; left out when it is not a header value (a control
+    /// character), as `HeaderValue::from_str` would refuse it.
+    pub query_id: String,
+    pub threads: Option<usize>,
+}
+
+impl Ids {
+    /// Which of [`NAMES`] `name` is.
+    pub fn index(name: &HeaderName) -> Option<usize> {
+        // Every one of them starts so; most of an answer's names do not.
+        if !name.as_str().starts_with("x-c") {
+            return None;
+        }
+        NAMES.iter().position(|n| *n == name)
+    }
+
+    /// The value of the `i`th of [`NAMES`], if the answer has one; `n` holds a number's text.
+    pub fn value<'s>(&'s self, i: usize, n: &'s mut itoa::Buffer) -> Option<&'s [u8]> {
+        match i {
+            0 => self.replica.as_ref().map(HeaderValue::as_bytes),
+            1 => Some(self.route.as_bytes()),
+            2 => Some(self.query_id.as_bytes()).filter(|v| v.iter().all(|b| *b == b'\t' || (32..127).contains(b))),
+            3 => self.threads.map(|t| n.format(t).as_bytes()),
+            _ => None,
+        }
+    }
+
+    /// Inserted into `headers`, as the answer writer writes them.
+    pub fn insert_into(&self, headers: &mut HeaderMap) {
+        for (i, name) in NAMES.iter().enumerate() {
+            let v = self.value(i, &mut itoa::Buffer::new()).map(Bytes::copy_from_slice);
+            if let Some(Ok(v)) = v.map(HeaderValue::from_maybe_shared) {
+                headers.insert((*name).clone(), v);
+            }
+        }
+    }
+
+    /// Moves the ids an answer carries into its header map: for hyper's server, and for a
+    /// caller that reads the map.
+    pub fn materialize<B>(resp: &mut Response<B>) {
+        if let Some(ids) = resp.extensions_mut().remove::<Ids>() {
+            ids.insert_into(resp.headers_mut());
+        }
+    }
+}
