@@ -38,7 +38,8 @@ use super::client_fin::ClientFin;
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
-use super::wire::{Ended, Rewind};
+use super::wire::answer::ConnHeaders;
+use super::wire::{Ended, Reply, Rewind};
 use crate::cluster::h1::spelling::{case_map, clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
@@ -207,7 +208,11 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, fin, keep_alive, marks) = (this.clone(), fin.clone(), keep_alive.clone(), marks.clone());
             async move {
-                let mut resp = this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
+                let Reply { mut resp, conn } =
+                    this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
+                if let Some(c) = conn {
+                    c.insert_into(resp.headers_mut());
+                }
                 with_spelling(&mut resp).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
@@ -241,22 +246,23 @@ impl Listener {
         served.is_err_and(|e| e.is_timeout())
     }
 
-    /// The answer to one request, with its connection headers as 18.16 sends them.
+    /// The answer to one request, with its connection headers as 18.16 sends them (set as the
+    /// answer is written).
     async fn answer(
         &self,
         req: Box<Request<FrontBody>>,
         peer: SocketAddr,
         fin: &ClientFin,
         keep_alive: &HeaderValue,
-    ) -> Response<GBody> {
+    ) -> Reply {
         let (closing, version) = (wants_close(&req), req.version());
         let mut resp = self.respond(req, peer, fin).await;
         if self.drain.is_draining() {
             // Stopping: the client reconnects for its next query (to the new gateway).
             resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
-        as_clickhouse_sends_it(&mut resp, closing, version, keep_alive);
-        resp
+        let conn = as_clickhouse_sends_it(&mut resp, closing, version, keep_alive);
+        Reply { resp, conn: Some(conn) }
     }
 
     async fn respond(&self, req: Box<Request<FrontBody>>, peer: SocketAddr, fin: &ClientFin) -> Response<GBody> {
@@ -417,27 +423,19 @@ fn wants_close<B>(req: &Request<B>) -> bool {
 /// gateway's own idle timeout); the request's HTTP version; names in title case (hyper's
 /// `title_case_headers`) except those spelled otherwise, `X-ClickHouse-...`, which keep the
 /// replica's spelling (its header case map, kept by the upstream client's
-/// `preserve_header_case`) or take ClickHouse's from [`spelling`].
+/// `preserve_header_case`) or take ClickHouse's from [`spelling`]. The version is set here; the
+/// connection headers are set as the answer is written ([`ConnHeaders`]).
 fn as_clickhouse_sends_it(
     resp: &mut Response<GBody>,
     client_closes: bool,
     version: http::Version,
     keep_alive: &HeaderValue,
-) {
+) -> ConnHeaders {
     // An HTTP/1.0 answer: hyper then adds no `keep-alive` token of its own.
     *resp.version_mut() = version;
-    let no_keep_alive = client_closes || resp.extensions().get::<NoKeepAliveHeader>().is_some();
-    let h = resp.headers_mut();
-    if client_closes || h.get(http::header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close")) {
-        h.insert(http::header::CONNECTION, HeaderValue::from_static("Close"));
-    } else {
-        h.insert(http::header::CONNECTION, HeaderValue::from_static("Keep-Alive"));
-    }
-    if no_keep_alive {
-        h.remove(&KEEP_ALIVE);
-    } else {
-        h.insert(KEEP_ALIVE.clone(), keep_alive.clone());
-    }
+    let no_keep_alive =
+        client_closes || (!resp.extensions().is_empty() && resp.extensions().get::<NoKeepAliveHeader>().is_some());
+    ConnHeaders { client_closes, keep_alive: (!no_keep_alive).then(|| keep_alive.clone()) }
 }
 
 /// For hyper's server: the gateway's own headers in the answer's map ([`super::ids`]), and the
@@ -466,8 +464,6 @@ pub(crate) async fn with_spelling(resp: &mut Response<GBody>) {
         }
     }
 }
-
-static KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
 
 /// The `Keep-Alive` header's value, `timeout=N`: the gateway's idle timeout (`idle`) in whole
 /// seconds, at least 1.

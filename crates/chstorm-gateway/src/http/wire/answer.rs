@@ -17,7 +17,7 @@
 
 use crate::cluster::h1::spelling::{clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
 use crate::http::ids::{self, Ids};
-use http::{header, HeaderValue, Method, StatusCode};
+use http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use std::cell::RefCell;
 
 /// How an answer's body goes out.
@@ -44,12 +44,66 @@ pub enum BodyLength {
 #[error("the answer's head has a Content-Length that is not one number")]
 pub struct BadHead;
 
-/// Writes the answer head of `parts` to `out`: its framing, and whether the connection closes
-/// after it (a `close` token in its `Connection`).
+/// The connection headers of an answer as 18.16 sends them, set by the writer as it writes the
+/// head (`crate::http::conn` decides them): `Connection: Close` when the client closes or the
+/// answer's own first `Connection` is `close`, else `Connection: Keep-Alive`; then `Keep-Alive:
+/// <keep_alive>`, or none at all. Each goes where `HeaderMap::insert` would put it
+/// ([`ConnHeaders::insert_into`], for hyper's server): in place of the answer's first header of
+/// its name (the others dropped), else after the answer's own headers. Inserted, the two cost
+/// two hashed inserts and a lookup per answer.
+#[derive(Debug, Clone)]
+pub struct ConnHeaders {
+    pub client_closes: bool,
+    pub keep_alive: Option<HeaderValue>,
+}
+
+/// `keep-alive`.
+pub static KEEP_ALIVE: http::HeaderName = http::HeaderName::from_static("keep-alive");
+static CONNECTION: http::HeaderName = header::CONNECTION;
+
+impl ConnHeaders {
+    /// Inserted into `h`, as the writer writes them.
+    pub fn insert_into(&self, h: &mut http::HeaderMap) {
+        let answer_closes = h.get(header::CONNECTION).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+        h.insert(header::CONNECTION, HeaderValue::from_static(self.connection(answer_closes).0));
+        match &self.keep_alive {
+            Some(v) => {
+                h.insert(KEEP_ALIVE.clone(), v.clone());
+            }
+            // Not `HeaderMap::remove`, which moves the map's last header into the place of the
+            // one removed: the writer drops it and keeps the order.
+            None if h.contains_key(&KEEP_ALIVE) => {
+                let mut kept = http::HeaderMap::with_capacity(h.len());
+                let mut name = None;
+                for (k, v) in std::mem::take(h) {
+                    name = k.or(name);
+                    if let Some(k) = name.as_ref().filter(|k| **k != KEEP_ALIVE) {
+                        kept.append(k.clone(), v);
+                    }
+                }
+                *h = kept;
+            }
+            None => {}
+        }
+    }
+
+    /// The `Connection` value, and whether it closes.
+    fn connection(&self, answer_closes: bool) -> (&'static str, bool) {
+        if self.client_closes || answer_closes {
+            ("Close", true)
+        } else {
+            ("Keep-Alive", false)
+        }
+    }
+}
+
+/// Writes the answer head of `parts` to `out`, with `conn` when given: its framing, and whether
+/// the connection closes after it (a `close` token in its `Connection`).
 pub fn head(
     parts: &http::response::Parts,
     method: &Method,
     body: BodyLength,
+    conn: Option<&ConnHeaders>,
     out: &mut Vec<u8>,
 ) -> Result<(Framing, bool), BadHead> {
     let status = parts.status;
@@ -57,7 +111,8 @@ pub fn head(
     let chunkable = can_chunk(method, status);
     let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
     let ids = if parts.extensions.is_empty() { None } else { parts.extensions.get::<Ids>() };
-    let lines = header_lines(&mut w, &parts.headers, ids, method, body, chunkable)?;
+    let set = Overlay { conn, ids, placed: [false; 2 + ids::NAMES.len()], n: itoa::Buffer::new() };
+    let lines = header_lines(&mut w, &parts.headers, set, method, body, chunkable)?;
     let mut framing = match lines.framing {
         Some(f) => f,
         None => implicit_framing(&mut w, method, status, body, chunkable),
@@ -95,33 +150,24 @@ struct Lines {
     close: bool,
 }
 
-/// Writes the answer's own header lines, as hyper's `encode_headers` does, with the gateway's
-/// `ids` where inserting them into `headers` would have put them ([`super::super::ids`]).
+/// Writes the answer's own header lines, as hyper's `encode_headers` does, with the headers
+/// `set` on it where inserting them into `headers` would have put them.
 fn header_lines<'a>(
     w: &mut Writer<'a, '_>,
     headers: &'a http::HeaderMap,
-    ids: Option<&Ids>,
+    mut set: Overlay<'_>,
     method: &Method,
     body: BodyLength,
     chunkable: bool,
 ) -> Result<Lines, BadHead> {
     let mut lines = Lines { framing: None, wrote_date: false, close: false };
     let mut wrote_len = false;
-    // Which ids went out in place of an answer's header of their name.
-    let mut placed = [false; ids::NAMES.len()];
-    let mut n = itoa::Buffer::new();
     for (name, value) in headers {
         if w.open.is_some_and(|o| o.name != name) {
             w.close_line();
         }
-        if let Some((ids, i)) = ids.and_then(|ids| Some((ids, Ids::index(name)?))) {
-            if let Some(v) = ids.value(i, &mut n) {
-                if !placed[i] {
-                    placed[i] = true;
-                    w.line(ids::NAMES[i], v);
-                }
-                continue;
-            }
+        if set.in_place(w, name, value, &mut lines) {
+            continue;
         }
         let continued = w.open.is_some();
         if wrote_len && !continued && (*name == header::CONTENT_LENGTH || *name == header::TRANSFER_ENCODING) {
@@ -182,12 +228,66 @@ fn header_lines<'a>(
     if w.open.is_some() {
         w.close_line();
     }
-    for (i, name) in ids::NAMES.iter().enumerate() {
-        if let Some(v) = ids.filter(|_| !placed[i]).and_then(|ids| ids.value(i, &mut n)) {
-            w.line(name, v);
+    set.rest(w, &mut lines);
+    Ok(lines)
+}
+
+/// The headers the writer sets on an answer: its connection headers, then the gateway's ids
+/// ([`crate::http::ids`]); and which of them went out in place of the answer's own.
+struct Overlay<'x> {
+    conn: Option<&'x ConnHeaders>,
+    ids: Option<&'x Ids>,
+    /// `Connection`, `Keep-Alive`, then [`ids::NAMES`].
+    placed: [bool; 2 + ids::NAMES.len()],
+    n: itoa::Buffer,
+}
+
+impl Overlay<'_> {
+    /// Whether the answer's header `name: value` is one the overlay sets: then what replaces it
+    /// is written here, once, and the header itself is not.
+    fn in_place(&mut self, w: &mut Writer<'_, '_>, name: &HeaderName, value: &HeaderValue, lines: &mut Lines) -> bool {
+        if let Some(c) = self.conn {
+            if *name == header::CONNECTION {
+                if !std::mem::replace(&mut self.placed[0], true) {
+                    let (v, close) = c.connection(value.as_bytes().eq_ignore_ascii_case(b"close"));
+                    lines.close |= close;
+                    w.line(&CONNECTION, v.as_bytes());
+                }
+                return true;
+            }
+            if *name == KEEP_ALIVE {
+                if let Some(v) = c.keep_alive.as_ref().filter(|_| !std::mem::replace(&mut self.placed[1], true)) {
+                    w.line(&KEEP_ALIVE, v.as_bytes());
+                }
+                return true;
+            }
+        }
+        let Some((ids, i)) = self.ids.and_then(|ids| Some((ids, Ids::index(name)?))) else { return false };
+        let Some(v) = ids.value(i, &mut self.n) else { return false };
+        if !std::mem::replace(&mut self.placed[2 + i], true) {
+            w.line(ids::NAMES[i], v);
+        }
+        true
+    }
+
+    /// Writes those not written in place, after the answer's own headers.
+    fn rest(&mut self, w: &mut Writer<'_, '_>, lines: &mut Lines) {
+        if let Some(c) = self.conn {
+            if !self.placed[0] {
+                let (v, close) = c.connection(false);
+                lines.close |= close;
+                w.line(&CONNECTION, v.as_bytes());
+            }
+            if let Some(v) = c.keep_alive.as_ref().filter(|_| !self.placed[1]) {
+                w.line(&KEEP_ALIVE, v.as_bytes());
+            }
+        }
+        for (i, name) in ids::NAMES.iter().enumerate() {
+            if let Some(v) = self.ids.filter(|_| !self.placed[2 + i]).and_then(|ids| ids.value(i, &mut self.n)) {
+                w.line(name, v);
+            }
         }
     }
-    Ok(lines)
 }
 
 /// The framing header hyper adds to an answer that has none, and the framing.

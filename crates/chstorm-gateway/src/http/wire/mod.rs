@@ -58,7 +58,7 @@ pub enum Ended {
 
 /// Serves requests on `io` with `service` until the connection ends or a request is one for
 /// hyper. `forced`: resolves when the gateway's drain closes connections.
-pub async fn serve<IO, S, F>(
+pub async fn serve<IO, S, F, R>(
     io: &mut IO,
     header_timeout: Duration,
     forced: impl Future<Output = ()>,
@@ -67,7 +67,8 @@ pub async fn serve<IO, S, F>(
 where
     IO: AsyncRead + AsyncWrite + Unpin,
     S: FnMut(Box<Request<FrontBody>>) -> F,
-    F: Future<Output = Response<GBody>>,
+    F: Future<Output = R>,
+    R: Into<Reply>,
 {
     tokio::pin!(forced);
     let mut buf = BytesMut::with_capacity(READ_AT_LEAST);
@@ -78,8 +79,8 @@ where
             Err(ended) => return ended,
         };
         let method = parts.method.clone();
-        let resp = service(Box::new(Request::from_parts(parts, FrontBody::Whole(body)))).await;
-        match write_answer(io, &method, resp, &mut out).await {
+        let reply = service(Box::new(Request::from_parts(parts, FrontBody::Whole(body)))).await.into();
+        match write_answer(io, &method, reply, &mut out).await {
             Ok(false) => {}
             Ok(true) => {
                 let _ = io.shutdown().await;
@@ -87,6 +88,19 @@ where
             }
             Err(()) => return Ended::Failed,
         }
+    }
+}
+
+/// An answer as a service gives it to the own front, with the connection headers its writer
+/// sets ([`answer::ConnHeaders`]; none: the answer's own).
+pub struct Reply {
+    pub resp: Response<GBody>,
+    pub conn: Option<answer::ConnHeaders>,
+}
+
+impl From<Response<GBody>> for Reply {
+    fn from(resp: Response<GBody>) -> Reply {
+        Reply { resp, conn: None }
     }
 }
 
@@ -121,22 +135,22 @@ async fn read_head<IO: AsyncRead + Unpin>(
     }
 }
 
-/// Writes `resp` to `io` (its head and a small body in one write); whether the connection
+/// Writes `reply` to `io` (its head and a small body in one write); whether the connection
 /// closes after it.
 async fn write_answer<IO: AsyncWrite + Unpin>(
     io: &mut IO,
     method: &Method,
-    resp: Response<GBody>,
+    reply: Reply,
     out: &mut Vec<u8>,
 ) -> Result<bool, ()> {
-    let (parts, mut body) = resp.into_parts();
+    let (parts, mut body) = reply.resp.into_parts();
     let length = if body.is_end_stream() {
         BodyLength::None
     } else {
         body.size_hint().exact().map_or(BodyLength::Unknown, BodyLength::Known)
     };
     out.clear();
-    let (framing, close) = answer::head(&parts, method, length, out).map_err(drop)?;
+    let (framing, close) = answer::head(&parts, method, length, reply.conn.as_ref(), out).map_err(drop)?;
     drop(parts);
     if framing != Framing::Length(0) {
         send_body(io, framing, &mut body, out).await?;

@@ -22,9 +22,11 @@ struct Canned {
     known_length: bool,
     spelled: Option<Vec<&'static str>>,
     backend: bool,
-    /// The gateway's own headers ([`crate::http::ids`]), and whether they are put in the map
-    /// before the answer is written.
+    /// The gateway's own headers ([`crate::http::ids`]) and the connection headers
+    /// ([`answer::ConnHeaders`]), and whether they are put in the map before the answer is
+    /// written (as for hyper's server) or left to the writer.
     ids: Option<Ids>,
+    conn: Option<answer::ConnHeaders>,
     materialized: bool,
 }
 
@@ -50,11 +52,27 @@ impl Canned {
         }
         if let Some(ids) = &self.ids {
             r.extensions_mut().insert(ids.clone());
-            if self.materialized {
-                Ids::materialize(&mut r);
-            }
         }
         r
+    }
+
+    /// [`Canned::make`], with its headers put in the map: as the HTTP front hands an answer
+    /// to hyper's server (`conn::Listener::serve_hyper`, `conn::with_spelling`).
+    fn make_inserted(&self) -> Response<GBody> {
+        let mut r = self.make();
+        if let Some(c) = &self.conn {
+            c.insert_into(r.headers_mut());
+        }
+        Ids::materialize(&mut r);
+        r
+    }
+
+    /// As the HTTP front gives it to the own front's writer.
+    fn reply(&self) -> Reply {
+        match self.materialized {
+            true => Reply { resp: self.make_inserted(), conn: None },
+            false => Reply { resp: self.make(), conn: self.conn.clone() },
+        }
     }
 }
 
@@ -64,7 +82,7 @@ async fn through_own(request: &[u8], canned: &Canned) -> Vec<u8> {
     let canned = canned.clone();
     let front = tokio::spawn(async move {
         serve(&mut server, Duration::from_secs(5), std::future::pending::<()>(), move |_req| {
-            let r = canned.make();
+            let r = canned.reply();
             async move { r }
         })
         .await;
@@ -139,7 +157,11 @@ fn generated(rng: &mut rand::rngs::StdRng) -> Canned {
         query_id: ["q1", "", "a b\tc", "bad\u{1}id", "caf\u{e9}"][rng.gen_range(0..5)].to_string(),
         threads: rng.gen_bool(0.5).then(|| rng.gen_range(1..20)),
     });
-    Canned { status, headers, frames, known_length, spelled, backend, ids, materialized: false }
+    let conn = rng.gen_bool(0.7).then(|| answer::ConnHeaders {
+        client_closes: rng.gen_bool(0.3),
+        keep_alive: rng.gen_bool(0.7).then(|| HeaderValue::from_static("timeout=10")),
+    });
+    Canned { status, headers, frames, known_length, spelled, backend, ids, conn, materialized: false }
 }
 
 #[tokio::test]
@@ -152,8 +174,8 @@ async fn answers_leave_as_hypers_server_writes_them() {
         let own = through_own(request.as_bytes(), &canned).await;
         let theirs = through_hyper(request.as_bytes(), &canned).await;
         assert_eq!(undated(&own), undated(&theirs), "{canned:?} {method}");
-        if canned.ids.is_some() {
-            // The ids written by the writer are the ids inserted into the map.
+        if canned.ids.is_some() || canned.conn.is_some() {
+            // The headers set by the writer are those inserted into the map.
             let inserted = through_own(request.as_bytes(), &Canned { materialized: true, ..canned.clone() }).await;
             assert_eq!(undated(&own), undated(&inserted), "{canned:?} {method}");
         }
@@ -167,7 +189,7 @@ async fn through_hyper(request: &[u8], canned: &Canned) -> Vec<u8> {
     let canned = canned.clone();
     let front = tokio::spawn(async move {
         let svc = hyper::service::service_fn(move |_req: Request<hyper::body::Incoming>| {
-            let mut r = canned.make();
+            let mut r = canned.make_inserted();
             async move {
                 crate::http::conn::with_spelling(&mut r).await;
                 Ok::<_, std::convert::Infallible>(r)
