@@ -438,6 +438,14 @@ impl<'a> Speller<'a> {
 
 /// hyper's title case: the first letter and each after a `-` upper case, the rest as they are.
 fn title_case(out: &mut Vec<u8>, name: &[u8]) {
+    match TITLE_CASED.iter().find(|(n, _)| n.as_bytes() == name) {
+        Some((_, t)) => out.extend_from_slice(t.as_bytes()),
+        None => title_case_each(out, name),
+    }
+}
+
+/// hyper's title case: each letter after a `-` (and the first) upper case, the others as they are.
+fn title_case_each(out: &mut Vec<u8>, name: &[u8]) {
     let start = out.len();
     out.extend_from_slice(name);
     let mut prev = b'-';
@@ -448,6 +456,20 @@ fn title_case(out: &mut Vec<u8>, name: &[u8]) {
         prev = *c;
     }
 }
+
+/// The names every query's answer has, title-cased once: the names of a ClickHouse answer, the
+/// gateway's and the connection's.
+const TITLE_CASED: &[(&str, &str)] = &[
+    ("date", "Date"),
+    ("content-type", "Content-Type"),
+    ("x-chstorm-replica", "X-Chstorm-Replica"),
+    ("x-chstorm-route", "X-Chstorm-Route"),
+    ("x-chstorm-threads", "X-Chstorm-Threads"),
+    ("connection", "Connection"),
+    ("keep-alive", "Keep-Alive"),
+    ("content-length", "Content-Length"),
+    ("transfer-encoding", "Transfer-Encoding"),
+];
 
 fn has_token(v: &HeaderValue, token: &str) -> bool {
     v.to_str().is_ok_and(|s| s.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
@@ -486,4 +508,16 @@ fn date(out: &mut Vec<u8>) {
         }
         out.extend_from_slice(text);
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_names_title_cased_once_are_spelled_as_title_case_spells_them() {
+        for (name, cased) in super::TITLE_CASED {
+            let mut out = Vec::new();
+            super::title_case_each(&mut out, name.as_bytes());
+            assert_eq!(std::str::from_utf8(&out).unwrap(), *cased);
+        }
+    }
 }
