@@ -319,6 +319,16 @@ pub fn current_database<'a>(params: &'a [(String, String)], header: Option<&'a s
 mod tests {
     use super::*;
 
+    /// A seeded xorshift generator: each call, a number below its argument.
+    fn below(mut seed: u64) -> impl FnMut(usize) -> usize {
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        }
+    }
+
     #[test]
     fn the_first_headers_are_what_get_finds_in_generated_maps() {
         use http::{HeaderName, HeaderValue};
@@ -337,13 +347,7 @@ mod tests {
             HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
             HeaderValue::from_static("multipart/form-data; boundary=x"),
         ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = below(0x9e37_79b9_7f4a_7c15);
         for _ in 0..3000 {
             let mut h = http::HeaderMap::new();
             for _ in 0..next(9) {
@@ -479,13 +483,7 @@ mod tests {
             "x=y",
             "&&",
         ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = |n: usize| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed % n as u64) as usize
-        };
+        let mut next = below(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
             let len = next(12);
             let q: String = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();

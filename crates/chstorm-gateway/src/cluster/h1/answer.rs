@@ -117,8 +117,9 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let code = r.code.unwrap_or(0);
     let status = http::StatusCode::from_u16(code).map_err(|_| failed(format!("a bad answer status {code}")))?;
     let http10 = r.version == Some(0);
-    // Room for what the front adds (its ids, `Connection`, `Keep-Alive`): no growing there.
-    let mut headers = HeaderMap::with_capacity(r.headers.len() + 8);
+    // Room for the `Content-Length` the front adds to an answer held whole: no growing there.
+    // (Its ids and the connection headers are set by the answer writer, not in the map.)
+    let mut headers = HeaderMap::with_capacity(r.headers.len() + 1);
     let (mut length, mut chunked, mut coded, mut close, mut keep) = (None, false, false, false, false);
     for h in r.headers.iter() {
         let value = || HeaderValue::from_bytes(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)));
