@@ -36,6 +36,7 @@
 use super::client_body::{ClientBody, FrontBody, IdleBody};
 use super::client_fin::ClientFin;
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
+use super::ids::Served;
 use super::respond::reply;
 use super::service::{with_www_authenticate, AuthenticatedAs};
 use super::wire::answer::ConnHeaders;
@@ -208,10 +209,14 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, fin, keep_alive, marks) = (this.clone(), fin.clone(), keep_alive.clone(), marks.clone());
             async move {
-                let Reply { mut resp, conn } =
+                let Reply { mut resp, conn, ids } =
                     this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
+                // hyper writes only the map: what the own front's writer sets goes into it.
                 if let Some(c) = conn {
                     c.insert_into(resp.headers_mut());
+                }
+                if let Some(ids) = ids {
+                    ids.insert_into(resp.headers_mut());
                 }
                 with_spelling(&mut resp).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
@@ -256,31 +261,32 @@ impl Listener {
         keep_alive: &HeaderValue,
     ) -> Reply {
         let (closing, version) = (wants_close(&req), req.version());
-        let mut resp = self.respond(req, peer, fin).await;
+        let Served { mut resp, ids } = self.respond(req, peer, fin).await;
         if self.drain.is_draining() {
             // Stopping: the client reconnects for its next query (to the new gateway).
             resp.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
         }
         let conn = as_clickhouse_sends_it(&mut resp, closing, version, keep_alive);
-        Reply { resp, conn: Some(conn) }
+        Reply { resp, conn: Some(conn), ids }
     }
 
-    async fn respond(&self, req: Box<Request<FrontBody>>, peer: SocketAddr, fin: &ClientFin) -> Response<GBody> {
+    async fn respond(&self, req: Box<Request<FrontBody>>, peer: SocketAddr, fin: &ClientFin) -> Served {
         let state = self.state.load_full();
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let get = req.method() == Method::GET || req.method() == Method::HEAD;
         let accept = || req.headers().get(http::header::ACCEPT).and_then(|v| v.to_str().ok());
         if self.role == Role::MetricsOnly {
             if get && req.uri().path() == "/metrics" {
-                return self.metrics_answer(&state, accept());
+                return self.metrics_answer(&state, accept()).into();
             }
             return reply(
                 StatusCode::NOT_FOUND,
                 format!("chstorm gateway: no handler for {target} here; this listener (metrics_listen) serves GET /metrics only"),
-            );
+            )
+            .into();
         }
         let metrics_here = self.role == (Role::Main { metrics_here: true });
-        match endpoint(req.method(), target, metrics_here) {
+        let resp = match endpoint(req.method(), target, metrics_here) {
             Endpoint::Root => {
                 let mut r = Response::new(full("Ok.\n"));
                 r.headers_mut()
@@ -332,14 +338,16 @@ impl Listener {
             }
             Endpoint::Query => {
                 let http10 = req.version() == http::Version::HTTP_10;
-                let mut r = with_www_authenticate(self.query(req, peer, state, fin).await);
+                let Served { resp, ids } = self.query(req, peer, state, fin).await;
+                let mut r = with_www_authenticate(resp);
                 if http10 {
                     // 18.16 ends an HTTP/1.0 query answer (no chunks there) by closing.
                     r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 }
-                r
+                return Served { resp: r, ids };
             }
-        }
+        };
+        resp.into()
     }
 
     fn metrics_answer(&self, state: &State, accept: Option<&str>) -> Response<GBody> {
@@ -358,7 +366,7 @@ impl Listener {
         peer: SocketAddr,
         state: Arc<State>,
         fin: &ClientFin,
-    ) -> Response<GBody> {
+    ) -> Served {
         let idle = state.config.limits.client_body_idle_timeout.0;
         let (parts, body) = (*req).into_parts();
         let whole = matches!(body, FrontBody::Whole(_));
@@ -385,7 +393,7 @@ impl Listener {
                 let mut r =
                     reply(StatusCode::REQUEST_TIMEOUT, format!("chstorm gateway: {why}; the request was abandoned"));
                 r.headers_mut().insert(http::header::CONNECTION, HeaderValue::from_static("close"));
-                r
+                r.into()
             }
             r = super::service::serve(state.clone(), req, peer, &who, Some(fin)) => r,
         };
@@ -438,12 +446,10 @@ fn as_clickhouse_sends_it(
     ConnHeaders { client_closes, keep_alive: (!no_keep_alive).then(|| keep_alive.clone()) }
 }
 
-/// For hyper's server: the gateway's own headers in the answer's map ([`super::ids`]), and the
-/// answer's spelling as hyper's header case map (`super::wire` spells names itself). The replica's, when the HTTP/1 client kept its names; hyper's client's own
+/// For hyper's server: the answer's spelling as hyper's header case map (`super::wire` spells
+/// names itself). The replica's, when the HTTP/1 client kept its names; hyper's client's own
 /// map is in place already; else ClickHouse's spelling of its own names.
 pub(crate) async fn with_spelling(resp: &mut Response<GBody>) {
-    // hyper writes only the map: the gateway's own headers go into it first.
-    super::ids::Ids::materialize(resp);
     if let Some(SpelledNames(names)) = resp.extensions().get::<SpelledNames>().cloned() {
         if let Ok(map) = case_map(&names).await {
             return resp.extensions_mut().extend(map);

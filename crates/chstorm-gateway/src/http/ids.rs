@@ -1,14 +1,16 @@
 //! The gateway's own headers on a query's answer: `X-ChStorm-Replica` (the replica that
 //! answered), `X-ChStorm-Route`, `X-ClickHouse-Query-Id` (the client's query_id) and
-//! `X-ChStorm-Threads` (the thread grant). They ride in the answer's extensions as [`Ids`] and are
-//! written by the own front's answer writer ([`super::wire::answer`]) as it writes the head:
-//! inserted into the answer's header map, each hashing its name, they were 1,500 instructions of
-//! a proxied `SELECT 1`'s 43,000 (callgrind, docs/PERFORMANCE.md). hyper's server, which writes
-//! only the map, gets them inserted ([`Ids::materialize`]); both write the same bytes.
+//! `X-ChStorm-Threads` (the thread grant). They travel beside the answer as [`Ids`] ([`Served`],
+//! then the own front's `super::wire::Reply`) and are written by the own front's answer writer
+//! ([`super::wire::answer`]) as it writes the head: inserted into the answer's header map, each
+//! hashing its name, they were 1,500 instructions of a proxied `SELECT 1`'s 43,000 (callgrind,
+//! docs/PERFORMANCE.md). hyper's server, which writes only the map, gets them inserted
+//! ([`Ids::insert_into`]); both write the same bytes.
 //!
 //! They go where `HeaderMap::insert` would put them, in the order above: in place of the first
 //! header of the same name the answer has (its others dropped), else after the answer's own.
 
+use crate::cluster::upstream::GBody;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Response};
 
@@ -62,12 +64,29 @@ impl Ids {
             }
         }
     }
+}
 
-    /// Moves the ids an answer carries into its header map: for hyper's server, and for a
-    /// caller that reads the map.
-    pub fn materialize<B>(resp: &mut Response<B>) {
-        if let Some(ids) = resp.extensions_mut().remove::<Ids>() {
+/// An answer of the query service, with the gateway's ids when it answers a planned query.
+pub struct Served {
+    pub resp: Response<GBody>,
+    pub ids: Option<Ids>,
+}
+
+impl From<Response<GBody>> for Served {
+    fn from(resp: Response<GBody>) -> Served {
+        Served { resp, ids: None }
+    }
+}
+
+impl Served {
+    /// The answer with its ids in its header map, as hyper's server writes it (the tests read
+    /// the map).
+    #[cfg(test)]
+    pub fn into_response(self) -> Response<GBody> {
+        let mut resp = self.resp;
+        if let Some(ids) = self.ids {
             ids.insert_into(resp.headers_mut());
         }
+        resp
     }
 }

@@ -6,7 +6,7 @@
 
 use super::body::{Guarded, Streamed};
 use super::client_fin::ClientFin;
-use super::ids::Ids;
+use super::ids::{Ids, Served};
 use crate::attempt::{Answered, HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
@@ -42,7 +42,7 @@ impl Answer<'_, '_> {
         route: &'static str,
         query_id: String,
         body_deadline: Option<Duration>,
-    ) -> Response<GBody> {
+    ) -> Served {
         match outcome {
             Outcome::Failed { status, message, replica, retries } => {
                 self.record(status, route);
@@ -53,9 +53,10 @@ impl Answer<'_, '_> {
                         "replica": replica.as_ref().map(|r| r.label()), "retries": retries,
                         "ms": self.exit.started.elapsed().as_millis() as u64, "error": message}),
                 );
-                let mut r = reply(status, message);
-                r.extensions_mut().insert(Ids { replica: None, route, query_id, threads: None });
-                r
+                Served {
+                    resp: reply(status, message),
+                    ids: Some(Ids { replica: None, route, query_id, threads: None }),
+                }
             }
             Outcome::Answer(answered) => {
                 let Answered { head: HttpHead { resp, whole }, mut won, retries, hedged } = *answered;
@@ -78,19 +79,20 @@ impl Answer<'_, '_> {
                     );
                 }
                 let threads = won.grant.as_ref().map(|g| g.threads());
-                parts.extensions.insert(Ids { replica: Some(won.replica.label_value()), route, query_id, threads });
+                let ids = Some(Ids { replica: Some(won.replica.label_value()), route, query_id, threads });
                 // The replica's in-flight count, its thread grant and the KILL guard live as long
                 // as the body. A body read whole is in memory and its query has ended: nothing
                 // to kill, no deadline to watch.
                 if whole.is_some() {
-                    return Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant, won.guard)));
+                    let resp = Response::from_parts(parts, Guarded::wrap(body, (won.inflight, won.grant, won.guard)));
+                    return Served { resp, ids };
                 }
                 let body = Guarded::wrap(Streamed::wrap(body, won.guard, body_deadline), (won.inflight, won.grant));
                 let body = match self.fin {
                     Some(fin) => fin.cut(body),
                     None => body,
                 };
-                Response::from_parts(parts, body)
+                Served { resp: Response::from_parts(parts, body), ids }
             }
         }
     }

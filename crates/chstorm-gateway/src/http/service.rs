@@ -28,6 +28,7 @@
 
 use super::body::Guarded;
 use super::client_fin::ClientFin;
+use super::ids::Served;
 use super::read::ClientBody;
 use super::respond::{reply, Answer};
 use crate::attempt::{HttpParts, SendBody};
@@ -85,10 +86,10 @@ pub fn refused(exit: &Exit<'_>, refusal: &Refusal) -> Response<GBody> {
     with_www_authenticate(reply(refusal.status(), refusal.message.clone()))
 }
 
-/// The response with `guard` riding on its body (released when the body ends or is dropped).
-fn guarded(resp: Response<GBody>, guard: impl std::any::Any + Send) -> Response<GBody> {
-    let (parts, body) = resp.into_parts();
-    Response::from_parts(parts, Guarded::wrap(body, guard))
+/// The answer with `guard` riding on its body (released when the body ends or is dropped).
+fn guarded(served: Served, guard: impl std::any::Any + Send) -> Served {
+    let (parts, body) = served.resp.into_parts();
+    Served { resp: Response::from_parts(parts, Guarded::wrap(body, guard)), ids: served.ids }
 }
 
 /// Serves one query request of the client at `peer`, in the order documented above; `who` is
@@ -103,7 +104,7 @@ pub async fn serve<B>(
     peer: SocketAddr,
     who: &AuthenticatedAs,
     fin: Option<&ClientFin>,
-) -> Response<GBody>
+) -> Served
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -111,16 +112,16 @@ where
     let (name, password) = credentials(&req);
     let user = match authenticate(&state.users, &name, &password, Some(peer.ip())) {
         Ok(u) => u,
-        Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal),
+        Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal).into(),
     };
     let _ = who.0.set(name);
     let permit = match admit_user(&user).await {
         Ok(p) => p,
-        Err(r) => return refused(&Exit::new(&state.metrics, &user.cfg.name), &r),
+        Err(r) => return refused(&Exit::new(&state.metrics, &user.cfg.name), &r).into(),
     };
     let global = match admit_global(&state.global, &state.metrics).await {
         Ok(p) => p,
-        Err(r) => return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r), permit),
+        Err(r) => return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r).into(), permit),
     };
     guarded(query(state, user.cfg.clone(), req, fin).await, (permit, global))
 }
@@ -155,7 +156,7 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
 
 /// One authenticated, admitted query of user `u`: read, planned, sent and answered; a read is
 /// abandoned when `fin` comes.
-pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Box<Request<B>>, fin: Option<&ClientFin>) -> Response<GBody>
+pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Box<Request<B>>, fin: Option<&ClientFin>) -> Served
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -163,14 +164,14 @@ where
     let exit = Exit::new(&state.metrics, &u.name);
     let Some(cluster) = state.clusters.get(&u.cluster) else {
         let why = format!("user '{}' names cluster '{}', which is gone", u.name, u.cluster);
-        return refused(&exit, &Refusal::new(Kind::Internal, why));
+        return refused(&exit, &Refusal::new(Kind::Internal, why)).into();
     };
     let (parts, body) = (*req).into_parts();
     let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
     let read =
         match super::read::read_within(&parts, body, crate::query::plan::restricted(&u), &state.client_mem()).await {
             Ok(r) => r,
-            Err(refusal) => return refused(&exit, &refusal),
+            Err(refusal) => return refused(&exit, &refusal).into(),
         };
     // The held body's room on the memory budget, until the attempts are done with it.
     let _held = read.charge;
@@ -178,7 +179,7 @@ where
     let request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
     let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
-        Err(refusal) => return refused(&exit, &refusal),
+        Err(refusal) => return refused(&exit, &refusal).into(),
     };
     let http = for_http(&parts, u.readonly, plan.replace_body.is_some() || read.shape == BodyShape::Held);
     let body = match read.body {
@@ -198,7 +199,7 @@ where
         match fin {
             Some(fin) => tokio::select! {
                 o = run.as_mut() => o,
-                _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)),
+                _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)).into(),
             },
             None => run.await,
         }

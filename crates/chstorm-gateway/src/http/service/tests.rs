@@ -73,8 +73,7 @@ fn request(method: Method, uri: &str, body: &'static str) -> Request<Full<Bytes>
 
 async fn send(state: &Arc<State>, req: Request<Full<Bytes>>) -> (StatusCode, HeaderMap, String) {
     let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
-    let mut resp = serve(state.clone(), Box::new(req), peer, &AuthenticatedAs::default(), None).await;
-    crate::http::ids::Ids::materialize(&mut resp);
+    let resp = serve(state.clone(), Box::new(req), peer, &AuthenticatedAs::default(), None).await.into_response();
     let (parts, body) = resp.into_parts();
     let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     (parts.status, parts.headers, String::from_utf8_lossy(&body).into_owned())

@@ -97,21 +97,28 @@ impl ConnHeaders {
     }
 }
 
-/// Writes the answer head of `parts` to `out`, with `conn` when given: its framing, and whether
-/// the connection closes after it (a `close` token in its `Connection`).
+/// The headers the writer sets on an answer, where inserting them into its map would put them:
+/// its connection headers, then the gateway's ids.
+#[derive(Clone, Copy, Default)]
+pub struct Set<'x> {
+    pub conn: Option<&'x ConnHeaders>,
+    pub ids: Option<&'x Ids>,
+}
+
+/// Writes the answer head of `parts` to `out`, with the headers `set` on it: its framing, and
+/// whether the connection closes after it (a `close` token in its `Connection`).
 pub fn head(
     parts: &http::response::Parts,
     method: &Method,
     body: BodyLength,
-    conn: Option<&ConnHeaders>,
+    set: Set<'_>,
     out: &mut Vec<u8>,
 ) -> Result<(Framing, bool), BadHead> {
     let status = parts.status;
     status_line(status, out);
     let chunkable = can_chunk(method, status);
     let mut w = Writer { out, speller: Speller::of(&parts.extensions), open: None };
-    let ids = if parts.extensions.is_empty() { None } else { parts.extensions.get::<Ids>() };
-    let set = Overlay { conn, ids, placed: [false; 2 + ids::NAMES.len()], n: itoa::Buffer::new() };
+    let set = Overlay { conn: set.conn, ids: set.ids, placed: [false; 2 + ids::NAMES.len()], n: itoa::Buffer::new() };
     let lines = header_lines(&mut w, &parts.headers, set, method, body, chunkable)?;
     let mut framing = match lines.framing {
         Some(f) => f,

@@ -91,16 +91,18 @@ where
     }
 }
 
-/// An answer as a service gives it to the own front, with the connection headers its writer
-/// sets ([`answer::ConnHeaders`]; none: the answer's own).
+/// An answer as a service gives it to the own front, with the headers its writer sets: the
+/// connection's ([`answer::ConnHeaders`]; none: the answer's own) and the gateway's ids
+/// ([`crate::http::ids`]).
 pub struct Reply {
     pub resp: Response<GBody>,
     pub conn: Option<answer::ConnHeaders>,
+    pub ids: Option<crate::http::ids::Ids>,
 }
 
 impl From<Response<GBody>> for Reply {
     fn from(resp: Response<GBody>) -> Reply {
-        Reply { resp, conn: None }
+        Reply { resp, conn: None, ids: None }
     }
 }
 
@@ -150,7 +152,8 @@ async fn write_answer<IO: AsyncWrite + Unpin>(
         body.size_hint().exact().map_or(BodyLength::Unknown, BodyLength::Known)
     };
     out.clear();
-    let (framing, close) = answer::head(&parts, method, length, reply.conn.as_ref(), out).map_err(drop)?;
+    let set = answer::Set { conn: reply.conn.as_ref(), ids: reply.ids.as_ref() };
+    let (framing, close) = answer::head(&parts, method, length, set, out).map_err(drop)?;
     drop(parts);
     if framing != Framing::Length(0) {
         send_body(io, framing, &mut body, out).await?;

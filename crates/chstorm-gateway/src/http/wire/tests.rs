@@ -50,9 +50,6 @@ impl Canned {
         if self.backend {
             r.extensions_mut().insert(BackendSpelling);
         }
-        if let Some(ids) = &self.ids {
-            r.extensions_mut().insert(ids.clone());
-        }
         r
     }
 
@@ -63,15 +60,17 @@ impl Canned {
         if let Some(c) = &self.conn {
             c.insert_into(r.headers_mut());
         }
-        Ids::materialize(&mut r);
+        if let Some(ids) = &self.ids {
+            ids.insert_into(r.headers_mut());
+        }
         r
     }
 
     /// As the HTTP front gives it to the own front's writer.
     fn reply(&self) -> Reply {
         match self.materialized {
-            true => Reply { resp: self.make_inserted(), conn: None },
-            false => Reply { resp: self.make(), conn: self.conn.clone() },
+            true => Reply { resp: self.make_inserted(), conn: None, ids: None },
+            false => Reply { resp: self.make(), conn: self.conn.clone(), ids: self.ids.clone() },
         }
     }
 }
