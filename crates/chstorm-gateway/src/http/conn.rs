@@ -209,15 +209,8 @@ impl Listener {
         let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
             let (this, fin, keep_alive, marks) = (this.clone(), fin.clone(), keep_alive.clone(), marks.clone());
             async move {
-                let Reply { mut resp, conn, ids } =
-                    this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
-                // hyper writes only the map: what the own front's writer sets goes into it.
-                if let Some(c) = conn {
-                    c.insert_into(resp.headers_mut());
-                }
-                if let Some(ids) = ids {
-                    ids.insert_into(resp.headers_mut());
-                }
+                let reply = this.answer(Box::new(req.map(FrontBody::Hyper)), peer, &fin, &keep_alive).await;
+                let mut resp = reply.into_inserted();
                 with_spelling(&mut resp).await;
                 // Note the bytes read once this answer has gone out (its body dropped).
                 let (parts, body) = resp.into_parts();
@@ -441,8 +434,7 @@ fn as_clickhouse_sends_it(
 ) -> ConnHeaders {
     // An HTTP/1.0 answer: hyper then adds no `keep-alive` token of its own.
     *resp.version_mut() = version;
-    let no_keep_alive =
-        client_closes || (!resp.extensions().is_empty() && resp.extensions().get::<NoKeepAliveHeader>().is_some());
+    let no_keep_alive = client_closes || resp.extensions().get::<NoKeepAliveHeader>().is_some();
     ConnHeaders { client_closes, keep_alive: (!no_keep_alive).then(|| keep_alive.clone()) }
 }
 

@@ -22,7 +22,7 @@ pub mod pool;
 pub mod request;
 pub mod spelling;
 
-use crate::cluster::message::{BackendError, BackendRequest};
+use crate::cluster::message::{BackendError, BackendRequest, GBody};
 use http_body_util::BodyExt;
 use pool::Pool;
 use std::sync::Arc;
@@ -30,10 +30,7 @@ use std::sync::Arc;
 /// Sends `req` over a connection of `pool`; resolves with the answer head, its body streaming
 /// off the connection. Dropping the future drops the connection (reset when the request was
 /// sent and not answered).
-pub async fn send(
-    pool: Arc<Pool>,
-    mut req: BackendRequest,
-) -> Result<http::Response<crate::cluster::message::GBody>, BackendError> {
+pub async fn send(pool: Arc<Pool>, mut req: BackendRequest) -> Result<http::Response<GBody>, BackendError> {
     let mut conn = pool.checkout().await?;
     let sent = request::write(&mut conn, &mut req, &pool.authority).await?;
     let is_head = req.method == http::Method::HEAD;

@@ -99,7 +99,7 @@ impl ConnHeaders {
 
 /// The headers the writer sets on an answer, where inserting them into its map would put them:
 /// its connection headers, then the gateway's ids.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 pub struct Set<'x> {
     pub conn: Option<&'x ConnHeaders>,
     pub ids: Option<&'x Ids>,

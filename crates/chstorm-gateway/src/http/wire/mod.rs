@@ -106,6 +106,21 @@ impl From<Response<GBody>> for Reply {
     }
 }
 
+impl Reply {
+    /// The answer with the headers the writer would set put into its map, where the writer
+    /// would put them: for hyper's server, which writes only the map.
+    pub fn into_inserted(self) -> Response<GBody> {
+        let mut resp = self.resp;
+        if let Some(c) = self.conn {
+            c.insert_into(resp.headers_mut());
+        }
+        if let Some(ids) = self.ids {
+            ids.insert_into(resp.headers_mut());
+        }
+        resp
+    }
+}
+
 /// Reads until `buf` starts with a whole head the own front serves.
 async fn read_head<IO: AsyncRead + Unpin>(
     io: &mut IO,

@@ -56,22 +56,20 @@ impl Canned {
     /// [`Canned::make`], with its headers put in the map: as the HTTP front hands an answer
     /// to hyper's server (`conn::Listener::serve_hyper`, `conn::with_spelling`).
     fn make_inserted(&self) -> Response<GBody> {
-        let mut r = self.make();
-        if let Some(c) = &self.conn {
-            c.insert_into(r.headers_mut());
-        }
-        if let Some(ids) = &self.ids {
-            ids.insert_into(r.headers_mut());
-        }
-        r
+        self.reply_set().into_inserted()
     }
 
     /// As the HTTP front gives it to the own front's writer.
     fn reply(&self) -> Reply {
         match self.materialized {
-            true => Reply { resp: self.make_inserted(), conn: None, ids: None },
-            false => Reply { resp: self.make(), conn: self.conn.clone(), ids: self.ids.clone() },
+            true => self.make_inserted().into(),
+            false => self.reply_set(),
         }
+    }
+
+    /// [`Canned::make`], with the headers for the writer to set.
+    fn reply_set(&self) -> Reply {
+        Reply { resp: self.make(), conn: self.conn.clone(), ids: self.ids.clone() }
     }
 }
 
