@@ -34,7 +34,7 @@
 //! notes the count when each answer has gone out.
 
 use super::client_body::{ClientBody, FrontBody, IdleBody};
-use super::client_fin::ClientFin;
+use super::client_fin::{ClientFin, Watch};
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use super::ids::Served;
 use super::respond::reply;
@@ -122,18 +122,18 @@ impl Listener {
         }
     }
 
-    async fn serve<IO, W>(
+    async fn serve<IO>(
         self,
         io: IO,
         peer: SocketAddr,
         header_timeout: std::time::Duration,
-        fin: Option<(ClientFin, W)>,
+        fin: Option<(ClientFin, Watch)>,
     ) where
         IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        W: Future<Output = ()> + Send + 'static,
     {
         let reads = Arc::new(Reads::default());
-        let (fin, watcher) = match fin {
+        // The watch lives as long as the connection, and its descriptor closes with it.
+        let (fin, _watch) = match fin {
             Some((f, w)) => (f, Some(w)),
             None => (ClientFin::default(), None),
         };
@@ -141,21 +141,11 @@ impl Listener {
         let write_timeout = self.state.load().config.limits.client_write_timeout.0;
         let mut io = Counted { inner: io, reads: reads.clone(), write_timeout, stall: None };
         let _open = self.drain.conn();
-        // The FIN watch runs beside the connection, and its descriptor closes with it.
-        let watcher = async move {
-            if let Some(w) = watcher {
-                w.await
-            }
-            std::future::pending::<()>().await
-        };
         let (fin, keep_alive) = (&fin, &keep_alive);
-        let own = super::wire::serve(&mut io, header_timeout, self.drain.forced(), |req| {
+        let ended = super::wire::serve(&mut io, header_timeout, self.drain.forced(), |req| {
             self.answer(req, peer, fin, keep_alive)
-        });
-        let ended = tokio::select! {
-            e = own => e,
-            _ = watcher => unreachable!("the watch never ends"),
-        };
+        })
+        .await;
         // On a header timeout: whether part of a head had come (`header`) or none (`idle`).
         let timed_out = match ended {
             Ended::Closed | Ended::Failed => None,

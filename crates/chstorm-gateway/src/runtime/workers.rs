@@ -40,8 +40,16 @@ impl Workers {
             stops.push(stop);
             std::thread::Builder::new().name(format!("chstorm-gw-{i}")).spawn(move || {
                 crate::cluster::worker::set_current(i);
-                // Runs the worker's tasks until the gateway stops (or drops its sender).
-                let _ = rt.block_on(stopped);
+                // Runs the worker's tasks until the gateway stops (or drops its sender), with
+                // the worker's watch of its clients' FINs.
+                let _ = rt.block_on(async {
+                    let _fins = crate::http::client_fin::Poller::install().map_err(|e| {
+                        let msg = "cannot watch clients' FINs on this worker: a client that leaves mid-read has its \
+                                   query run to its end; raise the descriptor limit";
+                        crate::log::log("error", msg, serde_json::json!({"worker": i, "error": e.to_string()}))
+                    });
+                    stopped.await
+                });
                 // The runtime drops here, on its own thread, with its tasks.
             })?;
         }
