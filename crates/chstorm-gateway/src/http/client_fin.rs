@@ -297,18 +297,8 @@ mod tests {
 
     /// Closes `s` with a reset: SO_LINGER 0, then close.
     fn reset(s: std::net::TcpStream) {
-        let linger = libc::linger { l_onoff: 1, l_linger: 0 };
-        // SAFETY: `s` is open; `linger` outlives the call.
-        let rc = unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                &linger as *const _ as *const libc::c_void,
-                std::mem::size_of::<libc::linger>() as u32,
-            )
-        };
-        assert_eq!(rc, 0);
+        s.set_nonblocking(true).unwrap();
+        tokio::net::TcpStream::from_std(s).unwrap().set_zero_linger().unwrap();
     }
 
     #[tokio::test]
