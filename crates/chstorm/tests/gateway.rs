@@ -490,6 +490,48 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     }
 }
 
+/// A gateway whose log pipe loses its reader (a log collector that exits or restarts) loses its
+/// log lines and nothing else: it keeps serving, reloading and logging errors.
+#[test]
+fn a_gateway_whose_log_pipe_breaks_keeps_serving() {
+    use std::io::BufRead;
+    let (env, _) = env();
+    let text = chstorm_testenv::gateway_config_text(&env.cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    let mut child = ChildGuard(
+        std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
+            .args(["gateway", "--config", cfg.to_str().unwrap()])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // The address from the listening line; then the pipe's read end closes with the reader.
+    let stderr = child.0.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let line = std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| chstorm_testenv::is_listening_line(l));
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(10)).unwrap().expect("the gateway exited before listening");
+    let url = format!("http://{}", chstorm_testenv::listening_field(&line, "addr"));
+    std::thread::sleep(Duration::from_millis(100)); // the reader's thread has ended: no reader left
+                                                    // Each of these logs a line into the broken pipe.
+    for _ in 0..3 {
+        unsafe { libc_kill(child.0.id() as i32, 1) };
+        let (s, _, _) = curl(&["--data-binary", "SELECT no_such_column", &url]);
+        assert_ne!(s, 200);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(child.0.try_wait().unwrap().is_none(), "the gateway exited when its log pipe broke");
+    assert_eq!(curl(&["--data-binary", "SELECT 42", &url]).2, "42\n");
+    assert_eq!(curl(&[&format!("{url}/ping")]).0, 200);
+}
+
 /// Kills the child when the test ends, passed or failed (a failed assertion must not leave a
 /// gateway running, holding the test's output pipe open).
 struct ChildGuard(std::process::Child);
