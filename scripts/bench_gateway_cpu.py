@@ -186,6 +186,26 @@ def capped_config(cap, **kw):
                                        f"    max_concurrency: {cap}\n    queue_size: 1024\n    queue_max_wait: 5s\n")
 
 
+def one_at_a_time(binaries, peers, tmp, http_url, native, who):
+    """The proxies measured one at a time in front of one server (http_url, and native: its native
+    HOST:PORT): each of `binaries` ([(name, path)]) as a gateway with CONFIG and `workers: 1`,
+    then HAProxy when `peers` (HTTP mode, and TCP mode on the native port; one config). Yields
+    (name, command, http_url, native_url); a missing haproxy is said on stderr, as `who`."""
+    for name, binary in binaries:
+        port, native_port = free_port(), free_port()
+        cfg = os.path.join(tmp, f"{name}.yaml")
+        open(cfg, "w").write("workers: 1\n" + CONFIG.format(port=port, url=http_url, native_port=native_port, native=native))
+        yield name, [binary, "gateway", "--config", cfg], f"http://127.0.0.1:{port}", f"clickhouse://127.0.0.1:{native_port}"
+    if peers and shutil.which("haproxy"):
+        hp, tp, np_ = free_port(), free_port(), free_port()
+        cfg = os.path.join(tmp, "haproxy.cfg")
+        open(cfg, "w").write(HAPROXY.format(http_port=hp, tcp_port=tp, backend=http_url.removeprefix("http://"),
+                                            native_port=np_, native_backend=native))
+        yield "haproxy", ["haproxy", "-db", "-f", cfg], f"http://127.0.0.1:{hp}", f"clickhouse://127.0.0.1:{np_}"
+    elif peers:
+        print(f"{who}: no haproxy (scripts/install-deps installs it); its row is left out", file=sys.stderr)
+
+
 def start_peers(tmp, backend, native_backend):
     """HAProxy (HTTP and TCP mode, one process) and nginx in front of backend (HOST:PORT), and
     HAProxy's TCP mode in front of native_backend (the server's native port, HOST:PORT):

@@ -29,8 +29,8 @@ import argparse, glob, json, os, re, shutil, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import CONFIG, HAPROXY, native_bench, wrk  # noqa: E402
+from bench_gateway import scratch_dir, sh  # noqa: E402
+from bench_gateway_cpu import native_bench, one_at_a_time, wrk  # noqa: E402
 
 
 def wait_answering(url, proc, what, tries=300):
@@ -109,26 +109,13 @@ def main():
         http_url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
         sh(["curl", "-sf", http_url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
-        for name, binary in binaries:
-            port, native_port = free_port(), free_port()
-            cfg = os.path.join(tmp, f"{name}.yaml")
-            open(cfg, "w").write("workers: 1\n" + CONFIG.format(port=port, url=http_url, native_port=native_port, native=native))
-            url = f"clickhouse://127.0.0.1:{native_port}" if args.native else f"http://127.0.0.1:{port}"
-            rows[name] = counted([binary, "gateway", "--config", cfg], url, f"http://127.0.0.1:{port}", args.native,
-                                 chstorm, args, tmp, name)
-            rows[name]["binary"] = binary
+        for name, cmd, check_url, native_url in one_at_a_time(binaries, not args.no_peers, tmp, http_url, native,
+                                                              "bench_gateway_instructions"):
+            url = native_url if args.native else check_url
+            rows[name] = counted(cmd, url, check_url, args.native, chstorm, args, tmp, name)
+            if name != "haproxy":
+                rows[name]["binary"] = cmd[0]
             print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries){misses(rows[name])}")
-        if not args.no_peers and shutil.which("haproxy"):
-            hp, tp, np_ = free_port(), free_port(), free_port()
-            cfg = os.path.join(tmp, "haproxy.cfg")
-            open(cfg, "w").write(HAPROXY.format(http_port=hp, tcp_port=tp, backend=http_url.removeprefix("http://"),
-                                                native_port=np_, native_backend=native))
-            url = f"clickhouse://127.0.0.1:{np_}" if args.native else f"http://127.0.0.1:{hp}"
-            rows["haproxy"] = counted(["haproxy", "-db", "-f", cfg], url, f"http://127.0.0.1:{hp}", args.native,
-                                      chstorm, args, tmp, "haproxy")
-            print(f"  {'haproxy':10} {rows['haproxy']['per_query']:>8,} instructions per query ({rows['haproxy']['queries']} queries){misses(rows['haproxy'])}")
-        elif not args.no_peers:
-            print("bench_gateway_instructions: no haproxy (scripts/install-deps installs it); its row is left out", file=sys.stderr)
     finally:
         subprocess.run([chstorm, "local", "down", "--dir", os.path.join(tmp, "server")], capture_output=True)
     mode = "native, chstorm bench -c 8" if args.native else "HTTP, wrk -t1 -c8 GET /?query=SELECT%201"

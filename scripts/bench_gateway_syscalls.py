@@ -23,8 +23,8 @@ import argparse, collections, json, os, re, shutil, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import CONFIG, HAPROXY  # noqa: E402
+from bench_gateway import scratch_dir, sh  # noqa: E402
+from bench_gateway_cpu import one_at_a_time  # noqa: E402
 
 # The calls a proxy's request path makes; the rest (the gateway's health checks, a connect) are
 # counted under `other`.
@@ -104,22 +104,11 @@ def main():
         http_url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
         sh(["curl", "-sf", http_url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
         binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
-        for name, binary in binaries:
-            port, native_port = free_port(), free_port()
-            cfg = os.path.join(tmp, f"{name}.yaml")
-            open(cfg, "w").write("workers: 1\n" + CONFIG.format(port=port, url=http_url, native_port=native_port, native=native))
-            rows[name] = counted([binary, "gateway", "--config", cfg], f"http://127.0.0.1:{port}", args, tmp, name)
-            rows[name]["binary"] = binary
+        for name, cmd, url, _ in one_at_a_time(binaries, not args.no_peers, tmp, http_url, native, "bench_gateway_syscalls"):
+            rows[name] = counted(cmd, url, args, tmp, name)
+            if name != "haproxy":
+                rows[name]["binary"] = cmd[0]
             show(name, rows[name])
-        if not args.no_peers and shutil.which("haproxy"):
-            hp, tp, np_ = free_port(), free_port(), free_port()
-            cfg = os.path.join(tmp, "haproxy.cfg")
-            open(cfg, "w").write(HAPROXY.format(http_port=hp, tcp_port=tp, backend=http_url.removeprefix("http://"),
-                                                native_port=np_, native_backend=native))
-            rows["haproxy"] = counted(["haproxy", "-db", "-f", cfg], f"http://127.0.0.1:{hp}", args, tmp, "haproxy")
-            show("haproxy", rows["haproxy"])
-        elif not args.no_peers:
-            print("bench_gateway_syscalls: no haproxy (scripts/install-deps installs it); its row is left out", file=sys.stderr)
     finally:
         subprocess.run([chstorm, "local", "down", "--dir", os.path.join(tmp, "server")], capture_output=True)
     res = {"mode": f"HTTP, wrk -c{args.connections} GET /?query=SELECT%201", "duration_s": args.duration, "rows": rows}
