@@ -59,7 +59,7 @@ native, many clients), printed beside HAProxy.
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
+import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -184,6 +184,19 @@ def capped_config(cap, **kw):
     """CONFIG with its user held to `cap` queries at once, queued (1024, 5 s) rather than refused."""
     return CONFIG.format(**kw).replace("    max_concurrency: 512\n",
                                        f"    max_concurrency: {cap}\n    queue_size: 1024\n    queue_max_wait: 5s\n")
+
+
+@contextlib.contextmanager
+def routed_server(chstorm, tmp):
+    """One local 18.16 server in tmp/server (`chstorm local up`) with the table CONFIG routes
+    (`t_local`): yields (http_url, native HOST:PORT), and stops the server at the end."""
+    sdir = os.path.join(tmp, "server")
+    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    try:
+        sh(["curl", "-sf", info["http_url"], "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+        yield info["http_url"], info["native_url"].removeprefix("clickhouse://")
+    finally:
+        subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
 
 
 def one_at_a_time(binaries, peers, tmp, http_url, native, who):

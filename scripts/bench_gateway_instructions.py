@@ -30,7 +30,7 @@ import argparse, glob, json, os, re, shutil, subprocess, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import native_bench, one_at_a_time, wrk  # noqa: E402
+from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wrk  # noqa: E402
 
 
 def wait_answering(url, proc, what, tries=300):
@@ -103,11 +103,8 @@ def main():
     chstorm = os.path.abspath(args.a)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-instr-")
-    info = json.loads(sh([chstorm, "local", "up", "--dir", os.path.join(tmp, "server"), "--json"]))
     rows = {}
-    try:
-        http_url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
-        sh(["curl", "-sf", http_url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+    with routed_server(chstorm, tmp) as (http_url, native):
         binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
         for name, cmd, check_url, native_url in one_at_a_time(binaries, not args.no_peers, tmp, http_url, native,
                                                               "bench_gateway_instructions"):
@@ -116,8 +113,6 @@ def main():
             if name != "haproxy":
                 rows[name]["binary"] = cmd[0]
             print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries){misses(rows[name])}")
-    finally:
-        subprocess.run([chstorm, "local", "down", "--dir", os.path.join(tmp, "server")], capture_output=True)
     mode = "native, chstorm bench -c 8" if args.native else "HTTP, wrk -t1 -c8 GET /?query=SELECT%201"
     res = {"mode": mode, "warm_s": args.warm, "duration_s": args.duration, "rows": rows}
     if "haproxy" in rows:

@@ -23,8 +23,8 @@ import argparse, collections, json, os, re, shutil, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import one_at_a_time  # noqa: E402
+from bench_gateway import scratch_dir  # noqa: E402
+from bench_gateway_cpu import one_at_a_time, routed_server  # noqa: E402
 
 # The calls a proxy's request path makes; the rest (the gateway's health checks, a connect) are
 # counted under `other`.
@@ -98,19 +98,14 @@ def main():
     chstorm = os.path.abspath(args.a)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-syscalls-")
-    info = json.loads(sh([chstorm, "local", "up", "--dir", os.path.join(tmp, "server"), "--json"]))
     rows = {}
-    try:
-        http_url, native = info["http_url"], info["native_url"].removeprefix("clickhouse://")
-        sh(["curl", "-sf", http_url, "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
+    with routed_server(chstorm, tmp) as (http_url, native):
         binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
         for name, cmd, url, _ in one_at_a_time(binaries, not args.no_peers, tmp, http_url, native, "bench_gateway_syscalls"):
             rows[name] = counted(cmd, url, args, tmp, name)
             if name != "haproxy":
                 rows[name]["binary"] = cmd[0]
             show(name, rows[name])
-    finally:
-        subprocess.run([chstorm, "local", "down", "--dir", os.path.join(tmp, "server")], capture_output=True)
     res = {"mode": f"HTTP, wrk -c{args.connections} GET /?query=SELECT%201", "duration_s": args.duration, "rows": rows}
     json.dump(res, open(os.path.join(args.out, "gateway_syscalls.json"), "w"), indent=2)
 
