@@ -70,4 +70,4 @@ mod state;
 
 pub use config::Config;
 pub use runtime::error::GatewayError;
-pub use runtime::server::Gateway;
+pub use runtime::server::{Gateway, Signals};

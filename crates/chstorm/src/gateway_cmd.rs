@@ -42,9 +42,14 @@ pub fn run(args: GatewayArgs) -> anyhow::Result<i32> {
     // accepts, checks health and polls budgets.
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(async move {
+        // SIGHUP and SIGTERM are taken before the gateway says it listens.
+        let signals = chstorm_gateway::Signals::take()?;
         let gw = chstorm_gateway::Gateway::start(args.config.clone()).await?;
-        eprintln!("chstorm gateway: listening on http://{} (config {})", gw.addr, args.config.display());
-        gw.run_until_signal().await?;
+        // Not eprintln!, which panics when stderr is a pipe whose reader has gone: the gateway
+        // serves on without its log (chstorm_gateway's `log`).
+        let line = format!("chstorm gateway: listening on http://{} (config {})\n", gw.addr, args.config.display());
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+        gw.run_until_signal(signals).await?;
         Ok::<_, anyhow::Error>(())
     })?;
     Ok(0)

@@ -56,6 +56,28 @@ pub struct Gateway {
     workers: Arc<super::workers::Workers>,
 }
 
+/// The signals [`Gateway::run_until_signal`] acts on: SIGHUP and SIGTERM. Taken before
+/// [`Gateway::start`], so that a SIGHUP sent as soon as the `gateway listening` line is out
+/// reloads, where the signal's default action would end the process. (Taken, they stay the
+/// process's: tests that start a gateway in-process do not take them.)
+pub struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Takes SIGHUP and SIGTERM from their default actions. Must run inside a tokio runtime
+    /// with signals (and I/O) enabled.
+    pub fn take() -> Result<Signals, GatewayError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let failed = |e: std::io::Error| GatewayError::Setup(format!("cannot handle SIGHUP and SIGTERM: {e}"));
+        Ok(Signals {
+            hup: signal(SignalKind::hangup()).map_err(failed)?,
+            term: signal(SignalKind::terminate()).map_err(failed)?,
+        })
+    }
+}
+
 fn bind(addr: SocketAddr, reuse_port: bool) -> Result<(tokio::net::TcpListener, SocketAddr), GatewayError> {
     let listener = super::listen::bind(addr, reuse_port).map_err(|e| GatewayError::Listen { addr, source: e })?;
     let bound = listener.local_addr().map_err(|e| GatewayError::Listen { addr, source: e })?;
@@ -207,13 +229,11 @@ impl Gateway {
     }
 
     /// Serves until SIGINT/SIGTERM, then stops gracefully ([`Gateway::shutdown`]); SIGHUP
-    /// reloads. Tells a service manager (`NOTIFY_SOCKET`, [`super::notify`]) when it is ready
+    /// reloads (`signals`, taken before the gateway started). Tells a service manager (`NOTIFY_SOCKET`, [`super::notify`]) when it is ready
     /// (listeners bound, first health round finished), reloading, and stopping, and sends its
     /// watchdog pings.
-    pub async fn run_until_signal(self) -> Result<(), GatewayError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut hup = signal(SignalKind::hangup()).map_err(|e| GatewayError::Setup(e.to_string()))?;
-        let mut term = signal(SignalKind::terminate()).map_err(|e| GatewayError::Setup(e.to_string()))?;
+    pub async fn run_until_signal(self, signals: Signals) -> Result<(), GatewayError> {
+        let Signals { mut hup, mut term } = signals;
         let notifier = super::notify::Notifier::from_env();
         if notifier.enabled() {
             if !self.state.load().first_health_round().await {
