@@ -444,13 +444,7 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
     let cfg = dir.path().join("gw.yaml");
     std::fs::write(&cfg, &text).unwrap();
     let log = dir.path().join("gw.log");
-    let mut child = ChildGuard(
-        std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
-            .args(["gateway", "--config", cfg.to_str().unwrap()])
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = gateway_process(&cfg, std::fs::File::create(&log).unwrap().into());
     let url = format!("http://{}", chstorm_testenv::listening_addr(&log, &mut child.0, Duration::from_secs(10)));
     let logs = || std::fs::read_to_string(&log).unwrap();
     assert!(logs().contains("\"pool_idle_timeout_ms\":2500"), "learned from Keep-Alive: timeout=3: {}", logs());
@@ -500,13 +494,7 @@ fn a_gateway_whose_log_pipe_breaks_keeps_serving() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = dir.path().join("gw.yaml");
     std::fs::write(&cfg, &text).unwrap();
-    let mut child = ChildGuard(
-        std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
-            .args(["gateway", "--config", cfg.to_str().unwrap()])
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = gateway_process(&cfg, std::process::Stdio::piped());
     // The address from the listening line; then the pipe's read end closes with the reader.
     let stderr = child.0.stderr.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -531,6 +519,16 @@ fn a_gateway_whose_log_pipe_breaks_keeps_serving() {
     assert!(ended.is_none(), "the gateway ended ({}) with its log pipe broken", ended.unwrap());
     assert_eq!(curl(&["--data-binary", "SELECT 42", &url]).2, "42\n");
     assert_eq!(curl(&[&format!("{url}/ping")]).0, 200);
+}
+
+/// `chstorm gateway --config cfg` as a process, its stderr to `stderr`.
+fn gateway_process(cfg: &std::path::Path, stderr: std::process::Stdio) -> ChildGuard {
+    let cmd = std::process::Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(["gateway", "--config", cfg.to_str().unwrap()])
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    ChildGuard(cmd)
 }
 
 /// Kills the child when the test ends, passed or failed (a failed assertion must not leave a

@@ -23,8 +23,8 @@
 //! bytes wake only the connection's own registration in tokio; the FIN (or a reset) makes the
 //! poller's epoll readable, and its task fires the connection's [`ClientFin`]. Registered with
 //! tokio instead (whose read interest is `EPOLLIN | EPOLLRDHUP`), the second descriptor woke the
-//! connection's task again on every request: 2.6 % of the gateway's user-space instructions per
-//! `SELECT 1` (docs/PERFORMANCE.md).
+//! connection's task again on every request: 3 % of the gateway's user-space instructions per
+//! `SELECT 1` (docs/PERFORMANCE.md, "A client's FIN").
 //!
 //! The FIN is a TCP one, so a TLS client is watched the same way. A connection is watched once it
 //! has sent its first bytes (after its TLS handshake), so it then holds two descriptors of its
@@ -106,17 +106,22 @@ impl Slab {
     }
 
     fn get(&self, key: u64) -> Option<Arc<Signal>> {
-        let (generation, i) = ((key >> 32) as u32, key as u32);
+        let (generation, i) = parts(key);
         self.slots.get(i as usize).filter(|s| s.0 == generation).and_then(|s| s.1.clone())
     }
 
     fn remove(&mut self, key: u64) {
-        let (generation, i) = ((key >> 32) as u32, key as u32);
+        let (generation, i) = parts(key);
         if let Some(slot) = self.slots.get_mut(i as usize).filter(|s| s.0 == generation && s.1.is_some()) {
             *slot = (generation.wrapping_add(1), None);
             self.free.push(i);
         }
     }
+}
+
+/// A key's generation and slot index ([`Slab::insert`] makes it).
+fn parts(key: u64) -> (u32, u32) {
+    ((key >> 32) as u32, key as u32)
 }
 
 /// The poller of this thread while it lives: [`Poller::install`].

@@ -229,9 +229,9 @@ impl Gateway {
     }
 
     /// Serves until SIGINT/SIGTERM, then stops gracefully ([`Gateway::shutdown`]); SIGHUP
-    /// reloads (`signals`, taken before the gateway started). Tells a service manager (`NOTIFY_SOCKET`, [`super::notify`]) when it is ready
-    /// (listeners bound, first health round finished), reloading, and stopping, and sends its
-    /// watchdog pings.
+    /// reloads (`signals`, taken before the gateway started). Tells a service manager
+    /// (`NOTIFY_SOCKET`, [`super::notify`]) when it is ready (listeners bound, first health round
+    /// finished), reloading, and stopping, and sends its watchdog pings.
     pub async fn run_until_signal(self, signals: Signals) -> Result<(), GatewayError> {
         let Signals { mut hup, mut term } = signals;
         let notifier = super::notify::Notifier::from_env();
