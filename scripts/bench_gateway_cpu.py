@@ -199,6 +199,18 @@ def routed_server(chstorm, tmp):
         subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
 
 
+def wait_answering(url, proc, what, who, tries=300, pause=0.2):
+    """Waits until `url` answers SELECT 1 (`tries` times, `pause` s apart: 60 s by default, for
+    valgrind's slow start); exits the script, as `who`, when `what` (`proc`) exits or never answers."""
+    for _ in range(tries):
+        if proc.poll() is not None:
+            raise SystemExit(f"{who}: {what} exited ({proc.returncode})")
+        if subprocess.run(["curl", "-sf", "-m", "2", f"{url}/?query=SELECT%201"], capture_output=True).returncode == 0:
+            return
+        time.sleep(pause)
+    raise SystemExit(f"{who}: {what} did not answer at {url}")
+
+
 def one_at_a_time(binaries, peers, tmp, http_url, native, who):
     """The proxies measured one at a time in front of one server (http_url, and native: its native
     HOST:PORT): each of `binaries` ([(name, path)]) as a gateway with CONFIG and `workers: 1`,

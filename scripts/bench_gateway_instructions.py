@@ -25,24 +25,12 @@ measured the same way, with `chstorm bench -c 8`.
 
 Needs valgrind (`EXTRA_PKGS=valgrind scripts/install-deps`). Writes OUT/gateway_instructions.json.
 """
-import argparse, glob, json, os, re, shutil, subprocess, sys, time
+import argparse, glob, json, os, re, shutil, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wrk  # noqa: E402
-
-
-def wait_answering(url, proc, what, tries=300):
-    """Waits (valgrind starts slowly) until `url` answers SELECT 1."""
-    for _ in range(tries):
-        if proc.poll() is not None:
-            raise SystemExit(f"bench_gateway_instructions: {what} exited ({proc.returncode})")
-        r = subprocess.run(["curl", "-sf", "-m", "2", f"{url}/?query=SELECT%201"], capture_output=True)
-        if r.returncode == 0:
-            return
-        time.sleep(0.2)
-    raise SystemExit(f"bench_gateway_instructions: {what} did not answer at {url}")
+from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk  # noqa: E402
 
 
 def load(url, native, chstorm, duration):
@@ -58,7 +46,7 @@ def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + sim + cmd,
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
     try:
-        wait_answering(check_url, proc, name)
+        wait_answering(check_url, proc, name, "bench_gateway_instructions")
         load(url, native, chstorm, args.warm)
         sh(["callgrind_control", "-z", str(proc.pid)])
         queries = load(url, native, chstorm, args.duration)

@@ -11,8 +11,9 @@ from 64 clients on, --connections N) of `GET /?query=SELECT%201` for 2 s, then s
 detaches. Printed per query answered in that run: each system call's count, and the events
 `epoll_wait` returned. wrk's connections are opened and closed within the run, so their calls
 are counted in: `accept4` says how many per query (0.05 with 256 clients), and each brings its
-`close`s and `epoll_ctl`s, and the kills of the queries still running when wrk stops. strace slows every call down, so
-the time per query here means nothing; the counts are what the proxy asked of the kernel.
+`close`s and `epoll_ctl`s, and the kills of the queries still running when wrk stops. strace
+slows every call down, so the time per query here means nothing; the counts are what the proxy
+asked of the kernel.
 
   python3 scripts/bench_gateway_syscalls.py
   python3 scripts/bench_gateway_syscalls.py --connections 256 --a /tmp/chstorm-before --b target/release/chstorm
@@ -24,26 +25,16 @@ import argparse, collections, json, os, re, shutil, subprocess, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import scratch_dir  # noqa: E402
-from bench_gateway_cpu import one_at_a_time, routed_server  # noqa: E402
+from bench_gateway_cpu import one_at_a_time, routed_server, wait_answering, wrk, wrk_many  # noqa: E402
 
-# The calls a proxy's request path makes; the rest (the gateway's health checks, a connect) are
-# counted under `other`.
+# The calls a proxy's request path makes, and its connections' setup and teardown; no other call
+# is traced (a health check's `connect`, for one).
 TRACED = "read,recvfrom,write,sendto,writev,sendmsg,recvmsg,epoll_wait,epoll_pwait,epoll_ctl,accept4,close"
 
 
-def wrk_cmd(url, conns, duration):
-    threads = 2 if conns >= 64 else 1
-    return ["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s", f"{url}/?query=SELECT%201"]
-
-
-def wait_answering(url, proc, what):
-    for _ in range(100):
-        if proc.poll() is not None:
-            raise SystemExit(f"bench_gateway_syscalls: {what} exited ({proc.returncode})")
-        if subprocess.run(["curl", "-sf", "-m", "2", f"{url}/?query=SELECT%201"], capture_output=True).returncode == 0:
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"bench_gateway_syscalls: {what} did not answer at {url}")
+def load(url, conns, duration):
+    """Queries answered in `duration` s of `wrk` (-t2 from 64 clients on)."""
+    return (wrk_many if conns >= 64 else wrk)(url, duration, conns)["requests"]
 
 
 def counted(cmd, url, args, tmp, name):
@@ -51,18 +42,17 @@ def counted(cmd, url, args, tmp, name):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
     trace = os.path.join(tmp, f"{name}.strace")
     try:
-        wait_answering(url, proc, name)
-        subprocess.run(wrk_cmd(url, args.connections, 2), capture_output=True, check=True)
+        wait_answering(url, proc, name, "bench_gateway_syscalls", tries=100, pause=0.1)
+        load(url, args.connections, 2)
         st = subprocess.Popen(["strace", "-f", "-qq", "-e", f"trace={TRACED}", "-o", trace, "-p", str(proc.pid)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.5)  # attached to every thread
-        out = subprocess.run(wrk_cmd(url, args.connections, args.duration), capture_output=True, text=True, check=True)
+        answered = load(url, args.connections, args.duration)
         st.terminate()
         st.wait()
     finally:
         proc.kill()
         proc.wait()
-    answered = int(re.search(r"(\d+) requests in", out.stdout).group(1))
     calls, events = collections.Counter(), 0
     for line in open(trace):
         m = re.search(r"(?:^|\s)(\w+)\(.*\)\s+=\s+(-?\d+)", line)
