@@ -439,10 +439,7 @@ fn a_users_rate_limit_answers_429_and_max_execution_time_kills_the_query() {
 #[test]
 fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs() {
     let (env, _) = env();
-    let text = chstorm_testenv::gateway_config_text(&env.cluster);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("gw.yaml");
-    std::fs::write(&cfg, &text).unwrap();
+    let (dir, cfg, text) = config_file(env);
     let log = dir.path().join("gw.log");
     let mut child = gateway_process(&cfg, std::fs::File::create(&log).unwrap().into());
     let url = format!("http://{}", chstorm_testenv::listening_addr(&log, &mut child.0, Duration::from_secs(10)));
@@ -490,10 +487,7 @@ fn the_binary_reloads_on_sighup_learns_keepalive_and_keeps_passwords_out_of_logs
 fn a_gateway_whose_log_pipe_breaks_keeps_serving() {
     use std::io::BufRead;
     let (env, _) = env();
-    let text = chstorm_testenv::gateway_config_text(&env.cluster);
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("gw.yaml");
-    std::fs::write(&cfg, &text).unwrap();
+    let (_dir, cfg, _) = config_file(env);
     let mut child = gateway_process(&cfg, std::process::Stdio::piped());
     // The address from the listening line; then the pipe's read end closes with the reader.
     let stderr = child.0.stderr.take().unwrap();
@@ -519,6 +513,15 @@ fn a_gateway_whose_log_pipe_breaks_keeps_serving() {
     assert!(ended.is_none(), "the gateway ended ({}) with its log pipe broken", ended.unwrap());
     assert_eq!(curl(&["--data-binary", "SELECT 42", &url]).2, "42\n");
     assert_eq!(curl(&[&format!("{url}/ping")]).0, 200);
+}
+
+/// The cluster's gateway config in a new temporary folder: (the folder, the file, its text).
+fn config_file(env: &Env) -> (tempfile::TempDir, std::path::PathBuf, String) {
+    let text = chstorm_testenv::gateway_config_text(&env.cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.yaml");
+    std::fs::write(&cfg, &text).unwrap();
+    (dir, cfg, text)
 }
 
 /// `chstorm gateway --config cfg` as a process, its stderr to `stderr`.
