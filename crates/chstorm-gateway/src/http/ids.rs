@@ -79,9 +79,8 @@ impl From<Response<GBody>> for Served {
 }
 
 impl Served {
-    /// The answer with its ids in its header map, as hyper's server writes it (the tests read
-    /// the map).
-    #[cfg(test)]
+    /// The answer with its ids in its header map, as hyper's server writes it
+    /// (`super::wire::Reply::into_inserted`; the tests read the map).
     pub fn into_response(self) -> Response<GBody> {
         let mut resp = self.resp;
         if let Some(ids) = self.ids {

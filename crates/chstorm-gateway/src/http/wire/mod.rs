@@ -114,10 +114,7 @@ impl Reply {
         if let Some(c) = self.conn {
             c.insert_into(resp.headers_mut());
         }
-        if let Some(ids) = self.ids {
-            ids.insert_into(resp.headers_mut());
-        }
-        resp
+        crate::http::ids::Served { resp, ids: self.ids }.into_response()
     }
 }
 
