@@ -29,7 +29,10 @@ server's CPU per query, and each proxy's, user and system time apart (from /proc
 so do the 8-client rows.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
-ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Targets: no
+ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Every round runs
+each row once, so the rounds pair up: for each gateway against HAProxy it also prints the rounds'
+own ratios (their median, and in how many rounds the gateway did better), which separate a
+difference from the machine's drift better than the ratio of medians does ("paired" in the JSON). Targets: no
 more CPU per query than HAProxy in HTTP mode and at least its share of direct QPS; on the native
 port no more CPU per query than HAProxy in TCP mode; with many clients at least HAProxy's QPS and
 no worse P99; 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
@@ -390,6 +393,32 @@ def start_capped(args, chstorm, tmp, out, url, native):
 
 CAPPED = []
 # What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
+def paired(a, b, key_a, key_b=None):
+    """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their median, the count of
+    rounds below 1, and each round's ratio."""
+    x = [p[key_a] / q[key_b or key_a] for p, q in zip(a, b)]
+    return {"median": statistics.median(x), "below_1": sum(v < 1 for v in x), "rounds": [round(v, 3) for v in x]}
+
+
+def paired_rows(runs, many):
+    """Each gateway against HAProxy, round by round: {row: paired(...)} for the rows both ran."""
+    out, cpu = {}, "relay_cpu_us_per_query"
+    gateways = (("gateway", "gateway_cpu_us_per_query", "native_gateway"),
+                ("floor_peer_gateway_pgo", cpu, "native_gateway_pgo"))
+    for http_row, key, native_row in gateways:
+        name = http_row.removeprefix("floor_peer_")
+        if http_row in runs and "floor_peer_haproxy_http" in runs:
+            out[f"{name} http cpu"] = paired(runs[http_row], runs["floor_peer_haproxy_http"], key, cpu)
+            out[f"{name} http qps"] = paired(runs[http_row], runs["floor_peer_haproxy_http"], "qps")
+        if native_row in runs and "native_haproxy_native" in runs:
+            out[f"{name} native cpu"] = paired(runs[native_row], runs["native_haproxy_native"], key, cpu)
+    for name in ("gateway", "gateway_pgo", "gateway_default_limits"):
+        if name in many and "haproxy_http" in many:
+            out[f"{name} many qps"] = paired(many[name], many["haproxy_http"], "qps")
+            out[f"{name} many p99"] = paired(many[name], many["haproxy_http"], "p99_ms")
+    return out
+
+
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
              "proxy_sys_us_per_query")
 
@@ -569,6 +598,7 @@ def main():
                "many": {"wrk": f"wrk -t2 -c{args.many} -d{args.duration}s --latency",
                         "rows": {name: {k: statistics.median(x[k] for x in rs) for k in MANY_KEYS if k in rs[0]}
                                  for name, rs in many.items()}, "runs": many} if many else None,
+               "paired": paired_rows(runs, many),
                "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
                "loadavg": os.getloadavg()}
     finally:
@@ -630,6 +660,11 @@ def main():
         if g and h:
             print(f"c{args.many} both held to {args.cap} at once, gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x, "
                   f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x")
+    for row, p in res["paired"].items():
+        # CPU and P99: lower is better; QPS: higher.
+        better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
+        print(f"paired rounds, {row} / HAProxy: median {p['median']:.2f}, the gateway better in {better} of "
+              f"{len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
     print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
           f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
           f"max {idle['ping_ms_max']:.3f} ms (target < 1); the server's own /ping meanwhile: median "
