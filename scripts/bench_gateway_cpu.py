@@ -28,6 +28,9 @@ server line: each proxy holding the server to N queries at once. Each of these r
 server's CPU per query, and each proxy's, user and system time apart (from /proc, around the run);
 so do the 8-client rows.
 
+Each round of an alternation starts one row later than the round before it, so that no row
+always runs right after the same other.
+
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
 ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Every round runs
 each row once, so the rounds pair up: for each gateway against HAProxy it also prints the rounds'
@@ -393,6 +396,14 @@ def start_capped(args, chstorm, tmp, out, url, native):
 
 CAPPED = []
 # What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
+def rotated(rows, rnd):
+    """`rows` started at its (rnd mod len)-th: each round of an alternation starts one row later
+    than the one before, so no row always runs right after the same other (whose left-over work,
+    such as the KILLs of the queries cut when `wrk` stops, would land on it every time)."""
+    k = rnd % len(rows)
+    return rows[k:] + rows[:k]
+
+
 def paired(a, b, key_a, key_b=None):
     """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their median, the count of
     rounds below 1, and each round's ratio."""
@@ -507,22 +518,20 @@ def main():
         for mode, (proc, furl) in floors.items():
             wrk(furl, 1, args.connections)
             runs[f"floor_{mode}"] = []
-        for _ in range(args.reps):
-            runs["direct"].append(wrk(url, args.duration, args.connections))
-            for mode, (proc, furl) in floors.items():
+        rows = [("direct", None, url)] + [(f"floor_{m}", p, u) for m, (p, u) in floors.items()] + [("gateway", gw, gw_url)]
+        for rnd in range(args.reps):
+            for name, proc, u in rotated(rows, rnd):
+                if proc is None:
+                    runs[name].append(wrk(u, args.duration, args.connections))
+                    print(f"  direct qps {runs[name][-1]['qps']:9.1f}", file=sys.stderr)
+                    continue
+                who = "gateway" if name == "gateway" else "relay"
                 c0 = cpu_times(proc.pid)
-                r = wrk(furl, args.duration, args.connections)
-                r.update(split_cpu(proc.pid, c0, r["requests"], "relay"))
-                runs[f"floor_{mode}"].append(r)
-                print(f"  {mode:<18} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query "
-                      f"(user {r['relay_user_us_per_query']:.1f}, sys {r['relay_sys_us_per_query']:.1f})", file=sys.stderr)
-            c0 = cpu_times(gw.pid)
-            r = wrk(gw_url, args.duration, args.connections)
-            r.update(split_cpu(gw.pid, c0, r["requests"], "gateway"))
-            runs["gateway"].append(r)
-            print(f"  direct qps {runs['direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
-                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query (user {r['gateway_user_us_per_query']:.1f}, "
-                  f"sys {r['gateway_sys_us_per_query']:.1f})", file=sys.stderr)
+                r = wrk(u, args.duration, args.connections)
+                r.update(split_cpu(proc.pid, c0, r["requests"], who))
+                runs[name].append(r)
+                print(f"  {name.removeprefix('floor_'):<18} qps {r['qps']:9.1f}  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query "
+                      f"(user {r[f'{who}_user_us_per_query']:.1f}, sys {r[f'{who}_sys_us_per_query']:.1f})", file=sys.stderr)
         # The native port: chstorm bench straight to the server's and through the gateway's.
         gw_native = f"clickhouse://127.0.0.1:{native_port}"
         native_bench(chstorm, gw_native, 1, args.connections)
@@ -531,20 +540,20 @@ def main():
         for mode, (proc, purl) in native_peers.items():
             native_bench(chstorm, purl, 1, args.connections)
             runs[f"native_{mode}"] = []
-        for _ in range(args.reps):
-            runs["native_direct"].append(native_bench(chstorm, info["native_url"], args.duration, args.connections))
-            for mode, (proc, purl) in native_peers.items():
+        rows = ([("native_direct", None, info["native_url"])] + [(f"native_{m}", p, u) for m, (p, u) in native_peers.items()]
+                + [("native_gateway", gw, gw_native)])
+        for rnd in range(args.reps):
+            for name, proc, u in rotated(rows, rnd):
+                if proc is None:
+                    runs[name].append(native_bench(chstorm, u, args.duration, args.connections))
+                    print(f"  native direct qps {runs[name][-1]['qps']:9.1f}", file=sys.stderr)
+                    continue
+                who = "gateway" if name == "native_gateway" else "relay"
                 c0 = cpu_times(proc.pid)
-                r = native_bench(chstorm, purl, args.duration, args.connections)
-                r.update(split_cpu(proc.pid, c0, r["requests"], "relay"))
-                runs[f"native_{mode}"].append(r)
-                print(f"  native {mode:<11} qps {r['qps']:9.1f}  cpu {r['relay_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
-            c0 = cpu_times(gw.pid)
-            r = native_bench(chstorm, gw_native, args.duration, args.connections)
-            r.update(split_cpu(gw.pid, c0, r["requests"], "gateway"))
-            runs["native_gateway"].append(r)
-            print(f"  native direct qps {runs['native_direct'][-1]['qps']:9.1f} | gateway qps {r['qps']:9.1f}  "
-                  f"cpu {r['gateway_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
+                r = native_bench(chstorm, u, args.duration, args.connections)
+                r.update(split_cpu(proc.pid, c0, r["requests"], who))
+                runs[name].append(r)
+                print(f"  {name:<18} qps {r['qps']:9.1f}  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
         many = {}
         if args.many:
             # Many keep-alive clients: direct, HAProxy (HTTP mode), the gateway with its limits
@@ -564,8 +573,8 @@ def main():
             for name, (u, _) in who.items():
                 wrk_many(u, 1, args.many)
                 many[name] = []
-            for _ in range(args.reps):
-                for name, (u, pid) in who.items():
+            for rnd in range(args.reps):
+                for name, (u, pid) in rotated(list(who.items()), rnd):
                     r = timed_many(u, args.duration, args.many, pid, info["pid"])
                     many[name].append(r)
                     cpu = (f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query"
