@@ -26,7 +26,9 @@ and refused requests. --cap N adds the gateway (the --pgo build when given) with
 `max_concurrency: N` (queue 1024, 5 s: nothing refused) and HAProxy with `maxconn N` on its
 server line: each proxy holding the server to N queries at once. Each of these rows also has the
 server's CPU per query, and each proxy's, user and system time apart (from /proc, around the run);
-so do the 8-client rows.
+so do the 8-client rows. And the server's context switches per query (voluntary: a thread waited;
+involuntary: it was preempted), and the share of its CPU done by its 50 busiest threads (18.16
+serves each connection on a thread of its own: how evenly the proxy spreads its queries).
 
 Each round of an alternation starts one row later than the round before it, so that no row
 always runs right after the same other.
@@ -285,13 +287,41 @@ def split_cpu(pid, before, requests, who):
             f"{who}_sys_us_per_query": system}
 
 
+def threads_now(pid):
+    """{thread id: (CPU ticks, voluntary, involuntary context switches)} of process pid's threads;
+    a thread that ends while it is read is left out."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/task/{tid}/status").read().splitlines() if ":" in l)
+        except OSError:
+            continue
+        out[tid] = (int(stat[11]) + int(stat[12]), int(status["voluntary_ctxt_switches"]),
+                    int(status["nonvoluntary_ctxt_switches"]))
+    return out
+
+
+def thread_figures(before, after, requests, busiest=50):
+    """From two threads_now: the context switches per query of the process's threads (voluntary:
+    a thread waited; involuntary: it was preempted), and the share of its CPU done by its
+    `busiest` threads (how evenly its connections' threads shared the work)."""
+    d = [tuple(a - b for a, b in zip(after[t], before.get(t, (0, 0, 0)))) for t in after]
+    ticks = sorted((x[0] for x in d), reverse=True)
+    return {"server_voluntary_switches_per_query": sum(x[1] for x in d) / max(1, requests),
+            "server_involuntary_switches_per_query": sum(x[2] for x in d) / max(1, requests),
+            "server_busiest_threads_share": sum(ticks[:busiest]) / max(1, sum(ticks))}
+
+
 def timed_many(url, duration, conns, proxy_pid, server_pid):
     """wrk_many, with the CPU per query of the proxy (user and system apart; none when
-    proxy_pid is None) and of the server, read from /proc around the run."""
+    proxy_pid is None) and of the server, read from /proc around the run, and the server's
+    thread_figures."""
     p0 = cpu_times(proxy_pid) if proxy_pid else None
-    s0 = cpu_times(server_pid)
+    s0, t0 = cpu_times(server_pid), threads_now(server_pid)
     r = wrk_many(url, duration, conns)
     r.update(split_cpu(server_pid, s0, r["requests"], "server"))
+    r.update(thread_figures(t0, threads_now(server_pid), r["requests"]))
     if p0:
         r.update(split_cpu(proxy_pid, p0, r["requests"], "proxy"))
     return r
@@ -427,11 +457,13 @@ def paired_rows(runs, many):
         if name in many and "haproxy_http" in many:
             out[f"{name} many qps"] = paired(many[name], many["haproxy_http"], "qps")
             out[f"{name} many p99"] = paired(many[name], many["haproxy_http"], "p99_ms")
+            out[f"{name} many server cpu"] = paired(many[name], many["haproxy_http"], "server_cpu_us_per_query")
     return out
 
 
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
-             "proxy_sys_us_per_query")
+             "proxy_sys_us_per_query", "server_voluntary_switches_per_query", "server_involuntary_switches_per_query",
+             "server_busiest_threads_share")
 
 
 def main():
@@ -580,7 +612,9 @@ def main():
                     cpu = (f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query"
                            if pid else "")
                     print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
-                          f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query", file=sys.stderr)
+                          f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
+                          f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
+                          f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
@@ -657,7 +691,9 @@ def main():
             cpu = (f"  cpu user {r['proxy_user_us_per_query']:5.1f} sys {r['proxy_sys_us_per_query']:5.1f} us/query"
                    if "proxy_user_us_per_query" in r else "")
             print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
-                  f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query")
+                  f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
+                  f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
+                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}")
         if "haproxy_http" in rows:
             h = rows["haproxy_http"]
             for name in ("gateway", "gateway_pgo"):
