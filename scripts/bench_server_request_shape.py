@@ -8,41 +8,72 @@ One local 18.16 server (`chstorm local up`), no proxy. `wrk -t2 -c256` (--connec
 
   plain     as a client sends it
   auth      with the `Authorization: Basic` header the gateway sends (user `default`, no password)
-  params    with the parameters the gateway adds: `max_threads=2` and a new `query_id` on every
-            request (a wrk Lua `request` function)
+  params    with the parameters the gateway adds: `max_threads=1` (the thread budget's grant
+            under a storm) and a new `query_id` on every request (a wrk Lua `request` function)
   both      the header and the parameters
 
 The server's user+sys CPU is read from /proc/PID/stat around each run: CPU per query = CPU time
-/ queries answered. Prints each shape's medians (server µs per query, QPS) and its rounds, and
-writes OUT/server_request_shape.json.
+/ queries answered; and its threads' context switches per query (voluntary: a thread waited;
+involuntary: it was preempted). Prints each shape's medians (server µs per query, switches, QPS)
+and its rounds, and writes OUT/server_request_shape.json (OUT/server_request_shape_haproxy.json
+with --via-haproxy).
+
+--via-haproxy sends the four shapes through HAProxy in HTTP mode (`http-reuse always`, one
+thread, as `bench_gateway_cpu.py` runs it), which passes each request on as it came: whether
+the shape of the gateway's requests, rather than the way a proxy passes them on, changes what
+the server spends behind a proxy.
 
   python3 scripts/bench_server_request_shape.py
   python3 scripts/bench_server_request_shape.py --connections 8 --reps 9
+  python3 scripts/bench_server_request_shape.py --via-haproxy --reps 7
 """
 import argparse, json, os, re, shutil, statistics, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import cpu_seconds  # noqa: E402
+from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
+from bench_gateway_cpu import HAPROXY_HEAD, cpu_seconds, thread_figures, threads_now, wait_answering  # noqa: E402
 
 AUTH = ["-H", "Authorization: Basic ZGVmYXVsdDo="]  # default:
 PARAMS_LUA = """local n = 0
 local tag = math.random(1, 1000000000)
 request = function()
   n = n + 1
-  return wrk.format("GET", "/?query=SELECT%201&max_threads=2&query_id=shape-" .. tag .. "-" .. n)
+  return wrk.format("GET", "/?query=SELECT%201&max_threads=1&query_id=shape-" .. tag .. "-" .. n)
 end
 """
 
 
+HAPROXY = HAPROXY_HEAD + """listen http
+    mode http
+    bind 127.0.0.1:{port}
+    http-reuse always
+    server ch {backend}
+"""
+
+
 def run(url, pid, extra, conns, duration):
-    """(queries per second, server CPU µs per query) of one wrk run with `extra` arguments."""
+    """(queries per second, server CPU µs per query, its voluntary and involuntary context
+    switches per query) of one wrk run at `url` with `extra` arguments; pid is the server's."""
     threads = 2 if conns >= 64 else 1
-    before = cpu_seconds(pid)
+    before, t0 = cpu_seconds(pid), threads_now(pid)
     out = sh(["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration}s"] + extra + [f"{url}/?query=SELECT%201"])
     n = max(int(re.search(r"(\d+) requests in", out).group(1)), 1)
-    return n / duration, (cpu_seconds(pid) - before) / n * 1e6
+    f = thread_figures(t0, threads_now(pid), n)
+    return (n / duration, (cpu_seconds(pid) - before) / n * 1e6, f["server_voluntary_switches_per_query"],
+            f["server_involuntary_switches_per_query"])
+
+
+def start_haproxy(tmp, server_url):
+    """HAProxy in HTTP mode in front of server_url: (process, its URL)."""
+    if not shutil.which("haproxy"):
+        raise SystemExit("bench_server_request_shape: --via-haproxy needs haproxy; run scripts/install-deps")
+    port, cfg = free_port(), os.path.join(tmp, "haproxy.cfg")
+    open(cfg, "w").write(HAPROXY.format(port=port, backend=server_url.removeprefix("http://")))
+    proc = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_answering(url, proc, "haproxy", "bench_server_request_shape")
+    return proc, url
 
 
 def main():
@@ -51,6 +82,7 @@ def main():
     ap.add_argument("--connections", type=int, default=256, help="wrk's clients (default 256)")
     ap.add_argument("--reps", type=int, default=6, help="rounds of the four shapes (default 6)")
     ap.add_argument("--duration", type=int, default=4, help="seconds per run (default 4)")
+    ap.add_argument("--via-haproxy", action="store_true", help="send the shapes through HAProxy in HTTP mode")
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
     if not 1 <= args.connections <= 10000 or not 1 <= args.reps <= 100 or not 1 <= args.duration <= 60:
@@ -67,19 +99,29 @@ def main():
     rounds = {s: [] for s in names}
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
+    haproxy = None
     try:
+        url = info["http_url"]
+        if args.via_haproxy:
+            haproxy, url = start_haproxy(tmp, url)
         for i in range(args.reps):
             for s in names[i % 4:] + names[:i % 4]:
-                rounds[s].append(run(info["http_url"], info["pid"], shapes[s], args.connections, args.duration))
+                rounds[s].append(run(url, info["pid"], shapes[s], args.connections, args.duration))
     finally:
+        if haproxy:
+            haproxy.terminate()
+            haproxy.wait()
         subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
-    res = {"connections": args.connections, "duration_s": args.duration, "shapes": {}}
+    res = {"connections": args.connections, "duration_s": args.duration, "via_haproxy": args.via_haproxy, "shapes": {}}
     for s in names:
-        qps, us = [r[0] for r in rounds[s]], [r[1] for r in rounds[s]]
-        res["shapes"][s] = {"qps_median": round(statistics.median(qps)), "server_us_per_query_median": round(statistics.median(us), 1),
-                            "server_us_per_query_rounds": [round(u) for u in us]}
-        print(f"  {s:7} server {statistics.median(us):6.1f} us/query  qps {statistics.median(qps):7.0f}  rounds {[round(u) for u in us]}")
-    json.dump(res, open(os.path.join(args.out, "server_request_shape.json"), "w"), indent=2)
+        med = [statistics.median(r[k] for r in rounds[s]) for k in range(4)]
+        us = [round(r[1]) for r in rounds[s]]
+        res["shapes"][s] = {"qps_median": round(med[0]), "server_us_per_query_median": round(med[1], 1),
+                            "server_us_per_query_rounds": us, "voluntary_switches_per_query": round(med[2], 3),
+                            "involuntary_switches_per_query": round(med[3], 3)}
+        print(f"  {s:7} server {med[1]:6.1f} us/query  switches {med[2]:.2f} + {med[3]:.2f} preempted  qps {med[0]:7.0f}  rounds {us}")
+    name = "server_request_shape_haproxy.json" if args.via_haproxy else "server_request_shape.json"
+    json.dump(res, open(os.path.join(args.out, name), "w"), indent=2)
 
 
 if __name__ == "__main__":
