@@ -44,7 +44,7 @@ demo: release
 ##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and the floor relays, 10,000 idle connections; its profile-guided build (release-pgo) beside it
 ##   gateway_instructions.json, gateway_instructions_native.json  user-space instructions per proxied SELECT 1 (callgrind), the gateway and its profile-guided build beside HAProxy
 ##   gateway_syscalls.json  system calls and epoll events per proxied SELECT 1 (strace), the gateway and its profile-guided build beside HAProxy
-##   server_request_shape.json  the server's CPU per SELECT 1 sent plain and in the shape the gateway sends it (Authorization, max_threads, query_id)
+##   server_request_shape.json, server_request_shape_haproxy.json  the server's CPU and context switches per SELECT 1 sent plain and in the shape the gateway sends it (Authorization, max_threads, query_id), straight at it and through HAProxy
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
@@ -59,6 +59,7 @@ bench: release release-pgo
 	python3 scripts/bench_gateway_instructions.py --native --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_gateway_syscalls.py --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_server_request_shape.py --out bench-results
+	python3 scripts/bench_server_request_shape.py --via-haproxy --out bench-results
 	python3 scripts/bench_failover.py --out bench-results
 	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
 	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi
