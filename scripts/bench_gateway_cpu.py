@@ -425,7 +425,8 @@ def start_capped(args, chstorm, tmp, out, url, native):
 
 
 CAPPED = []
-# What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
+
+
 def rotated(rows, rnd):
     """`rows` started at its (rnd mod len)-th: each round of an alternation starts one row later
     than the one before, so no row always runs right after the same other (whose left-over work,
@@ -461,6 +462,7 @@ def paired_rows(runs, many):
     return out
 
 
+# What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
              "proxy_sys_us_per_query", "server_voluntary_switches_per_query", "server_involuntary_switches_per_query",
              "server_busiest_threads_share")
