@@ -2,9 +2,9 @@
 """What the shape of the gateway's requests costs the server: `SELECT 1` straight at one server,
 as a client sends it and as the gateway sends it.
 
-One local 18.16 server (`chstorm local up`), no proxy (HAProxy with --via-haproxy). `wrk -t2 -c256` (--connections; -t1 below
-64) of `GET /?query=SELECT%201` for --duration seconds in four shapes, alternated --reps times
-(each round starts at the next shape):
+One local 18.16 server (`chstorm local up`), no proxy (HAProxy with --via-haproxy). `wrk -t2
+-c256` (--connections; -t1 below 64) of `GET /?query=SELECT%201` for --duration seconds in four
+shapes, alternated --reps times (each round starts at the next shape):
 
   plain     as a client sends it
   auth      with the `Authorization: Basic` header the gateway sends (user `default`, no password)
