@@ -44,6 +44,7 @@ demo: release
 ##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and the floor relays, 10,000 idle connections; its profile-guided build (release-pgo) beside it
 ##   gateway_instructions.json, gateway_instructions_native.json  user-space instructions per proxied SELECT 1 (callgrind), the gateway and its profile-guided build beside HAProxy
 ##   gateway_syscalls.json  system calls and epoll events per proxied SELECT 1 (strace), the gateway and its profile-guided build beside HAProxy
+##   gateway_sched.json  who wakes and who preempts the server's threads per query under 256 clients (perf sched events), behind the gateway and HAProxy
 ##   server_request_shape.json, server_request_shape_haproxy.json  the server's CPU and context switches per SELECT 1 sent plain and in the shape the gateway sends it (Authorization, max_threads, query_id), straight at it and through HAProxy
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
@@ -54,10 +55,11 @@ bench: release release-pgo
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
 	python3 scripts/bench_gateway_cpu.py --pgo target/pgo/release/chstorm --cap 8 --out bench-results
-	EXTRA_PKGS="valgrind strace" bash scripts/install-deps
+	EXTRA_PKGS="valgrind strace linux-perf" bash scripts/install-deps
 	python3 scripts/bench_gateway_instructions.py --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_gateway_instructions.py --native --b target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_gateway_syscalls.py --b target/pgo/release/chstorm --out bench-results
+	python3 scripts/bench_gateway_sched.py --gateway target/pgo/release/chstorm --out bench-results
 	python3 scripts/bench_server_request_shape.py --out bench-results
 	python3 scripts/bench_server_request_shape.py --via-haproxy --out bench-results
 	python3 scripts/bench_failover.py --out bench-results
