@@ -24,6 +24,13 @@ def scratch_dir(prefix):
     return path
 
 
+def need(who, tools, how="scripts/install-deps"):
+    """Exits, as `who`, naming the first of `tools` not on PATH and `how` to install it."""
+    for tool in tools:
+        if not shutil.which(tool):
+            raise SystemExit(f"{who}: no {tool}; run {how}")
+
+
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
 

@@ -207,6 +207,11 @@ def routed_server(chstorm, tmp):
         subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
 
 
+def routed_server_pid(tmp):
+    """The pid of the server `routed_server(chstorm, tmp)` started (from its chstorm-local.json)."""
+    return json.load(open(os.path.join(tmp, "server", "chstorm-local.json")))["pid"]
+
+
 def wait_answering(url, proc, what, who, tries=300, pause=0.2):
     """Waits until `url` answers SELECT 1 (`tries` times, `pause` s apart: 60 s by default, for
     valgrind's slow start); exits the script, as `who`, when `what` (`proc`) exits or never answers."""

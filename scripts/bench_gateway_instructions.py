@@ -25,11 +25,11 @@ measured the same way, with `chstorm bench -c 8`.
 
 Needs valgrind (`EXTRA_PKGS=valgrind scripts/install-deps`). Writes OUT/gateway_instructions.json.
 """
-import argparse, glob, json, os, re, shutil, subprocess, sys
+import argparse, glob, json, os, re, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import scratch_dir, sh  # noqa: E402
+from bench_gateway import need, scratch_dir, sh  # noqa: E402
 from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk  # noqa: E402
 
 
@@ -85,9 +85,7 @@ def main():
                     help="also count first-level cache misses per query (callgrind's cache simulation; slower)")
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
-    for tool in ("valgrind", "callgrind_control", "wrk"):
-        if not shutil.which(tool):
-            raise SystemExit(f"bench_gateway_instructions: no {tool}; run EXTRA_PKGS=valgrind scripts/install-deps")
+    need("bench_gateway_instructions", ("valgrind", "callgrind_control", "wrk"), "EXTRA_PKGS=valgrind scripts/install-deps")
     chstorm = os.path.abspath(args.a)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-instr-")

@@ -22,12 +22,13 @@ machine (root, or kernel.perf_event_paranoid <= -1).
 
   python3 scripts/bench_gateway_sched.py --gateway target/pgo/release/chstorm
 """
-import argparse, collections, json, os, re, shutil, statistics, subprocess, sys, threading, time
+import argparse, collections, json, os, re, statistics, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import scratch_dir  # noqa: E402
-from bench_gateway_cpu import one_at_a_time, paired, rotated, routed_server, wait_answering, wrk_many  # noqa: E402
+from bench_gateway import need, scratch_dir  # noqa: E402
+from bench_gateway_cpu import (one_at_a_time, paired, rotated, routed_server, routed_server_pid, wait_answering,  # noqa: E402
+                               wrk_many)
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+sched:(sched_\w+):\s+(.*)")
 SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=.+? next_pid=(\d+)")
@@ -88,15 +89,13 @@ def main():
     args = ap.parse_args()
     if not 2 <= args.connections <= 10000 or not 1 <= args.reps <= 50 or not 1 <= args.duration <= 30:
         raise SystemExit("bench_gateway_sched: --connections 2 to 10000, --reps 1 to 50, --duration 1 to 30")
-    for tool, how in (("perf", "EXTRA_PKGS=linux-perf scripts/install-deps"), ("wrk", "scripts/install-deps"),
-                      ("haproxy", "scripts/install-deps")):
-        if not shutil.which(tool):
-            raise SystemExit(f"bench_gateway_sched: no {tool}; run {how}")
+    need("bench_gateway_sched", ["perf"], "EXTRA_PKGS=linux-perf scripts/install-deps")
+    need("bench_gateway_sched", ["wrk", "haproxy"])
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-sched-")
     procs, rows, runs = [], [], {}
     with routed_server(os.path.abspath(args.chstorm), tmp) as (url, native):
-        server = json.load(open(os.path.join(tmp, "server", "chstorm-local.json")))["pid"]
+        server = routed_server_pid(tmp)
         try:
             binaries = [("gateway", os.path.abspath(args.gateway))]
             for name, cmd, u, _ in one_at_a_time(binaries, True, tmp, url, native, "bench_gateway_sched"):

@@ -20,11 +20,11 @@ asked of the kernel.
 
 Needs strace (`EXTRA_PKGS=strace scripts/install-deps`). Writes OUT/gateway_syscalls.json.
 """
-import argparse, collections, json, os, re, shutil, subprocess, sys, time
+import argparse, collections, json, os, re, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import scratch_dir  # noqa: E402
+from bench_gateway import need, scratch_dir  # noqa: E402
 from bench_gateway_cpu import one_at_a_time, routed_server, wait_answering, wrk, wrk_many  # noqa: E402
 
 # The calls a proxy's request path makes, and its connections' setup and teardown; no other call
@@ -82,9 +82,7 @@ def main():
     args = ap.parse_args()
     if not 1 <= args.connections <= 10000 or not 1 <= args.duration <= 60:
         raise SystemExit("bench_gateway_syscalls: --connections must be 1 to 10000 and --duration 1 to 60")
-    for tool in ("strace", "wrk"):
-        if not shutil.which(tool):
-            raise SystemExit(f"bench_gateway_syscalls: no {tool}; run EXTRA_PKGS=strace scripts/install-deps")
+    need("bench_gateway_syscalls", ("strace", "wrk"), "EXTRA_PKGS=strace scripts/install-deps")
     chstorm = os.path.abspath(args.a)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-syscalls-")

@@ -27,13 +27,15 @@ the server spends behind a proxy.
   python3 scripts/bench_server_request_shape.py --connections 8 --reps 9
   python3 scripts/bench_server_request_shape.py --via-haproxy --reps 7
 """
-import argparse, json, os, re, shutil, statistics, subprocess, sys
+import argparse, json, os, re, statistics, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import free_port, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import HAPROXY_HEAD, cpu_seconds, thread_figures, threads_now, wait_answering  # noqa: E402
+from bench_gateway import need, scratch_dir, sh  # noqa: E402
+from bench_gateway_cpu import (cpu_seconds, one_at_a_time, rotated, routed_server, routed_server_pid,  # noqa: E402
+                               thread_figures, threads_now, wait_answering)
 
+WHO = "bench_server_request_shape"
 AUTH = ["-H", "Authorization: Basic ZGVmYXVsdDo="]  # default:
 PARAMS_LUA = """local n = 0
 local tag = math.random(1, 1000000000)
@@ -41,14 +43,6 @@ request = function()
   n = n + 1
   return wrk.format("GET", "/?query=SELECT%201&max_threads=1&query_id=shape-" .. tag .. "-" .. n)
 end
-"""
-
-
-HAPROXY = HAPROXY_HEAD + """listen http
-    mode http
-    bind 127.0.0.1:{port}
-    http-reuse always
-    server ch {backend}
 """
 
 
@@ -64,16 +58,14 @@ def run(url, pid, extra, conns, duration):
             f["server_involuntary_switches_per_query"])
 
 
-def start_haproxy(tmp, server_url):
-    """HAProxy in HTTP mode in front of server_url: (process, its URL)."""
-    if not shutil.which("haproxy"):
-        raise SystemExit("bench_server_request_shape: --via-haproxy needs haproxy; run scripts/install-deps")
-    port, cfg = free_port(), os.path.join(tmp, "haproxy.cfg")
-    open(cfg, "w").write(HAPROXY.format(port=port, backend=server_url.removeprefix("http://")))
-    proc = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_answering(url, proc, "haproxy", "bench_server_request_shape")
-    return proc, url
+def start_haproxy(tmp, url, native):
+    """HAProxy in HTTP mode in front of the server (`one_at_a_time`'s, as bench_gateway_cpu.py runs
+    it): (process, its URL)."""
+    for name, cmd, proxied, _ in one_at_a_time([], True, tmp, url, native, WHO):
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_answering(proxied, proc, name, WHO)
+        return proc, proxied
+    raise SystemExit(f"{WHO}: HAProxy did not start")
 
 
 def main():
@@ -86,9 +78,8 @@ def main():
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
     if not 1 <= args.connections <= 10000 or not 1 <= args.reps <= 100 or not 1 <= args.duration <= 60:
-        raise SystemExit("bench_server_request_shape: --connections 1 to 10000, --reps 1 to 100, --duration 1 to 60")
-    if not shutil.which("wrk"):
-        raise SystemExit("bench_server_request_shape: no wrk; run scripts/install-deps")
+        raise SystemExit(f"{WHO}: --connections 1 to 10000, --reps 1 to 100, --duration 1 to 60")
+    need(WHO, ["wrk", "haproxy"] if args.via_haproxy else ["wrk"])
     chstorm = os.path.abspath(args.chstorm)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-shape-")
@@ -97,21 +88,18 @@ def main():
     shapes = {"plain": [], "auth": AUTH, "params": ["-s", lua], "both": AUTH + ["-s", lua]}
     names = list(shapes)
     rounds = {s: [] for s in names}
-    sdir = os.path.join(tmp, "server")
-    info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
-    haproxy = None
-    try:
-        url = info["http_url"]
-        if args.via_haproxy:
-            haproxy, url = start_haproxy(tmp, url)
-        for i in range(args.reps):
-            for s in names[i % 4:] + names[:i % 4]:
-                rounds[s].append(run(url, info["pid"], shapes[s], args.connections, args.duration))
-    finally:
-        if haproxy:
-            haproxy.terminate()
-            haproxy.wait()
-        subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
+    with routed_server(chstorm, tmp) as (url, native):
+        pid, haproxy = routed_server_pid(tmp), None
+        try:
+            if args.via_haproxy:
+                haproxy, url = start_haproxy(tmp, url, native)
+            for i in range(args.reps):
+                for s in rotated(names, i):
+                    rounds[s].append(run(url, pid, shapes[s], args.connections, args.duration))
+        finally:
+            if haproxy:
+                haproxy.terminate()
+                haproxy.wait()
     res = {"connections": args.connections, "duration_s": args.duration, "via_haproxy": args.via_haproxy, "shapes": {}}
     for s in names:
         med = [statistics.median(r[k] for r in rounds[s]) for k in range(4)]
