@@ -10,11 +10,16 @@
 //! back ([`Pool::checkout`]), whichever comes first, as hyper's pool does: a burst of new client
 //! connections overflows the server's listen backlog (Poco's is 64), and a connect whose SYN was
 //! dropped waits for its retransmit (1 s, the default `pool.connect_timeout`) while the
-//! connections already made are free again within milliseconds. A connect that loses the race
-//! goes on in the background, and its connection joins the pool.
+//! connections already made are free again within milliseconds. A connect that loses the race is
+//! given up unless it is made by then (its connection then goes to the next request in line, or
+//! joins the idle ones). hyper's pool lets it go on; here that gave a cold pool under 256 new
+//! clients more connections than it had requests in flight, each one a thread of an 18.16
+//! server's, and the sweeper closed the ones left over at the idle timeout, in the middle of the
+//! load (docs/PERFORMANCE.md, "Connections to the server").
 
 use super::conn::Conn;
 use crate::cluster::message::BackendError;
+use futures_util::FutureExt;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -73,21 +78,18 @@ impl Pool {
     }
 
     /// A new connection, or an idle one that comes back first (`back`); a connect that loses
-    /// the race goes on, and its connection joins the pool.
+    /// the race is given up unless it is made by then (its connection is put in the pool).
     async fn connect_or_wait(
         self: Arc<Self>,
         back: tokio::sync::oneshot::Receiver<Conn>,
     ) -> Result<Conn, BackendError> {
-        let mut connect = Box::pin(self.clone().connect());
+        let mut connect = std::pin::pin!(self.clone().connect());
         tokio::select! {
             made = &mut connect => made,
             Ok(c) = back => {
-                let pool = self.clone();
-                tokio::spawn(async move {
-                    if let Ok(made) = connect.await {
-                        pool.put(made);
-                    }
-                });
+                if let Some(Ok(made)) = connect.now_or_never() {
+                    self.put(made);
+                }
                 Ok(c)
             }
         }

@@ -385,6 +385,35 @@ async fn a_request_whose_connect_stalls_takes_a_connection_that_comes_back() {
     assert_eq!(text(b.await.unwrap().unwrap()).await.unwrap(), "1\n");
 }
 
+#[tokio::test]
+async fn a_connect_that_loses_the_race_is_given_up() {
+    // As above: b's connect is stalled (its SYN dropped) when a's connection comes back to it.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = sock.listen(1).unwrap();
+    let addr = l.local_addr().unwrap();
+    let p = Arc::new(Pool::new(&format!("http://{addr}"), LONG, 8, Duration::from_secs(30)).unwrap());
+    let a = tokio::spawn(send(p.clone(), post("a")));
+    let (mut first, _) = l.accept().await.unwrap();
+    read_request(&mut first).await.unwrap();
+    let fill = futures_fill(addr).await;
+    assert!(!fill.is_empty(), "the accept queue is full");
+    let b = tokio::spawn(send(p.clone(), post("b")));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    first.write_all(OK).await.unwrap();
+    text(a.await.unwrap().unwrap()).await.unwrap();
+    read_request(&mut first).await.unwrap();
+    first.write_all(OK).await.unwrap();
+    text(b.await.unwrap().unwrap()).await.unwrap();
+    // The queue drains; a connect still going on would be accepted at its SYN's retransmit (1 s).
+    for _ in 0..fill.len() {
+        l.accept().await.unwrap();
+    }
+    let late = tokio::time::timeout(Duration::from_millis(2500), l.accept()).await;
+    assert!(late.is_err(), "b's connect went on after b had a's connection");
+    assert_eq!(p.idle_count(), 1, "only a's connection is kept");
+}
+
 /// Connections that fill `addr`'s accept queue (nothing accepts them).
 async fn futures_fill(addr: std::net::SocketAddr) -> Vec<TcpStream> {
     let mut v = Vec::new();
