@@ -28,7 +28,12 @@ server line: each proxy holding the server to N queries at once. Each of these r
 server's CPU per query, and each proxy's, user and system time apart (from /proc, around the run);
 so do the 8-client rows. And the server's context switches per query (voluntary: a thread waited;
 involuntary: it was preempted), and the share of its CPU done by its 50 busiest threads (18.16
-serves each connection on a thread of its own: how evenly the proxy spreads its queries).
+serves each connection on a thread of its own: how evenly the proxy spreads its queries). And the
+connections accepted on the machine during the run beyond the clients' own (`PassiveOpens` of
+/proc/net/snmp): those the server took from the proxy, whose pool starts each run cold (the rows
+between let its idle connections time out); and the most connections the server held during the
+run beyond those it held before it (its open sockets, sampled every 250 ms; each one a thread
+of 18.16's).
 
 Each round of an alternation starts one row later than the round before it, so that no row
 always runs right after the same other.
@@ -67,7 +72,7 @@ native, many clients), printed beside HAProxy.
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, time
+import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -318,13 +323,51 @@ def thread_figures(before, after, requests, busiest=50):
             "server_busiest_threads_share": sum(ticks[:busiest]) / max(1, sum(ticks))}
 
 
+def accepts_now():
+    """The machine's accepted TCP connections so far (`PassiveOpens` of /proc/net/snmp)."""
+    lines = [l.split() for l in open("/proc/net/snmp") if l.startswith("Tcp:")]
+    return int(dict(zip(lines[0][1:], lines[1][1:]))["PassiveOpens"])
+
+
+def sockets(pid):
+    """How many sockets process pid has open."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            n += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+    return n
+
+
+@contextlib.contextmanager
+def peak_sockets(pid, every=0.25):
+    """Samples process pid's open sockets every `every` seconds while the block runs; yields a
+    list whose one element is the most seen beyond the count at the start (on a server, its
+    connections: 18.16 serves each on a thread of its own)."""
+    base, peak, done = sockets(pid), [0], threading.Event()
+
+    def sample():
+        while not done.wait(every):
+            peak[0] = max(peak[0], sockets(pid) - base)
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        t.join()
+
+
 def timed_many(url, duration, conns, proxy_pid, server_pid):
     """wrk_many, with the CPU per query of the proxy (user and system apart; none when
-    proxy_pid is None) and of the server, read from /proc around the run, and the server's
-    thread_figures."""
+    proxy_pid is None) and of the server, read from /proc around the run, the server's
+    thread_figures, and the connections accepted on the machine beyond the clients' own (by the
+    server, from the proxy: its pool's connects and any probe's)."""
     p0 = cpu_times(proxy_pid) if proxy_pid else None
-    s0, t0 = cpu_times(server_pid), threads_now(server_pid)
-    r = wrk_many(url, duration, conns)
+    s0, t0, a0 = cpu_times(server_pid), threads_now(server_pid), accepts_now()
+    with peak_sockets(server_pid) as peak:
+        r = wrk_many(url, duration, conns)
+    r["accepts_beyond_clients"] = accepts_now() - a0 - conns
+    r["server_connections_peak"] = peak[0]
     r.update(split_cpu(server_pid, s0, r["requests"], "server"))
     r.update(thread_figures(t0, threads_now(server_pid), r["requests"]))
     if p0:
@@ -470,7 +513,7 @@ def paired_rows(runs, many):
 # What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
              "proxy_sys_us_per_query", "server_voluntary_switches_per_query", "server_involuntary_switches_per_query",
-             "server_busiest_threads_share")
+             "server_busiest_threads_share", "accepts_beyond_clients", "server_connections_peak")
 
 
 def main():
@@ -621,7 +664,8 @@ def main():
                     print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
                           f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
                           f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-                          f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}", file=sys.stderr)
+                          f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
+                          f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
@@ -700,7 +744,8 @@ def main():
             print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
                   f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
                   f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}")
+                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
+                  f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before")
         if "haproxy_http" in rows:
             h = rows["haproxy_http"]
             for name in ("gateway", "gateway_pgo"):
