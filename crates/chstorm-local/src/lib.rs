@@ -54,5 +54,5 @@ pub use error::LocalError;
 pub use http::{ping, QUERY_TIMEOUT};
 pub use process::STOP_GRACE;
 pub use server::{LocalServer, ServerInfo, ServerSpec};
-pub use shared::{shared_server, shared_tls_server, try_shared_server, try_shared_tls_server};
+pub use shared::{kill_and_remove_at_exit, shared_server, shared_tls_server, try_shared_server, try_shared_tls_server};
 pub use state::{INFO_FILE, PID_FILE};

@@ -5,6 +5,9 @@
 //! when the process dies, even after a panic or a crash. On a normal exit
 //! (including the test harness exiting after failed tests) an `atexit` hook
 //! also kills it, reaps it, and deletes its directory.
+//!
+//! [`kill_and_remove_at_exit`] gives the same end to anything else a test
+//! keeps in a `static` (never dropped): a shared cluster's servers and folder.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, Once, OnceLock};
@@ -57,7 +60,7 @@ fn start_shared(tls: bool) -> Result<LocalServer, LocalError> {
     spec.die_with_parent = true;
     match LocalServer::start(spec) {
         Ok(server) => {
-            at_exit_cleanup(server.pid(), dir);
+            kill_and_remove_at_exit(vec![server.pid()], dir);
             Ok(server)
         }
         Err(e) => {
@@ -68,11 +71,13 @@ fn start_shared(tls: bool) -> Result<LocalServer, LocalError> {
 }
 
 /// Servers and directories to clean up at exit.
-static CLEANUP: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+static CLEANUP: Mutex<Vec<(Vec<u32>, PathBuf)>> = Mutex::new(Vec::new());
 
-fn at_exit_cleanup(pid: u32, dir: PathBuf) {
+/// At the process's normal exit (the test harness's too, after failed tests),
+/// SIGKILLs and reaps `pids` (this process's children) and deletes `dir`.
+pub fn kill_and_remove_at_exit(pids: Vec<u32>, dir: PathBuf) {
     static REGISTER: Once = Once::new();
-    CLEANUP.lock().unwrap_or_else(|e| e.into_inner()).push((pid, dir));
+    CLEANUP.lock().unwrap_or_else(|e| e.into_inner()).push((pids, dir));
     REGISTER.call_once(|| {
         // SAFETY: registers a plain extern "C" function; failure only loses the cleanup.
         unsafe { libc::atexit(cleanup) };
@@ -81,8 +86,8 @@ fn at_exit_cleanup(pid: u32, dir: PathBuf) {
 
 extern "C" fn cleanup() {
     let Ok(mut list) = CLEANUP.try_lock() else { return };
-    for (pid, dir) in list.drain(..) {
-        if let Ok(pid) = libc::pid_t::try_from(pid) {
+    for (pids, dir) in list.drain(..) {
+        for pid in pids.into_iter().filter_map(|p| libc::pid_t::try_from(p).ok()) {
             // SAFETY: plain syscalls on our own child; waitpid reaps it so the
             // data directory is no longer in use when we delete it.
             unsafe {
@@ -91,5 +96,43 @@ extern "C" fn cleanup() {
             }
         }
         let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    /// The child half of the test below (it does nothing unless that test starts it): registers
+    /// a child of its own and a folder, and exits.
+    #[test]
+    #[allow(clippy::zombie_processes)] // the exit hook under test reaps it
+    fn exit_child() {
+        let Ok(dir) = std::env::var("CHSTORM_LOCAL_EXIT_DIR") else { return };
+        let sleeper = Command::new("sleep").arg("60").stdout(std::process::Stdio::null()).spawn().unwrap();
+        println!("sleeper={}", sleeper.id());
+        super::kill_and_remove_at_exit(vec![sleeper.id()], dir.into());
+    }
+
+    #[test]
+    fn at_exit_the_registered_children_are_killed_and_the_folder_removed() {
+        let dir = tempfile::tempdir().unwrap().keep();
+        std::fs::write(dir.join("data"), "x").unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "shared::tests::exit_child", "--test-threads", "1", "--nocapture"])
+            .env("CHSTORM_LOCAL_EXIT_DIR", &dir)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}");
+        let gone = !dir.exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(gone, "the folder is still there");
+        let pid = stdout.split("sleeper=").nth(1).and_then(|r| r.split_whitespace().next()).expect("the child ran");
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "sleep" {
+            let _ = Command::new("kill").args(["-9", pid]).status();
+            panic!("the child's child was still running");
+        }
     }
 }

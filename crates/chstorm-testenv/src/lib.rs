@@ -55,6 +55,17 @@ pub fn start_cluster() -> Env {
     Env { cluster, rt, dir }
 }
 
+/// [`start_cluster`] for an env kept in a `static` for the whole test process: a static is never
+/// dropped, so its servers are killed and its temp dir removed when the process exits
+/// ([`chstorm_local::kill_and_remove_at_exit`]); without that every run left the cluster's folder
+/// (about 50 MB) behind.
+pub fn start_shared_cluster() -> Env {
+    let env = start_cluster();
+    let pids = env.cluster.nodes().iter().map(|n| n.pid()).collect();
+    chstorm_local::kill_and_remove_at_exit(pids, env.dir.path().to_path_buf());
+    env
+}
+
 impl Env {
     /// Writes the cluster's generated gateway.yaml, listening on free ports (`127.0.0.1:0`, HTTP
     /// and native) and

@@ -1,7 +1,7 @@
 //! The gateway against a real 2x2 cluster: compatibility, routing, auth, overload, KILL QUERY,
 //! config reload.
 
-use chstorm_testenv::{curl, post, start_cluster, Env, ROWS};
+use chstorm_testenv::{curl, post, start_shared_cluster, Env, ROWS};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -15,7 +15,7 @@ fn gateway_with(env: &Env, edit: impl Fn(String) -> String) -> (chstorm_gateway:
 fn env() -> &'static (Env, String) {
     static ENV: OnceLock<(Env, String)> = OnceLock::new();
     ENV.get_or_init(|| {
-        let env = start_cluster();
+        let env = start_shared_cluster();
         let (gw, url) = gateway_with(&env, |t| t);
         std::mem::forget(gw); // serves for the whole test process
         (env, url)

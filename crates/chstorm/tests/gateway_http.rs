@@ -3,7 +3,7 @@
 //! `promtool check metrics` accepts; `/metrics` on its own listener; small answers held whole,
 //! long ones streamed.
 
-use chstorm_testenv::{curl, start_cluster, Env};
+use chstorm_testenv::{curl, start_shared_cluster, Env};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(start_cluster)
+    ENV.get_or_init(start_shared_cluster)
 }
 
 /// A gateway on the env's cluster with `edit` applied to the generated config: (gateway, url).

@@ -4,7 +4,7 @@
 //! kept apart (`query_id`, `replace_running_query`, `session_id`). After each hostile case the
 //! servers are checked unchanged (row counts, tables).
 
-use chstorm_testenv::{curl, post, start_cluster, Env};
+use chstorm_testenv::{curl, post, start_shared_cluster, Env};
 use std::sync::OnceLock;
 
 const SECRET_SHA: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
@@ -18,7 +18,7 @@ const FIXED: &str = "20000000000";
 fn env() -> &'static (Env, String) {
     static ENV: OnceLock<(Env, String)> = OnceLock::new();
     ENV.get_or_init(|| {
-        let env = start_cluster();
+        let env = start_shared_cluster();
         for node in env.node_urls() {
             let (s, b) = post(&node, "CREATE TABLE IF NOT EXISTS iso_t (x UInt32) ENGINE = Memory");
             assert_eq!(s, 200, "{b}");

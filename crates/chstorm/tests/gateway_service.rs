@@ -2,7 +2,7 @@
 //! Grafana dashboard's queries against the metrics a running gateway exports, and the
 //! Prometheus alert rules through `promtool check rules` and `promtool test rules`.
 
-use chstorm_testenv::{curl, start_cluster, Env};
+use chstorm_testenv::{curl, start_shared_cluster, Env};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
-    ENV.get_or_init(start_cluster)
+    ENV.get_or_init(start_shared_cluster)
 }
 
 fn repo() -> PathBuf {
