@@ -362,12 +362,7 @@ async fn a_repeated_clickhouse_header_keeps_its_replica_s_spelling() {
 async fn a_request_whose_connect_stalls_takes_a_connection_that_comes_back() {
     // A server whose listen backlog is full: a new connect's SYN is dropped and waits for its
     // retransmit, as under a burst of new client connections.
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let l = sock.listen(1).unwrap();
-    let addr = l.local_addr().unwrap();
-    let base = format!("http://{addr}");
-    let p = Arc::new(Pool::new(&base, LONG, 8, Duration::from_secs(30)).unwrap());
+    let (l, addr, p) = backlog_of_one();
     let a = tokio::spawn(send(p.clone(), post("a")));
     let (mut first, _) = l.accept().await.unwrap();
     assert!(read_request(&mut first).await.unwrap().ends_with("\r\n\r\na"));
@@ -388,11 +383,7 @@ async fn a_request_whose_connect_stalls_takes_a_connection_that_comes_back() {
 #[tokio::test]
 async fn a_connect_that_loses_the_race_is_given_up() {
     // As above: b's connect is stalled (its SYN dropped) when a's connection comes back to it.
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let l = sock.listen(1).unwrap();
-    let addr = l.local_addr().unwrap();
-    let p = Arc::new(Pool::new(&format!("http://{addr}"), LONG, 8, Duration::from_secs(30)).unwrap());
+    let (l, addr, p) = backlog_of_one();
     let a = tokio::spawn(send(p.clone(), post("a")));
     let (mut first, _) = l.accept().await.unwrap();
     read_request(&mut first).await.unwrap();
@@ -412,6 +403,16 @@ async fn a_connect_that_loses_the_race_is_given_up() {
     let late = tokio::time::timeout(Duration::from_millis(2500), l.accept()).await;
     assert!(late.is_err(), "b's connect went on after b had a's connection");
     assert_eq!(p.idle_count(), 1, "only a's connection is kept");
+}
+
+/// A listener with a backlog of one, its address, and a pool to it (30 s connect timeout).
+fn backlog_of_one() -> (tokio::net::TcpListener, std::net::SocketAddr, Arc<Pool>) {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = sock.listen(1).unwrap();
+    let addr = l.local_addr().unwrap();
+    let p = Arc::new(Pool::new(&format!("http://{addr}"), LONG, 8, Duration::from_secs(30)).unwrap());
+    (l, addr, p)
 }
 
 /// Connections that fill `addr`'s accept queue (nothing accepts them).
