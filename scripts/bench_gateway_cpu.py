@@ -202,19 +202,14 @@ def capped_config(cap, **kw):
 @contextlib.contextmanager
 def routed_server(chstorm, tmp):
     """One local 18.16 server in tmp/server (`chstorm local up`) with the table CONFIG routes
-    (`t_local`): yields (http_url, native HOST:PORT), and stops the server at the end."""
+    (`t_local`): yields (http_url, native HOST:PORT, its pid), and stops the server at the end."""
     sdir = os.path.join(tmp, "server")
     info = json.loads(sh([chstorm, "local", "up", "--dir", sdir, "--json"]))
     try:
         sh(["curl", "-sf", info["http_url"], "--data-binary", "CREATE TABLE t_local (id UInt64) ENGINE = Memory"])
-        yield info["http_url"], info["native_url"].removeprefix("clickhouse://")
+        yield info["http_url"], info["native_url"].removeprefix("clickhouse://"), info["pid"]
     finally:
         subprocess.run([chstorm, "local", "down", "--dir", sdir], capture_output=True)
-
-
-def routed_server_pid(tmp):
-    """The pid of the server `routed_server(chstorm, tmp)` started (from its chstorm-local.json)."""
-    return json.load(open(os.path.join(tmp, "server", "chstorm-local.json")))["pid"]
 
 
 def wait_answering(url, proc, what, who, tries=300, pause=0.2):

@@ -27,7 +27,7 @@ import argparse, collections, json, os, re, statistics, subprocess, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir  # noqa: E402
-from bench_gateway_cpu import (one_at_a_time, paired, rotated, routed_server, routed_server_pid, wait_answering,  # noqa: E402
+from bench_gateway_cpu import (one_at_a_time, paired, rotated, routed_server, wait_answering,  # noqa: E402
                                wrk_many)
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+sched:(sched_\w+):\s+(.*)")
@@ -94,8 +94,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-sched-")
     procs, rows, runs = [], [], {}
-    with routed_server(os.path.abspath(args.chstorm), tmp) as (url, native):
-        server = routed_server_pid(tmp)
+    with routed_server(os.path.abspath(args.chstorm), tmp) as (url, native, server):
         try:
             binaries = [("gateway", os.path.abspath(args.gateway))]
             for name, cmd, u, _ in one_at_a_time(binaries, True, tmp, url, native, "bench_gateway_sched"):

@@ -87,7 +87,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-syscalls-")
     rows = {}
-    with routed_server(chstorm, tmp) as (http_url, native):
+    with routed_server(chstorm, tmp) as (http_url, native, _):
         binaries = [("gateway", chstorm)] + ([("gateway_b", os.path.abspath(args.b))] if args.b else [])
         for name, cmd, url, _ in one_at_a_time(binaries, not args.no_peers, tmp, http_url, native, "bench_gateway_syscalls"):
             rows[name] = counted(cmd, url, args, tmp, name)

@@ -32,7 +32,7 @@ import argparse, json, os, re, statistics, subprocess, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import (cpu_seconds, one_at_a_time, rotated, routed_server, routed_server_pid,  # noqa: E402
+from bench_gateway_cpu import (cpu_seconds, one_at_a_time, rotated, routed_server,  # noqa: E402
                                thread_figures, threads_now, wait_answering)
 
 WHO = "bench_server_request_shape"
@@ -88,8 +88,8 @@ def main():
     shapes = {"plain": [], "auth": AUTH, "params": ["-s", lua], "both": AUTH + ["-s", lua]}
     names = list(shapes)
     rounds = {s: [] for s in names}
-    with routed_server(chstorm, tmp) as (url, native):
-        pid, haproxy = routed_server_pid(tmp), None
+    with routed_server(chstorm, tmp) as (url, native, pid):
+        haproxy = None
         try:
             if args.via_haproxy:
                 haproxy, url = start_haproxy(tmp, url, native)
