@@ -40,6 +40,8 @@
 //!   SIGTERM, SIGHUP reloads, the worker threads (each a current-thread runtime with its own
 //!   pools), systemd's readiness, reload, stop and watchdog notifications.
 //!
+//! * `header_values`: the header values a thread sees again and again (a replica's
+//!   `Content-Type`, a client's `Host`), made once and shared, for both sides' head parsers.
 //! * `out_of_line`: rare paths (hyper's connection, a TLS handshake, a multipart body, a backend
 //!   connect, the attempt loop's rare events) made and polled out of line, so the poll functions
 //!   of the usual request keep small stack frames.
@@ -57,6 +59,7 @@
 mod attempt;
 mod cluster;
 mod config;
+mod header_values;
 mod http;
 mod log;
 mod metrics;

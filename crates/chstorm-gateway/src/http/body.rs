@@ -6,26 +6,27 @@ use crate::attempt::KillGuard;
 use crate::cluster::upstream::{BoxError, GBody};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// A body that holds `guard` until it ends or is dropped.
-pub struct Guarded {
+/// A body that holds `guard` until it ends or is dropped. The guard is a field, not a box of its
+/// own: wrapping a body makes one allocation (the boxed body), where a boxed guard beside it made
+/// two, and a query's answer is wrapped twice (its admission permits, its replica's guards).
+pub struct Guarded<G> {
     inner: GBody,
-    _guard: Box<dyn Any + Send>,
+    _guard: G,
 }
 
-impl Guarded {
-    pub fn wrap(inner: GBody, guard: impl Any + Send) -> GBody {
+impl<G: Send + Unpin + 'static> Guarded<G> {
+    pub fn wrap(inner: GBody, guard: G) -> GBody {
         use http_body_util::BodyExt;
-        Guarded { inner, _guard: Box::new(guard) }.boxed_unsync()
+        Guarded { inner, _guard: guard }.boxed_unsync()
     }
 }
 
-impl Body for Guarded {
+impl<G: Unpin> Body for Guarded<G> {
     type Data = Bytes;
     type Error = BoxError;
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {

@@ -87,7 +87,7 @@ pub fn refused(exit: &Exit<'_>, refusal: &Refusal) -> Response<GBody> {
 }
 
 /// The answer with `guard` riding on its body (released when the body ends or is dropped).
-fn guarded(served: Served, guard: impl std::any::Any + Send) -> Served {
+fn guarded(served: Served, guard: impl Send + Unpin + 'static) -> Served {
     let (parts, body) = served.resp.into_parts();
     Served { resp: Response::from_parts(parts, Guarded::wrap(body, guard)), ids: served.ids }
 }

@@ -8,7 +8,7 @@ use super::pool::Pool;
 use crate::cluster::message::{BackendError, BoxError};
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::CONTENT_LENGTH;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName};
 use http_body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -122,7 +122,7 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let mut headers = HeaderMap::with_capacity(r.headers.len() + 1);
     let (mut length, mut chunked, mut coded, mut close, mut keep) = (None, false, false, false, false);
     for h in r.headers.iter() {
-        let value = || HeaderValue::from_bytes(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)));
+        let value = || crate::header_values::value(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)));
         match framed(h.name) {
             Some(Framed::Length) => {
                 let n = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<u64>().ok());

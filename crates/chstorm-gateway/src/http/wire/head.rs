@@ -5,7 +5,7 @@
 //! body still on its way) is [`Parsed::Other`]: hyper serves it, and the connection from there.
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
+use http::{HeaderMap, HeaderName, Method, Uri, Version};
 
 /// The most header lines the own front parses; a head with more goes to hyper (which takes
 /// 100, and answers 431 beyond).
@@ -71,7 +71,7 @@ fn headers(lines: &[httparse::Header<'_>]) -> Option<(HeaderMap, usize)> {
             }
             length = Some(content_length(line.value)?);
         }
-        map.append(name, HeaderValue::from_bytes(line.value).ok()?);
+        map.append(name, crate::header_values::value(line.value).ok()?);
     }
     Some((map, length.unwrap_or(0)))
 }
