@@ -33,7 +33,8 @@ connections accepted on the machine during the run beyond the clients' own (`Pas
 /proc/net/snmp): those the server took from the proxy, whose pool starts each run cold (the rows
 between let its idle connections time out); and the most connections the server held during the
 run beyond those it held before it (its open sockets, sampled every 250 ms; each one a thread
-of 18.16's).
+of 18.16's); and the queries the server was running, on average (`Query` of system.metrics,
+sampled every 250 ms): of the clients' requests, those not waiting in front of the server.
 
 Each round of an alternation starts one row later than the round before it, so that no row
 always runs right after the same other.
@@ -73,6 +74,7 @@ native, many clients), printed beside HAProxy.
 user limits, hedging off), to show what those functions cost.
 """
 import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
+import urllib.parse, urllib.request
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -333,36 +335,49 @@ def sockets(pid):
     return n
 
 
+def running_queries(server_url):
+    """The queries the server is running now (`Query` of system.metrics), this one left out."""
+    sql = urllib.parse.quote("SELECT value - 1 FROM system.metrics WHERE metric = 'Query'")
+    with urllib.request.urlopen(f"{server_url}/?query={sql}", timeout=2) as r:
+        return int(r.read())
+
+
 @contextlib.contextmanager
-def peak_sockets(pid, every=0.25):
-    """Samples process pid's open sockets every `every` seconds while the block runs; yields a
-    list whose one element is the most seen beyond the count at the start (on a server, its
-    connections: 18.16 serves each on a thread of its own)."""
-    base, peak, done = sockets(pid), [0], threading.Event()
+def server_samples(pid, server_url, every=0.25):
+    """Samples the server while the block runs, every `every` seconds: process pid's open sockets
+    and the queries it is running (one small query of its own each time). Yields a dict: `peak`,
+    the most sockets seen beyond the count at the start (its connections: 18.16 serves each on
+    a thread of its own), and `running`, the samples of queries running."""
+    base, out, done = sockets(pid), {"peak": 0, "running": []}, threading.Event()
 
     def sample():
         while not done.wait(every):
-            peak[0] = max(peak[0], sockets(pid) - base)
+            out["peak"] = max(out["peak"], sockets(pid) - base)
+            with contextlib.suppress(OSError, ValueError):
+                out["running"].append(running_queries(server_url))
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
-        yield peak
+        yield out
     finally:
         done.set()
         t.join()
 
 
-def timed_many(url, duration, conns, proxy_pid, server_pid):
+def timed_many(url, duration, conns, proxy_pid, server_pid, server_url):
     """wrk_many, with the CPU per query of the proxy (user and system apart; none when
     proxy_pid is None) and of the server, read from /proc around the run, the server's
-    thread_figures, and the connections accepted on the machine beyond the clients' own (by the
-    server, from the proxy: its pool's connects and any probe's)."""
+    thread_figures, the connections accepted on the machine beyond the clients' own (by the
+    server, from the proxy: its pool's connects and any probe's), and the queries the server
+    (at server_url) was running, on average over the run's samples (server_samples): where the
+    clients' requests wait, at the server or before it."""
     p0 = cpu_times(proxy_pid) if proxy_pid else None
     s0, t0, a0 = cpu_times(server_pid), threads_now(server_pid), accepts_now()
-    with peak_sockets(server_pid) as peak:
+    with server_samples(server_pid, server_url) as seen:
         r = wrk_many(url, duration, conns)
     r["accepts_beyond_clients"] = accepts_now() - a0 - conns
-    r["server_connections_peak"] = peak[0]
+    r["server_connections_peak"] = seen["peak"]
+    r["server_queries_running"] = statistics.mean(seen["running"]) if seen["running"] else float("nan")
     r.update(split_cpu(server_pid, s0, r["requests"], "server"))
     r.update(thread_figures(t0, threads_now(server_pid), r["requests"]))
     if p0:
@@ -508,7 +523,7 @@ def paired_rows(runs, many):
 # What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
              "proxy_sys_us_per_query", "server_voluntary_switches_per_query", "server_involuntary_switches_per_query",
-             "server_busiest_threads_share", "accepts_beyond_clients", "server_connections_peak")
+             "server_busiest_threads_share", "accepts_beyond_clients", "server_connections_peak", "server_queries_running")
 
 
 def main():
@@ -652,7 +667,7 @@ def main():
                 many[name] = []
             for rnd in range(args.reps):
                 for name, (u, pid) in rotated(list(who.items()), rnd):
-                    r = timed_many(u, args.duration, args.many, pid, info["pid"])
+                    r = timed_many(u, args.duration, args.many, pid, info["pid"], url)
                     many[name].append(r)
                     cpu = (f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query"
                            if pid else "")
@@ -660,7 +675,8 @@ def main():
                           f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
                           f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
                           f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
-                          f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}", file=sys.stderr)
+                          f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}, running "
+                          f"{r['server_queries_running']:.1f}", file=sys.stderr)
         med = lambda who, k: statistics.median(x[k] for x in runs[who])
         idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
         res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
@@ -740,7 +756,8 @@ def main():
                   f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
                   f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
                   f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
-                  f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before")
+                  f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before, "
+                  f"queries running {r['server_queries_running']:.1f} on average")
         if "haproxy_http" in rows:
             h = rows["haproxy_http"]
             for name in ("gateway", "gateway_pgo"):
