@@ -7,7 +7,7 @@ use super::held::{hold, HttpHead, HOLD_AT};
 use super::quarantine::fingerprint;
 use super::{Judged, Live, Transport};
 use crate::cluster::replica::Replica;
-use crate::cluster::upstream::{full, Backend, BackendError, BackendRequest, BoxFuture, GBody};
+use crate::cluster::upstream::{empty, full, Backend, BackendError, BackendRequest, BoxFuture, GBody};
 use crate::query::plan::Plan;
 use bytes::Bytes;
 use chstorm_proto::rules::{http_exception_code, may_run_elsewhere};
@@ -72,6 +72,8 @@ impl Transport for Http<'_> {
             SendBody::Held(b) => match &plan.replace_body {
                 // The rewritten statement, with the bytes it came with (invalid UTF-8 kept).
                 Some(text) => full(Bytes::from(crate::request::encode_bytes(text))),
+                // No body (a GET's): the empty body, which is not boxed.
+                None if b.is_empty() => empty(),
                 None => full(b.clone()),
             },
             SendBody::Once(b) => b.take()?,
