@@ -7,7 +7,8 @@
 //! (a count's increment; the first clone of a value makes its shared count, once) and makes the
 //! rest as `from_bytes` does, with the same checks. Each thread keeps the last [`SLOTS`] values
 //! it made, the oldest replaced first; a value longer than [`MAX_LEN`] bytes is neither looked
-//! up nor kept. Written here rather than taken from a crate: it is a few lines over `http`'s own
+//! up nor kept. A client's credentials (`Authorization`, `X-ClickHouse-Key`) are not passed
+//! here: the front makes them for their request alone. Written here rather than taken from a crate: it is a few lines over `http`'s own
 //! type, and an interning crate would add a global lock or a hash per value.
 
 use http::header::InvalidHeaderValue;

@@ -5,7 +5,7 @@
 //! body still on its way) is [`Parsed::Other`]: hyper serves it, and the connection from there.
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, Method, Uri, Version};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
 
 /// The most header lines the own front parses; a head with more goes to hyper (which takes
 /// 100, and answers 431 beyond).
@@ -71,7 +71,13 @@ fn headers(lines: &[httparse::Header<'_>]) -> Option<(HeaderMap, usize)> {
             }
             length = Some(content_length(line.value)?);
         }
-        map.append(name, crate::header_values::value(line.value).ok()?);
+        // A client's credentials are made for its request alone, never kept for the next.
+        let value = if name == http::header::AUTHORIZATION || name.as_str() == "x-clickhouse-key" {
+            HeaderValue::from_bytes(line.value)
+        } else {
+            crate::header_values::value(line.value)
+        };
+        map.append(name, value.ok()?);
     }
     Some((map, length.unwrap_or(0)))
 }
@@ -106,6 +112,20 @@ mod tests {
         let (p, rest) = parsed("GET /?query=SELECT%201 HTTP/1.1\r\n\r\n");
         assert!(matches!(p, Parsed::Simple(_, None)));
         assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn a_value_seen_again_is_shared_and_credentials_are_made_for_their_request_alone() {
+        let head = "GET / HTTP/1.1\r\nHost: h:1\r\nAuthorization: Basic dTpw\r\nX-ClickHouse-Key: p\r\n\r\n";
+        let ((Parsed::Simple(a, _), _), (Parsed::Simple(b, _), _)) = (parsed(head), parsed(head)) else {
+            panic!("simple")
+        };
+        let at = |p: &http::request::Parts, name: &str| p.headers[name].as_bytes().as_ptr();
+        assert_eq!(at(&a, "host"), at(&b, "host"), "one Host value, shared");
+        for name in ["authorization", "x-clickhouse-key"] {
+            assert_eq!(a.headers[name], b.headers[name]);
+            assert_ne!(at(&a, name), at(&b, name), "{name} is made for each request");
+        }
     }
 
     #[test]
