@@ -74,7 +74,7 @@ native, many clients), printed beside HAProxy.
 user limits, hedging off), to show what those functions cost.
 """
 import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
-import urllib.parse, urllib.request
+import http.client, urllib.parse
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -335,26 +335,34 @@ def sockets(pid):
     return n
 
 
-def running_queries(server_url):
-    """The queries the server is running now (`Query` of system.metrics), this one left out."""
+def running_queries(conn):
+    """The queries the server is running now (`Query` of system.metrics), this one left out, asked
+    on `conn` (an http.client connection to the server, kept alive between asks)."""
     sql = urllib.parse.quote("SELECT value - 1 FROM system.metrics WHERE metric = 'Query'")
-    with urllib.request.urlopen(f"{server_url}/?query={sql}", timeout=2) as r:
+    conn.request("GET", f"/?query={sql}")
+    with conn.getresponse() as r:
         return int(r.read())
 
 
 @contextlib.contextmanager
 def server_samples(pid, server_url, every=0.25):
     """Samples the server while the block runs, every `every` seconds: process pid's open sockets
-    and the queries it is running (one small query of its own each time). Yields a dict: `peak`,
-    the most sockets seen beyond the count at the start (its connections: 18.16 serves each on
-    a thread of its own), and `running`, the samples of queries running."""
+    and the queries it is running (one small query of its own each time, on one connection made
+    before the block, so the block sees no connect of it). Yields a dict: `peak`, the most
+    sockets seen beyond the count at the start (its connections: 18.16 serves each on a thread of
+    its own), and `running`, the samples of queries running."""
+    host, port = server_url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=2)
+    conn.connect()
     base, out, done = sockets(pid), {"peak": 0, "running": []}, threading.Event()
 
     def sample():
         while not done.wait(every):
             out["peak"] = max(out["peak"], sockets(pid) - base)
-            with contextlib.suppress(OSError, ValueError):
-                out["running"].append(running_queries(server_url))
+            try:
+                out["running"].append(running_queries(conn))
+            except (OSError, ValueError, http.client.HTTPException):
+                conn.close()  # the next ask connects again
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     try:
@@ -362,6 +370,7 @@ def server_samples(pid, server_url, every=0.25):
     finally:
         done.set()
         t.join()
+        conn.close()
 
 
 def timed_many(url, duration, conns, proxy_pid, server_pid, server_url):
@@ -372,8 +381,9 @@ def timed_many(url, duration, conns, proxy_pid, server_pid, server_url):
     (at server_url) was running, on average over the run's samples (server_samples): where the
     clients' requests wait, at the server or before it."""
     p0 = cpu_times(proxy_pid) if proxy_pid else None
-    s0, t0, a0 = cpu_times(server_pid), threads_now(server_pid), accepts_now()
+    s0, t0 = cpu_times(server_pid), threads_now(server_pid)
     with server_samples(server_pid, server_url) as seen:
+        a0 = accepts_now()
         r = wrk_many(url, duration, conns)
     r["accepts_beyond_clients"] = accepts_now() - a0 - conns
     r["server_connections_peak"] = seen["peak"]
