@@ -8,6 +8,14 @@
 //! several allocations a parameter. The tests check this code against the crate's on generated
 //! query strings.
 
+/// ClickHouse's header for a client's password (its user goes in `X-ClickHouse-User`).
+pub static X_CLICKHOUSE_KEY: http::HeaderName = http::HeaderName::from_static("x-clickhouse-key");
+
+/// A header that carries a client's credentials: `Authorization`, `X-ClickHouse-Key`.
+pub fn is_credential(name: &http::HeaderName) -> bool {
+    name == http::header::AUTHORIZATION || name == X_CLICKHOUSE_KEY
+}
+
 /// URL parameters of ClickHouse's HTTP interface that are not settings.
 const NOT_SETTINGS: &[&str] = &[
     "query",

@@ -127,7 +127,6 @@ where
 }
 
 static X_CLICKHOUSE_USER: http::HeaderName = http::HeaderName::from_static("x-clickhouse-user");
-static X_CLICKHOUSE_KEY: http::HeaderName = http::HeaderName::from_static("x-clickhouse-key");
 static X_CLICKHOUSE_DATABASE: http::HeaderName = http::HeaderName::from_static("x-clickhouse-database");
 static X_CHSTORM_SHARD_KEY: http::HeaderName = http::HeaderName::from_static(SHARD_KEY_HEADER);
 
@@ -135,7 +134,7 @@ static X_CHSTORM_SHARD_KEY: http::HeaderName = http::HeaderName::from_static(SHA
 pub fn credentials<B>(req: &Request<B>) -> (String, String) {
     let [authorization, user, password] = crate::request::first_headers(
         req.headers(),
-        [&http::header::AUTHORIZATION, &X_CLICKHOUSE_USER, &X_CLICKHOUSE_KEY],
+        [&http::header::AUTHORIZATION, &X_CLICKHOUSE_USER, &crate::request::X_CLICKHOUSE_KEY],
     );
     if let Some(basic) = authorization.and_then(|v| v.strip_prefix("Basic ").or_else(|| v.strip_prefix("basic "))) {
         use base64::Engine as _;

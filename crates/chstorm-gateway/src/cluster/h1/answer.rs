@@ -122,7 +122,9 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
     let mut headers = HeaderMap::with_capacity(r.headers.len() + 1);
     let (mut length, mut chunked, mut coded, mut close, mut keep) = (None, false, false, false, false);
     for h in r.headers.iter() {
-        let value = || crate::header_values::value(h.value).map_err(|_| failed(format!("a bad value of {}", h.name)));
+        let value = |name: &HeaderName| {
+            crate::header_values::value(name, h.value).map_err(|_| failed(format!("a bad value of {}", h.name)))
+        };
         match framed(h.name) {
             Some(Framed::Length) => {
                 let n = std::str::from_utf8(h.value).ok().and_then(|v| v.trim().parse::<u64>().ok());
@@ -132,7 +134,7 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
                     return Err(failed("two different Content-Length headers".into()));
                 }
                 length = Some(n);
-                headers.append(CONTENT_LENGTH, value()?);
+                headers.append(CONTENT_LENGTH, value(&CONTENT_LENGTH)?);
             }
             Some(hop) => {
                 // `httparse` refused a control byte in any value already (a malformed head).
@@ -151,7 +153,9 @@ fn build(r: &httparse::Response, to_head: bool) -> Result<Head, BackendError> {
                 }
             }
             None => {
-                headers.append(header_name(h.name)?, value()?);
+                let name = header_name(h.name)?;
+                let v = value(&name)?;
+                headers.append(name, v);
             }
         }
     }

@@ -5,7 +5,7 @@
 //! body still on its way) is [`Parsed::Other`]: hyper serves it, and the connection from there.
 
 use bytes::{Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version};
+use http::{HeaderMap, HeaderName, Method, Uri, Version};
 
 /// The most header lines the own front parses; a head with more goes to hyper (which takes
 /// 100, and answers 431 beyond).
@@ -71,13 +71,8 @@ fn headers(lines: &[httparse::Header<'_>]) -> Option<(HeaderMap, usize)> {
             }
             length = Some(content_length(line.value)?);
         }
-        // A client's credentials are made for its request alone, never kept for the next.
-        let value = if name == http::header::AUTHORIZATION || name.as_str() == "x-clickhouse-key" {
-            HeaderValue::from_bytes(line.value)
-        } else {
-            crate::header_values::value(line.value)
-        };
-        map.append(name, value.ok()?);
+        let value = crate::header_values::value(&name, line.value).ok()?;
+        map.append(name, value);
     }
     Some((map, length.unwrap_or(0)))
 }
