@@ -42,11 +42,23 @@ always runs right after the same other.
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
 ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Every round runs
 each row once, so the rounds pair up: for each gateway against HAProxy it also prints the rounds'
-own ratios (their median, and in how many rounds the gateway did better), which separate a
-difference from the machine's drift better than the ratio of medians does ("paired" in the JSON). Targets: no
+own ratios, which separate a difference from the machine's drift better than the ratio of
+medians does ("paired" in the JSON): their median; its 95 % interval, the rounds' ratios that
+cover the median whatever their distribution (order statistics of the binomial sign
+distribution; from 6 rounds on: 11 rounds give the 2nd and 10th smallest, 31 the 10th and 22nd);
+the sign test's p, the chance that rounds of two equal proxies would split above and below 1 at
+least this unevenly; and in how many rounds the gateway did better. A target is met beyond the
+machine's noise when the interval lies on its side of 1. Targets: no
 more CPU per query than HAProxy in HTTP mode and at least its share of direct QPS; on the native
 port no more CPU per query than HAProxy in TCP mode; with many clients at least HAProxy's QPS and
 no worse P99; 10,000 idle connections in <= 100 MB RSS with /ping under 1 ms.
+
+The 8-client rows also have the server's CPU per query (from /proc, around each run): on 2
+shared cores the share of direct QPS follows the CPU the server spends behind each proxy at
+least as much as the proxy's own.
+
+--phases runs some of the four parts alone (http: the 8-client rows; native; many; idle), so
+that one target can get more rounds in the same time: `--phases http --reps 31`.
 
 The floor: in the same alternation, four relays with nothing of the gateway in them
 (crates/chstorm-gateway/examples/floor_relay.rs, one current-thread runtime like `workers: 1`):
@@ -73,7 +85,7 @@ native, many clients), printed beside HAProxy.
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, contextlib, json, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
+import argparse, contextlib, json, math, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
 import http.client, urllib.parse
 
 sys.dont_write_bytecode = True
@@ -503,11 +515,36 @@ def rotated(rows, rnd):
     return rows[k:] + rows[:k]
 
 
+def median_interval(x, level=0.95):
+    """A distribution-free interval for the median of x: (low, high), the order statistics that
+    cover it with at least `level` probability (1 - 2 P(B <= k) for B ~ Binomial(n, 1/2), k left
+    out at each end); None below 6 values, where no such pair reaches 0.95."""
+    s, n = sorted(x), len(x)
+    below = lambda k: sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n  # P(B <= k)
+    if 2 * below(0) > 1 - level:
+        return None
+    k = 0
+    while k + 1 < n // 2 and 2 * below(k + 1) <= 1 - level:
+        k += 1
+    return s[k], s[n - 1 - k]
+
+
+def sign_p(x):
+    """The two-sided sign test of x against 1: the chance that a coin would split the rounds above
+    and below 1 at least this unevenly (rounds at exactly 1 left out)."""
+    a, b = sum(v > 1 for v in x), sum(v < 1 for v in x)
+    m = a + b
+    return min(1.0, 2 * sum(math.comb(m, i) for i in range(min(a, b) + 1)) / 2 ** m) if m else 1.0
+
+
 def paired(a, b, key_a, key_b=None):
-    """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their median, the count of
-    rounds below 1, and each round's ratio."""
+    """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their median, its 95 %
+    interval (median_interval), the sign test's p (sign_p), the count of rounds below 1, and each
+    round's ratio."""
     x = [p[key_a] / q[key_b or key_a] for p, q in zip(a, b)]
-    return {"median": statistics.median(x), "below_1": sum(v < 1 for v in x), "rounds": [round(v, 3) for v in x]}
+    iv = median_interval(x)
+    return {"median": statistics.median(x), "interval": [round(v, 3) for v in iv] if iv else None,
+            "sign_p": sign_p(x), "below_1": sum(v < 1 for v in x), "rounds": [round(v, 3) for v in x]}
 
 
 def paired_rows(runs, many):
@@ -520,6 +557,8 @@ def paired_rows(runs, many):
         if http_row in runs and "floor_peer_haproxy_http" in runs:
             out[f"{name} http cpu"] = paired(runs[http_row], runs["floor_peer_haproxy_http"], key, cpu)
             out[f"{name} http qps"] = paired(runs[http_row], runs["floor_peer_haproxy_http"], "qps")
+            out[f"{name} http server cpu"] = paired(runs[http_row], runs["floor_peer_haproxy_http"],
+                                                    "server_cpu_us_per_query")
         if native_row in runs and "native_haproxy_native" in runs:
             out[f"{name} native cpu"] = paired(runs[native_row], runs["native_haproxy_native"], key, cpu)
     for name in ("gateway", "gateway_pgo", "gateway_default_limits"):
@@ -536,14 +575,20 @@ MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "pr
              "server_busiest_threads_share", "accepts_beyond_clients", "server_connections_peak", "server_queries_running")
 
 
-def main():
+PHASES = ("http", "native", "many", "idle")
+
+
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--duration", type=int, default=4, help="seconds per wrk run (default 4)")
-    ap.add_argument("--reps", type=int, default=3, help="direct/gateway pairs (default 3; medians)")
+    ap.add_argument("--reps", type=int, default=3, help="rounds of each alternation (default 3; medians)")
     ap.add_argument("--connections", type=int, default=8, help="wrk connections (default 8)")
     ap.add_argument("--idle", type=int, default=10_000, help="idle client connections to hold (default 10,000)")
     ap.add_argument("--chstorm", default="target/release/chstorm")
+    ap.add_argument("--phases", default=",".join(PHASES),
+                    help="the alternations to run, of http (8 clients), native, many, idle "
+                         "(default all; e.g. --phases http --reps 31 for one target's verdict)")
     ap.add_argument("--bare", action="store_true", help="the least configured gateway (no routing, budget, limits, hedging)")
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--pgo", help="also measure this profile-guided build of chstorm (make release-pgo: "
@@ -559,6 +604,135 @@ def main():
     ap.add_argument("--floor-relay", default="target/release/examples/floor_relay",
                     help="the floor relays' binary (built by `cargo build --release -p chstorm-gateway --example floor_relay` when missing)")
     args = ap.parse_args()
+    args.phases = [x.strip() for x in args.phases.split(",") if x.strip()]
+    bad = [x for x in args.phases if x not in PHASES]
+    if bad or not args.phases:
+        ap.error(f"--phases: {', '.join(bad) or 'none given'} is not one of {', '.join(PHASES)}")
+    if args.many == 0 and "many" in args.phases:
+        args.phases.remove("many")
+    return args
+
+
+def start_floors(args, url):
+    """The floor relays (unless --no-floors): {mode: (process, url)}."""
+    floors = {}
+    if args.no_floors:
+        return floors
+    relay = os.path.abspath(args.floor_relay)
+    if not os.path.exists(relay):
+        sh(["cargo", "build", "--release", "-p", "chstorm-gateway", "--example", "floor_relay"])
+    for mode in ("l4", "http", "h1", "hfront"):
+        p = free_port()
+        proc = subprocess.Popen([relay, mode, f"127.0.0.1:{p}", url.removeprefix("http://")], stderr=subprocess.DEVNULL)
+        floors[mode] = (proc, f"http://127.0.0.1:{p}")
+    time.sleep(0.3)
+    for proc, _ in floors.values():
+        if proc.poll() is not None:
+            raise SystemExit(f"bench_gateway_cpu: the floor relay exited ({proc.returncode}); run {relay} by hand to see why")
+    return floors
+
+
+def measured(proc, who, server_pid, run):
+    """run(), with the server's CPU per query (server_pid) and, when proc is a proxy, its own
+    (WHO_cpu_us_per_query), read from /proc around it."""
+    s0, c0 = cpu_times(server_pid), cpu_times(proc.pid) if proc else None
+    r = run()
+    r.update(split_cpu(server_pid, s0, r["requests"], "server"))
+    if proc:
+        r.update(split_cpu(proc.pid, c0, r["requests"], who))
+    return r
+
+
+def http_rounds(args, rows, server_pid):
+    """The HTTP alternation of rows [(name, process or None, url)]: {name: [runs]}."""
+    for _, _, u in rows:
+        wrk(u, 1, args.connections)  # warm the pools
+    runs = {name: [] for name, _, _ in rows}
+    for rnd in range(args.reps):
+        for name, proc, u in rotated(rows, rnd):
+            who = "gateway" if name == "gateway" else "relay"
+            r = measured(proc, who, server_pid, lambda: wrk(u, args.duration, args.connections))
+            runs[name].append(r)
+            cpu = (f"  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query (user {r[f'{who}_user_us_per_query']:.1f}, "
+                   f"sys {r[f'{who}_sys_us_per_query']:.1f})" if proc else "")
+            print(f"  {name.removeprefix('floor_'):<18} qps {r['qps']:9.1f}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query",
+                  file=sys.stderr)
+    return runs
+
+
+def native_rounds(args, chstorm, rows, server_pid):
+    """The native-port alternation of rows [(name, process or None, clickhouse:// url)]: {name: [runs]}."""
+    for _, _, u in rows:
+        native_bench(chstorm, u, 1, args.connections)
+    runs = {name: [] for name, _, _ in rows}
+    for rnd in range(args.reps):
+        for name, proc, u in rotated(rows, rnd):
+            who = "gateway" if name == "native_gateway" else "relay"
+            r = measured(proc, who, server_pid, lambda: native_bench(chstorm, u, args.duration, args.connections))
+            runs[name].append(r)
+            cpu = f"  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query" if proc else ""
+            print(f"  {name:<18} qps {r['qps']:9.1f}{cpu}", file=sys.stderr)
+    return runs
+
+
+def many_rounds(args, who, server_pid, server_url):
+    """The many-clients alternation of who {name: (url, the proxy's pid or None)}: {name: [runs]}."""
+    for u, _ in who.values():
+        wrk_many(u, 1, args.many)
+    many = {name: [] for name in who}
+    for rnd in range(args.reps):
+        for name, (u, pid) in rotated(list(who.items()), rnd):
+            r = timed_many(u, args.duration, args.many, pid, server_pid, server_url)
+            many[name].append(r)
+            cpu = f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query" if pid else ""
+            print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
+                  f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
+                  f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
+                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
+                  f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}, running "
+                  f"{r['server_queries_running']:.1f}", file=sys.stderr)
+    return many
+
+
+def summary(args, runs, many, floors, native_peers, idle):
+    """The JSON's figures (medians of the rounds) of the phases that ran."""
+    med = lambda who, k: statistics.median(x[k] for x in runs[who])
+    res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "phases": args.phases,
+           "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
+           "paired": paired_rows(runs, many), "idle": idle, "loadavg": os.getloadavg(),
+           "errors": sum(x["errors"] for w in runs.values() for x in w)}
+    if "http" in args.phases:
+        res.update({k: med("gateway", k) for k in ("gateway_cpu_us_per_query", "gateway_user_us_per_query",
+                                                   "gateway_sys_us_per_query")})
+        res.update({"qps_ratio": med("gateway", "qps") / med("direct", "qps"), "direct_qps": med("direct", "qps"),
+                    "gateway_qps": med("gateway", "qps"),
+                    "floors": {mode: {"relay_cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
+                                      "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
+                                      "qps": med(f"floor_{mode}", "qps")} for mode in floors if not mode.startswith("peer_")},
+                    "peers": {mode.removeprefix("peer_"): {
+                        "cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
+                        "user_us_per_query": med(f"floor_{mode}", "relay_user_us_per_query"),
+                        "sys_us_per_query": med(f"floor_{mode}", "relay_sys_us_per_query"),
+                        "server_cpu_us_per_query": med(f"floor_{mode}", "server_cpu_us_per_query"),
+                        "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
+                        "qps": med(f"floor_{mode}", "qps")} for mode in floors if mode.startswith("peer_")}})
+    if "native" in args.phases:
+        res["native"] = {"bench": f"chstorm bench -q 'SELECT 1' -c {args.connections} -d {args.duration}s",
+                         "gateway_cpu_us_per_query": med("native_gateway", "gateway_cpu_us_per_query"),
+                         "qps_ratio": med("native_gateway", "qps") / med("native_direct", "qps"),
+                         "direct_qps": med("native_direct", "qps"), "gateway_qps": med("native_gateway", "qps")}
+        res["native_peers"] = {mode: {"cpu_us_per_query": med(f"native_{mode}", "relay_cpu_us_per_query"),
+                                      "qps_ratio": med(f"native_{mode}", "qps") / med("native_direct", "qps"),
+                                      "qps": med(f"native_{mode}", "qps")} for mode in native_peers}
+    if many:
+        res["many"] = {"wrk": f"wrk -t2 -c{args.many} -d{args.duration}s --latency", "runs": many,
+                       "rows": {name: {k: statistics.median(x[k] for x in rs) for k in MANY_KEYS if k in rs[0]}
+                                for name, rs in many.items()}}
+    return res
+
+
+def main():
+    args = parse_args()
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     tmp = scratch_dir("chstorm-gwcpu-")
@@ -567,20 +741,8 @@ def main():
     gw = gw_default = None
     floors, native_peers = {}, {}
     try:
-        url = info["http_url"]
-        if not args.no_floors:
-            relay = os.path.abspath(args.floor_relay)
-            if not os.path.exists(relay):
-                sh(["cargo", "build", "--release", "-p", "chstorm-gateway", "--example", "floor_relay"])
-            for mode in ("l4", "http", "h1", "hfront"):
-                p = free_port()
-                proc = subprocess.Popen([relay, mode, f"127.0.0.1:{p}", url.removeprefix("http://")],
-                                        stderr=subprocess.DEVNULL)
-                floors[mode] = (proc, f"http://127.0.0.1:{p}")
-            time.sleep(0.3)
-            for proc, _ in floors.values():
-                if proc.poll() is not None:
-                    raise SystemExit(f"bench_gateway_cpu: the floor relay exited ({proc.returncode}); run {relay} by hand to see why")
+        url, spid = info["http_url"], info["pid"]
+        floors = start_floors(args, url)
         if not args.no_peers:
             peers = start_peers(tmp, url.removeprefix("http://"), info["native_url"].removeprefix("clickhouse://"))
             time.sleep(0.3)
@@ -614,56 +776,23 @@ def main():
             native_peers["gateway_pgo"] = (gw_pgo, f"clickhouse://127.0.0.1:{pnative}")
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
-        wrk(gw_url, 1, args.connections)  # warm the pools
-        wrk(url, 1, args.connections)
-        runs = {"direct": [], "gateway": []}
-        for mode, (proc, furl) in floors.items():
-            wrk(furl, 1, args.connections)
-            runs[f"floor_{mode}"] = []
-        rows = [("direct", None, url)] + [(f"floor_{m}", p, u) for m, (p, u) in floors.items()] + [("gateway", gw, gw_url)]
-        for rnd in range(args.reps):
-            for name, proc, u in rotated(rows, rnd):
-                if proc is None:
-                    runs[name].append(wrk(u, args.duration, args.connections))
-                    print(f"  direct qps {runs[name][-1]['qps']:9.1f}", file=sys.stderr)
-                    continue
-                who = "gateway" if name == "gateway" else "relay"
-                c0 = cpu_times(proc.pid)
-                r = wrk(u, args.duration, args.connections)
-                r.update(split_cpu(proc.pid, c0, r["requests"], who))
-                runs[name].append(r)
-                print(f"  {name.removeprefix('floor_'):<18} qps {r['qps']:9.1f}  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query "
-                      f"(user {r[f'{who}_user_us_per_query']:.1f}, sys {r[f'{who}_sys_us_per_query']:.1f})", file=sys.stderr)
-        # The native port: chstorm bench straight to the server's and through the gateway's.
-        gw_native = f"clickhouse://127.0.0.1:{native_port}"
-        native_bench(chstorm, gw_native, 1, args.connections)
-        native_bench(chstorm, info["native_url"], 1, args.connections)
-        runs["native_direct"], runs["native_gateway"] = [], []
-        for mode, (proc, purl) in native_peers.items():
-            native_bench(chstorm, purl, 1, args.connections)
-            runs[f"native_{mode}"] = []
-        rows = ([("native_direct", None, info["native_url"])] + [(f"native_{m}", p, u) for m, (p, u) in native_peers.items()]
-                + [("native_gateway", gw, gw_native)])
-        for rnd in range(args.reps):
-            for name, proc, u in rotated(rows, rnd):
-                if proc is None:
-                    runs[name].append(native_bench(chstorm, u, args.duration, args.connections))
-                    print(f"  native direct qps {runs[name][-1]['qps']:9.1f}", file=sys.stderr)
-                    continue
-                who = "gateway" if name == "native_gateway" else "relay"
-                c0 = cpu_times(proc.pid)
-                r = native_bench(chstorm, u, args.duration, args.connections)
-                r.update(split_cpu(proc.pid, c0, r["requests"], who))
-                runs[name].append(r)
-                print(f"  {name:<18} qps {r['qps']:9.1f}  cpu {r[f'{who}_cpu_us_per_query']:.1f} us/query", file=sys.stderr)
-        many = {}
-        if args.many:
-            # Many keep-alive clients: direct, HAProxy (HTTP mode), the gateway with its limits
-            # raised (CONFIG), and a gateway with the default limits (defaults_config).
+        runs, many, idle = {}, {}, None
+        if "http" in args.phases:
+            rows = ([("direct", None, url)] + [(f"floor_{m}", p, u) for m, (p, u) in floors.items()]
+                    + [("gateway", gw, gw_url)])
+            runs.update(http_rounds(args, rows, spid))
+        if "native" in args.phases:
+            # chstorm bench straight to the server's native port and through the gateway's.
+            rows = ([("native_direct", None, info["native_url"])]
+                    + [(f"native_{m}", p, u) for m, (p, u) in native_peers.items()]
+                    + [("native_gateway", gw, f"clickhouse://127.0.0.1:{native_port}")])
+            runs.update(native_rounds(args, chstorm, rows, spid))
+        if "many" in args.phases:
+            # Many keep-alive clients: direct, HAProxy (HTTP mode), the gateway above (limits
+            # raised, CONFIG), and a gateway with the default limits (defaults_config).
             cfg2 = os.path.join(tmp, "gateway-defaults.yaml")
             open(cfg2, "w").write(defaults_config(port=free_port(), url=url, native_port=free_port(), native=native))
             gw_default, gw_default_url = start_gateway(chstorm, cfg2, os.path.join(out, "gateway-cpu-defaults.log"))
-            # {name: (URL, the proxy's pid or None)}
             who = {"direct": (url, None), "gateway": (gw_url, gw.pid),
                    "gateway_default_limits": (gw_default_url, gw_default.pid)}
             for peer in ("gateway_pgo", "haproxy_http"):
@@ -672,50 +801,10 @@ def main():
                     who[peer] = (purl, proc.pid)
             if args.cap:
                 who.update(start_capped(args, chstorm, tmp, out, url, native))
-            for name, (u, _) in who.items():
-                wrk_many(u, 1, args.many)
-                many[name] = []
-            for rnd in range(args.reps):
-                for name, (u, pid) in rotated(list(who.items()), rnd):
-                    r = timed_many(u, args.duration, args.many, pid, info["pid"], url)
-                    many[name].append(r)
-                    cpu = (f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query"
-                           if pid else "")
-                    print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
-                          f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
-                          f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-                          f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
-                          f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}, running "
-                          f"{r['server_queries_running']:.1f}", file=sys.stderr)
-        med = lambda who, k: statistics.median(x[k] for x in runs[who])
-        idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
-        res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
-               "gateway_cpu_us_per_query": med("gateway", "gateway_cpu_us_per_query"),
-               "gateway_user_us_per_query": med("gateway", "gateway_user_us_per_query"),
-               "gateway_sys_us_per_query": med("gateway", "gateway_sys_us_per_query"),
-               "qps_ratio": med("gateway", "qps") / med("direct", "qps"),
-               "direct_qps": med("direct", "qps"), "gateway_qps": med("gateway", "qps"),
-               "native": {"bench": f"chstorm bench -q 'SELECT 1' -c {args.connections} -d {args.duration}s",
-                          "gateway_cpu_us_per_query": med("native_gateway", "gateway_cpu_us_per_query"),
-                          "qps_ratio": med("native_gateway", "qps") / med("native_direct", "qps"),
-                          "direct_qps": med("native_direct", "qps"), "gateway_qps": med("native_gateway", "qps")},
-               "floors": {mode: {"relay_cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
-                                 "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
-                                 "qps": med(f"floor_{mode}", "qps")} for mode in floors if not mode.startswith("peer_")},
-               "peers": {mode.removeprefix("peer_"): {"cpu_us_per_query": med(f"floor_{mode}", "relay_cpu_us_per_query"),
-                                                      "user_us_per_query": med(f"floor_{mode}", "relay_user_us_per_query"),
-                                                      "sys_us_per_query": med(f"floor_{mode}", "relay_sys_us_per_query"),
-                                                      "qps_ratio": med(f"floor_{mode}", "qps") / med("direct", "qps"),
-                                                      "qps": med(f"floor_{mode}", "qps")} for mode in floors if mode.startswith("peer_")},
-               "native_peers": {mode: {"cpu_us_per_query": med(f"native_{mode}", "relay_cpu_us_per_query"),
-                                       "qps_ratio": med(f"native_{mode}", "qps") / med("native_direct", "qps"),
-                                       "qps": med(f"native_{mode}", "qps")} for mode in native_peers},
-               "many": {"wrk": f"wrk -t2 -c{args.many} -d{args.duration}s --latency",
-                        "rows": {name: {k: statistics.median(x[k] for x in rs) for k in MANY_KEYS if k in rs[0]}
-                                 for name, rs in many.items()}, "runs": many} if many else None,
-               "paired": paired_rows(runs, many),
-               "errors": sum(x["errors"] for w in runs.values() for x in w), "idle": idle,
-               "loadavg": os.getloadavg()}
+            many = many_rounds(args, who, spid, url)
+        if "idle" in args.phases:
+            idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))
+        res = summary(args, runs, many, floors, native_peers, idle)
     finally:
         for proc in {id(p): p for p, _ in floors.values()}.values():
             proc.terminate()
@@ -725,7 +814,14 @@ def main():
                 g.terminate()
                 g.wait()
         subprocess.call([chstorm, "local", "down", "--dir", sdir], stdout=subprocess.DEVNULL)
-    json.dump(res, open(os.path.join(out, "gateway_cpu_bare.json" if args.bare else "gateway_cpu.json"), "w"), indent=2)
+    path = os.path.join(out, "gateway_cpu_bare.json" if args.bare else "gateway_cpu.json")
+    json.dump(res, open(path, "w"), indent=2)
+    report(args, res)
+    print(f"figures written to {path} (load average {res['loadavg'][0]:.1f})")
+
+
+def report_http(args, res):
+    """The 8-client HTTP figures: the gateway, the floors and the peers."""
     peers = res["peers"]
     hp = peers.get("haproxy_http")
     print(f"gateway_cpu_us_per_query = {res['gateway_cpu_us_per_query']:.1f} (user {res['gateway_user_us_per_query']:.1f}, "
@@ -742,7 +838,15 @@ def main():
              "nginx": "nginx, proxy_pass, upstream keepalive", "gateway_pgo": "the gateway, profile-guided build"}
     for mode, f in peers.items():
         print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query (user {f['user_us_per_query']:.1f}, "
-              f"sys {f['sys_us_per_query']:.1f}), qps / direct {f['qps_ratio']:.3f}")
+              f"sys {f['sys_us_per_query']:.1f}), qps / direct {f['qps_ratio']:.3f}, the server's cpu "
+              f"{f['server_cpu_us_per_query']:.0f} us/query")
+    if hp and "gateway_pgo" in peers:
+        print(f"the gateway, profile-guided build: {peers['gateway_pgo']['cpu_us_per_query'] / hp['cpu_us_per_query']:.2f}x "
+              "HAProxy HTTP mode's cpu per query (target <= 1.00)")
+
+
+def report_native(args, res):
+    """The native port's figures: the gateway beside HAProxy in TCP mode."""
     n = res["native"]
     ht = res["native_peers"].get("haproxy_native")
     print(f"native select1_c{args.connections} gateway_qps / direct_qps = {n['qps_ratio']:.3f} "
@@ -754,43 +858,55 @@ def main():
         print(f"native: the gateway, profile-guided build: cpu {gp['cpu_us_per_query']:.1f} us per native query, "
               f"qps / direct {gp['qps_ratio']:.3f}"
               + (f" ({gp['cpu_us_per_query'] / ht['cpu_us_per_query']:.2f}x HAProxy TCP mode; target <= 1.00)" if ht else ""))
-    if hp and "gateway_pgo" in peers:
-        print(f"the gateway, profile-guided build: {peers['gateway_pgo']['cpu_us_per_query'] / hp['cpu_us_per_query']:.2f}x "
-              "HAProxy HTTP mode's cpu per query (target <= 1.00)")
-    if res["many"]:
-        rows = res["many"]["rows"]
-        for name, r in rows.items():
-            cpu = (f"  cpu user {r['proxy_user_us_per_query']:5.1f} sys {r['proxy_sys_us_per_query']:5.1f} us/query"
-                   if "proxy_user_us_per_query" in r else "")
-            print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
-                  f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
-                  f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
-                  f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before, "
-                  f"queries running {r['server_queries_running']:.1f} on average")
-        if "haproxy_http" in rows:
-            h = rows["haproxy_http"]
-            for name in ("gateway", "gateway_pgo"):
-                if name in rows:
-                    g = rows[name]
-                    print(f"c{args.many} {name} / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
-                          f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
-        g, h = rows.get(f"gateway_cap{args.cap}"), rows.get(f"haproxy_maxconn{args.cap}")
-        if g and h:
-            print(f"c{args.many} both held to {args.cap} at once, gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x, "
-                  f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x")
+
+
+def report_many(args, res):
+    """The many-clients rows, and each gateway's ratios to HAProxy."""
+    rows = res["many"]["rows"]
+    for name, r in rows.items():
+        cpu = (f"  cpu user {r['proxy_user_us_per_query']:5.1f} sys {r['proxy_sys_us_per_query']:5.1f} us/query"
+               if "proxy_user_us_per_query" in r else "")
+        print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
+              f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
+              f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
+              f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
+              f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before, "
+              f"queries running {r['server_queries_running']:.1f} on average")
+    if "haproxy_http" in rows:
+        h = rows["haproxy_http"]
+        for name in ("gateway", "gateway_pgo"):
+            if name in rows:
+                g = rows[name]
+                print(f"c{args.many} {name} / HAProxy: qps {g['qps'] / h['qps']:.2f}x (target >= 1.00), "
+                      f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x (target <= 1.00)")
+    g, h = rows.get(f"gateway_cap{args.cap}"), rows.get(f"haproxy_maxconn{args.cap}")
+    if g and h:
+        print(f"c{args.many} both held to {args.cap} at once, gateway / HAProxy: qps {g['qps'] / h['qps']:.2f}x, "
+              f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x")
+
+
+def report(args, res):
+    """Prints the figures of the phases that ran, each beside its target."""
+    if "http" in args.phases:
+        report_http(args, res)
+    if "native" in args.phases:
+        report_native(args, res)
+    if res.get("many"):
+        report_many(args, res)
     for row, p in res["paired"].items():
         # CPU and P99: lower is better; QPS: higher.
         better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
-        print(f"paired rounds, {row} / HAProxy: median {p['median']:.2f}, the gateway better in {better} of "
-              f"{len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
-    print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
-          f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
-          f"max {idle['ping_ms_max']:.3f} ms (target < 1); the server's own /ping meanwhile: median "
-          f"{idle['server_ping_ms_median']:.3f} ms, max {idle['server_ping_ms_max']:.3f} ms")
+        iv = f"95 % interval {p['interval'][0]:.2f} to {p['interval'][1]:.2f}, " if p["interval"] else ""
+        print(f"paired rounds, {row} / HAProxy: median {p['median']:.2f} ({iv}sign test p {p['sign_p']:.2f}), "
+              f"the gateway better in {better} of {len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
+    idle = res["idle"]
+    if idle:
+        print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "
+              f"(before {idle['rss_mb_before']:.1f}; target <= 100), /ping median {idle['ping_ms_median']:.3f} ms, "
+              f"max {idle['ping_ms_max']:.3f} ms (target < 1); the server's own /ping meanwhile: median "
+              f"{idle['server_ping_ms_median']:.3f} ms, max {idle['server_ping_ms_max']:.3f} ms")
     if res["errors"]:
         print(f"WARNING: {res['errors']} failed requests in the wrk runs")
-    print(f"figures written to {os.path.join(out, 'gateway_cpu.json')} (load average {res['loadavg'][0]:.1f})")
 
 
 if __name__ == "__main__":
