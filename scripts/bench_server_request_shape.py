@@ -15,7 +15,9 @@ shapes, alternated --reps times (each round starts at the next shape):
 The server's user+sys CPU is read from /proc/PID/stat around each run: CPU per query = CPU time
 / queries answered; and its threads' context switches per query (voluntary: a thread waited;
 involuntary: it was preempted). Prints each shape's medians (server µs per query, switches, QPS)
-and its rounds, and writes OUT/server_request_shape.json (OUT/server_request_shape_haproxy.json
+and its rounds, each shape's rounds paired with plain's (the median of their own ratios of the
+server's CPU per query, its 95 % interval and the sign test's p, as bench_gateway_cpu.py pairs
+them), and writes OUT/server_request_shape.json (OUT/server_request_shape_haproxy.json
 with --via-haproxy).
 
 --via-haproxy sends the four shapes through HAProxy in HTTP mode (`http-reuse always`, one
@@ -32,7 +34,7 @@ import argparse, json, os, re, statistics, subprocess, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import (cpu_seconds, one_at_a_time, rotated, routed_server,  # noqa: E402
+from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, rotated, routed_server,  # noqa: E402
                                thread_figures, threads_now, wait_answering)
 
 WHO = "bench_server_request_shape"
@@ -108,6 +110,13 @@ def main():
                             "server_us_per_query_rounds": us, "voluntary_switches_per_query": round(med[2], 3),
                             "involuntary_switches_per_query": round(med[3], 3)}
         print(f"  {s:7} server {med[1]:6.1f} us/query  switches {med[2]:.2f} + {med[3]:.2f} preempted  qps {med[0]:7.0f}  rounds {us}")
+    for s in names[1:]:
+        # Round by round against plain: the server's CPU per query, each round's own ratio.
+        p = paired([{"us": r[1]} for r in rounds[s]], [{"us": r[1]} for r in rounds["plain"]], "us")
+        res["shapes"][s]["server_us_per_query_paired_with_plain"] = p
+        iv = f"95 % interval {p['interval'][0]:.3f} to {p['interval'][1]:.3f}, " if p["interval"] else ""
+        print(f"  paired rounds, {s} / plain: the server's CPU per query, median {p['median']:.3f} ({iv}sign test p "
+              f"{p['sign_p']:.2f}), higher in {len(p['rounds']) - p['below_1']} of {len(p['rounds'])}")
     name = "server_request_shape_haproxy.json" if args.via_haproxy else "server_request_shape.json"
     json.dump(res, open(os.path.join(args.out, name), "w"), indent=2)
 
