@@ -3,14 +3,20 @@
 as a client sends it and as the gateway sends it.
 
 One local 18.16 server (`chstorm local up`), no proxy (HAProxy with --via-haproxy). `wrk -t2
--c256` (--connections; -t1 below 64) of `GET /?query=SELECT%201` for --duration seconds in four
-shapes, alternated --reps times (each round starts at the next shape):
+-c256` (--connections; -t1 below 64) of `GET /?query=SELECT%201` for --duration seconds in the
+shapes --shapes names (default the first four), alternated --reps times (each round starts at
+the next shape):
 
   plain     as a client sends it
   auth      with the `Authorization: Basic` header the gateway sends (user `default`, no password)
   params    with the parameters the gateway adds: `max_threads=1` (the thread budget's grant
             under a storm) and a new `query_id` on every request (a wrk Lua `request` function)
   both      the header and the parameters
+  xuser     the same credentials in the `X-ClickHouse-User` header, which 18.16 and later
+            releases accept in place of `Authorization` (no `X-ClickHouse-Key`: the password
+            is empty)
+  lua       the bare request, made by a wrk Lua `request` function doing the work params' does:
+            the control for params and both, whose Lua costs wrk CPU the server shares cores with
 
 The server's user+sys CPU is read from /proc/PID/stat around each run: CPU per query = CPU time
 / queries answered; and its threads' context switches per query (voluntary: a thread waited;
@@ -39,11 +45,23 @@ from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, rotated, rout
 
 WHO = "bench_server_request_shape"
 AUTH = ["-H", "Authorization: Basic ZGVmYXVsdDo="]  # default:
+XUSER = ["-H", "X-ClickHouse-User: default"]
+SHAPES = ("plain", "auth", "params", "both", "xuser", "lua")
 PARAMS_LUA = """local n = 0
 local tag = math.random(1, 1000000000)
 request = function()
   n = n + 1
   return wrk.format("GET", "/?query=SELECT%201&max_threads=1&query_id=shape-" .. tag .. "-" .. n)
+end
+"""
+# The bare request through the same Lua work (the id is made and left out): wrk's own CPU as
+# in `params`, which on shared cores the server's CPU per query also feels.
+LUA_PLAIN = """local n = 0
+local tag = math.random(1, 1000000000)
+request = function()
+  n = n + 1
+  local id = "shape-" .. tag .. "-" .. n
+  return wrk.format("GET", "/?query=SELECT%201")
 end
 """
 
@@ -77,18 +95,25 @@ def main():
     ap.add_argument("--reps", type=int, default=6, help="rounds of the four shapes (default 6)")
     ap.add_argument("--duration", type=int, default=4, help="seconds per run (default 4)")
     ap.add_argument("--via-haproxy", action="store_true", help="send the shapes through HAProxy in HTTP mode")
+    ap.add_argument("--shapes", default="plain,auth,params,both",
+                    help=f"the shapes to alternate, of {', '.join(SHAPES)}; plain first (default plain,auth,params,both)")
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
     if not 1 <= args.connections <= 10000 or not 1 <= args.reps <= 100 or not 1 <= args.duration <= 60:
         raise SystemExit(f"{WHO}: --connections 1 to 10000, --reps 1 to 100, --duration 1 to 60")
+    names = [x.strip() for x in args.shapes.split(",") if x.strip()]
+    if any(n not in SHAPES for n in names) or len(set(names)) != len(names) or names[:1] != ["plain"]:
+        raise SystemExit(f"{WHO}: --shapes: plain first, then any of {', '.join(SHAPES[1:])}, each once "
+                         f"(e.g. --shapes plain,auth,xuser)")
     need(WHO, ["wrk", "haproxy"] if args.via_haproxy else ["wrk"])
     chstorm = os.path.abspath(args.chstorm)
     os.makedirs(args.out, exist_ok=True)
     tmp = scratch_dir("chstorm-shape-")
-    lua = os.path.join(tmp, "params.lua")
+    lua, lua_plain = os.path.join(tmp, "params.lua"), os.path.join(tmp, "plain.lua")
     open(lua, "w").write(PARAMS_LUA)
-    shapes = {"plain": [], "auth": AUTH, "params": ["-s", lua], "both": AUTH + ["-s", lua]}
-    names = list(shapes)
+    open(lua_plain, "w").write(LUA_PLAIN)
+    shapes = {"plain": [], "auth": AUTH, "params": ["-s", lua], "both": AUTH + ["-s", lua], "xuser": XUSER,
+              "lua": ["-s", lua_plain]}
     rounds = {s: [] for s in names}
     with routed_server(chstorm, tmp) as (url, native, pid):
         haproxy = None
