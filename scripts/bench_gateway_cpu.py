@@ -547,6 +547,12 @@ def paired(a, b, key_a, key_b=None):
             "sign_p": sign_p(x), "below_1": sum(v < 1 for v in x), "rounds": [round(v, 3) for v in x]}
 
 
+def paired_text(p, digits=2):
+    """A paired verdict as one phrase: `median M (95 % interval L to H, sign test p P)`."""
+    iv = f"95 % interval {p['interval'][0]:.{digits}f} to {p['interval'][1]:.{digits}f}, " if p["interval"] else ""
+    return f"median {p['median']:.{digits}f} ({iv}sign test p {p['sign_p']:.2f})"
+
+
 def paired_rows(runs, many):
     """Each gateway against HAProxy, round by round: {row: paired(...)} for the rows both ran."""
     out, cpu = {}, "relay_cpu_us_per_query"
@@ -896,9 +902,7 @@ def report(args, res):
     for row, p in res["paired"].items():
         # CPU and P99: lower is better; QPS: higher.
         better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
-        iv = f"95 % interval {p['interval'][0]:.2f} to {p['interval'][1]:.2f}, " if p["interval"] else ""
-        print(f"paired rounds, {row} / HAProxy: median {p['median']:.2f} ({iv}sign test p {p['sign_p']:.2f}), "
-              f"the gateway better in {better} of {len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
+        print(f"paired rounds, {row} / HAProxy: {paired_text(p)}, the gateway better in {better} of {len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
     idle = res["idle"]
     if idle:
         print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "

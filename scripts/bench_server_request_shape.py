@@ -21,12 +21,12 @@ the next shape):
 The server's user+sys CPU is read from /proc/PID/stat around each run: CPU per query = CPU time
 / queries answered; and its threads' context switches per query (voluntary: a thread waited;
 involuntary: it was preempted). Prints each shape's medians (server µs per query, switches, QPS)
-and its rounds, each shape's rounds paired with plain's (the median of their own ratios of the
-server's CPU per query, its 95 % interval and the sign test's p, as bench_gateway_cpu.py pairs
-them), and writes OUT/server_request_shape.json (OUT/server_request_shape_haproxy.json
+and its rounds, each shape's rounds paired with its control's (the median of their own ratios
+of the server's CPU per query, its 95 % interval and the sign test's p, as bench_gateway_cpu.py
+pairs them; the control is `lua` for params and both when it runs, else plain), and writes OUT/server_request_shape.json (OUT/server_request_shape_haproxy.json
 with --via-haproxy).
 
---via-haproxy sends the four shapes through HAProxy in HTTP mode (`http-reuse always`, one
+--via-haproxy sends the shapes through HAProxy in HTTP mode (`http-reuse always`, one
 thread, as `bench_gateway_cpu.py` runs it), which passes each request on as it came: whether
 the shape of the gateway's requests, rather than the way a proxy passes them on, changes what
 the server spends behind a proxy.
@@ -40,7 +40,7 @@ import argparse, json, os, re, statistics, subprocess, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, rotated, routed_server,  # noqa: E402
+from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, paired_text, rotated, routed_server,  # noqa: E402
                                thread_figures, threads_now, wait_answering)
 
 WHO = "bench_server_request_shape"
@@ -64,6 +64,12 @@ request = function()
   return wrk.format("GET", "/?query=SELECT%201")
 end
 """
+
+
+def control(shape, names):
+    """The shape `shape` is paired with: `lua` for the shapes made by a Lua function (params,
+    both) when it runs, else `plain`."""
+    return "lua" if shape in ("params", "both") and "lua" in names else "plain"
 
 
 def run(url, pid, extra, conns, duration):
@@ -92,7 +98,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chstorm", default="target/release/chstorm", help="chstorm, for `local up` (default target/release/chstorm)")
     ap.add_argument("--connections", type=int, default=256, help="wrk's clients (default 256)")
-    ap.add_argument("--reps", type=int, default=6, help="rounds of the four shapes (default 6)")
+    ap.add_argument("--reps", type=int, default=6, help="rounds of the shapes (default 6)")
     ap.add_argument("--duration", type=int, default=4, help="seconds per run (default 4)")
     ap.add_argument("--via-haproxy", action="store_true", help="send the shapes through HAProxy in HTTP mode")
     ap.add_argument("--shapes", default="plain,auth,params,both",
@@ -136,12 +142,12 @@ def main():
                             "involuntary_switches_per_query": round(med[3], 3)}
         print(f"  {s:7} server {med[1]:6.1f} us/query  switches {med[2]:.2f} + {med[3]:.2f} preempted  qps {med[0]:7.0f}  rounds {us}")
     for s in names[1:]:
-        # Round by round against plain: the server's CPU per query, each round's own ratio.
-        p = paired([{"us": r[1]} for r in rounds[s]], [{"us": r[1]} for r in rounds["plain"]], "us")
-        res["shapes"][s]["server_us_per_query_paired_with_plain"] = p
-        iv = f"95 % interval {p['interval'][0]:.3f} to {p['interval'][1]:.3f}, " if p["interval"] else ""
-        print(f"  paired rounds, {s} / plain: the server's CPU per query, median {p['median']:.3f} ({iv}sign test p "
-              f"{p['sign_p']:.2f}), higher in {len(p['rounds']) - p['below_1']} of {len(p['rounds'])}")
+        # Round by round against its control: the server's CPU per query, each round's own ratio.
+        against = control(s, names)
+        p = paired([{"us": r[1]} for r in rounds[s]], [{"us": r[1]} for r in rounds[against]], "us")
+        res["shapes"][s]["server_us_per_query_paired"] = dict(p, against=against)
+        print(f"  paired rounds, {s} / {against}: the server's CPU per query, {paired_text(p, 3)}, "
+              f"higher in {len(p['rounds']) - p['below_1']} of {len(p['rounds'])}")
     name = "server_request_shape_haproxy.json" if args.via_haproxy else "server_request_shape.json"
     json.dump(res, open(os.path.join(args.out, name), "w"), indent=2)
 
