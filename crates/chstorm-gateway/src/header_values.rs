@@ -8,8 +8,9 @@
 //! rest as `from_bytes` does, with the same checks. Each thread keeps the last [`SLOTS`] values
 //! it made, the oldest replaced first; a value longer than [`MAX_LEN`] bytes, or of a header that
 //! carries a client's credentials (`crate::request::is_credential`), is neither looked up nor
-//! kept: credentials are made for their request alone. Written here rather than taken from a crate: it is a few lines over `http`'s own
-//! type, and an interning crate would add a global lock or a hash per value.
+//! kept: credentials are made for their request alone. Written here rather than taken from a
+//! crate: it is a few lines over `http`'s own type, and an interning crate would add a global
+//! lock or a hash per value.
 
 use http::header::InvalidHeaderValue;
 use http::{HeaderName, HeaderValue};
