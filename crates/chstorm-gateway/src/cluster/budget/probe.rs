@@ -49,10 +49,10 @@ pub fn fallback_cores() -> usize {
 }
 
 /// The `auto` total for `cores` cores: the cores. The seed found "the cores or twice that"
-/// best; on its table, here, total = cores beat 2 x cores in every pass of the session-4 run
-/// (queue mode, 20 clients: 3.70 s against 3.84 s, 5.73 s in all against 6.18 s): twice the
-/// cores put 4 threads on 2 busy cores. A lone query's grant is capped at the cores
-/// ([`Threads::cap_at_cores`]), so it gets the same either way (docs/GATEWAY.md, "Thread budget").
+/// best; on its table, here, total = cores beat 2 x cores (queue mode, 20 clients): twice the
+/// cores put 4 threads on 2 busy cores (the benchmark in docs/GATEWAY.md, "Thread budget"). A
+/// lone query's grant is capped at the cores ([`Threads::cap_at_cores`]), so it gets the same
+/// either way.
 pub fn auto_total(cores: usize) -> usize {
     cores.max(1)
 }
