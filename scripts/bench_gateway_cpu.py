@@ -58,7 +58,9 @@ shared cores the share of direct QPS follows the CPU the server spends behind ea
 least as much as the proxy's own.
 
 --phases runs some of the four parts alone (http: the 8-client rows; native; many; idle), so
-that one target can get more rounds in the same time: `--phases http --reps 31`.
+that one target can get more rounds in the same time: `--phases http --reps 31`. --pool A.json
+B.json runs nothing and prints the paired verdicts over the rounds of several runs together
+(each JSON records the sha256 of the binaries it measured; runs of other builds are pointed out).
 
 The floor: in the same alternation, four relays with nothing of the gateway in them
 (crates/chstorm-gateway/examples/floor_relay.rs, one current-thread runtime like `workers: 1`):
@@ -82,10 +84,13 @@ scripts/install-deps installs).
 target/pgo/release/chstorm) as one more gateway with the same config, in every alternation (HTTP,
 native, many clients), printed beside HAProxy.
 
+--log-queries 0 sets the server's `log_queries` to 0 (`chstorm local up` sets 1): 18.16 then
+logs no query, and wakes no query_log thread for each one, behind any proxy.
+
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
-import argparse, contextlib, json, math, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
+import argparse, contextlib, hashlib, json, math, os, re, resource, shutil, socket, statistics, subprocess, sys, threading, time
 import http.client, urllib.parse
 
 sys.dont_write_bytecode = True
@@ -538,10 +543,13 @@ def sign_p(x):
 
 
 def paired(a, b, key_a, key_b=None):
-    """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their median, its 95 %
-    interval (median_interval), the sign test's p (sign_p), the count of rounds below 1, and each
-    round's ratio."""
-    x = [p[key_a] / q[key_b or key_a] for p, q in zip(a, b)]
+    """The rounds' own ratios a / b of `key_a` (`key_b` in b's runs): their verdict()."""
+    return verdict([p[key_a] / q[key_b or key_a] for p, q in zip(a, b)])
+
+
+def verdict(x):
+    """Of rounds' ratios x: their median, its 95 % interval (median_interval), the sign test's p
+    (sign_p), the count of rounds below 1, and each round's ratio."""
     iv = median_interval(x)
     return {"median": statistics.median(x), "interval": [round(v, 3) for v in iv] if iv else None,
             "sign_p": sign_p(x), "below_1": sum(v < 1 for v in x), "rounds": [round(v, 3) for v in x]}
@@ -599,6 +607,12 @@ def parse_args():
     ap.add_argument("--workers", help="the gateway's `workers` (default: its own default, auto = cores)")
     ap.add_argument("--pgo", help="also measure this profile-guided build of chstorm (make release-pgo: "
                                    "target/pgo/release/chstorm) as one more gateway, same config, same alternation")
+    ap.add_argument("--log-queries", type=int, choices=(0, 1), default=1,
+                    help="the server's log_queries (default 1, as `chstorm local up` sets it; 0 leaves query_log "
+                         "out of every figure: 18.16 wakes its query_log thread for each logged query)")
+    ap.add_argument("--pool", nargs="+", metavar="JSON",
+                    help="run nothing: print the paired verdicts over the rounds of these runs' gateway_cpu.json "
+                         "together (runs of the same builds and phases; more rounds than one run has time for)")
     ap.add_argument("--gateway-pid-file", help="also write the gateway's pid here (for perf record)")
     ap.add_argument("--no-floors", action="store_true", help="leave out the floor relays (l4, bare hyper, httparse, hyper front)")
     ap.add_argument("--no-peers", action="store_true", help="leave out HAProxy (HTTP and TCP mode) and nginx")
@@ -617,6 +631,26 @@ def parse_args():
     if args.many == 0 and "many" in args.phases:
         args.phases.remove("many")
     return args
+
+
+def set_log_queries(sdir, url, value):
+    """Sets the local server's `log_queries` profile setting (in SDIR/users.xml, which the server
+    reads again by itself) and waits until the server has it (at most 30 s)."""
+    path = os.path.join(sdir, "users.xml")
+    text = open(path).read()
+    if "<log_queries>1</log_queries>" not in text:
+        raise SystemExit(f"bench_gateway_cpu: --log-queries: {path} has no <log_queries>1</log_queries> to change")
+    was = os.stat(path).st_mtime
+    open(path, "w").write(text.replace("<log_queries>1</log_queries>", f"<log_queries>{value}</log_queries>"))
+    # The server reloads the file when its modification time changes, in whole seconds: a file
+    # rewritten in the second it was made would look unchanged.
+    os.utime(path, (was + 2, was + 2))
+    ask = "SELECT value FROM system.settings WHERE name = 'log_queries'"
+    for _ in range(150):
+        if sh(["curl", "-sf", url, "--data-binary", ask]).strip() == str(value):
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"bench_gateway_cpu: --log-queries: the server did not take log_queries={value} from {path} in 30 s")
 
 
 def start_floors(args, url):
@@ -704,8 +738,9 @@ def summary(args, runs, many, floors, native_peers, idle):
     """The JSON's figures (medians of the rounds) of the phases that ran."""
     med = lambda who, k: statistics.median(x[k] for x in runs[who])
     res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "phases": args.phases,
+           "log_queries": args.log_queries,
            "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
-           "paired": paired_rows(runs, many), "idle": idle, "loadavg": os.getloadavg(),
+           "paired": paired_rows(runs, many), "binaries": binaries(args), "idle": idle, "loadavg": os.getloadavg(),
            "errors": sum(x["errors"] for w in runs.values() for x in w)}
     if "http" in args.phases:
         res.update({k: med("gateway", k) for k in ("gateway_cpu_us_per_query", "gateway_user_us_per_query",
@@ -739,6 +774,8 @@ def summary(args, runs, many, floors, native_peers, idle):
 
 def main():
     args = parse_args()
+    if args.pool:
+        return pool(args.pool)
     chstorm, out = os.path.abspath(args.chstorm), os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     tmp = scratch_dir("chstorm-gwcpu-")
@@ -748,6 +785,8 @@ def main():
     floors, native_peers = {}, {}
     try:
         url, spid = info["http_url"], info["pid"]
+        if args.log_queries == 0:
+            set_log_queries(sdir, url, 0)
         floors = start_floors(args, url)
         if not args.no_peers:
             peers = start_peers(tmp, url.removeprefix("http://"), info["native_url"].removeprefix("clickhouse://"))
@@ -891,6 +930,35 @@ def report_many(args, res):
               f"p99 {g['p99_ms'] / h['p99_ms']:.2f}x")
 
 
+def paired_line(row, p):
+    """`ROW / HAProxy: <paired_text>, the gateway better in N of M` (CPU and P99: lower is
+    better; QPS: higher)."""
+    better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
+    return f"{row} / HAProxy: {paired_text(p)}, the gateway better in {better} of {len(p['rounds'])}"
+
+
+def pool(paths):
+    """--pool: the paired verdicts over the rounds of several runs' JSONs, for each row that all
+    of them have; says when the runs measured different binaries (or did not record them)."""
+    runs = [json.load(open(p)) for p in paths]
+    ids = {json.dumps(r.get("binaries"), sort_keys=True) for r in runs}
+    if len(ids) > 1 or "null" in ids:
+        print("bench_gateway_cpu: note: these runs did not all record the same binaries "
+              "(\"binaries\" in their JSON); pool only runs of the same builds", file=sys.stderr)
+    rows = [k for k in runs[0]["paired"] if all(k in r["paired"] for r in runs)]
+    if not rows:
+        raise SystemExit("bench_gateway_cpu: --pool: these runs have no paired row in common; pool runs of the same --phases")
+    for row in rows:
+        x = [v for r in runs for v in r["paired"][row]["rounds"]]
+        print(f"pooled, {len(runs)} runs: {paired_line(row, verdict(x))}")
+
+
+def binaries(args):
+    """The sha256 of each measured chstorm binary, so that --pool can tell runs of the same builds."""
+    paths = {"chstorm": args.chstorm, "pgo": args.pgo}
+    return {k: hashlib.sha256(open(v, "rb").read()).hexdigest() for k, v in paths.items() if v and os.path.exists(v)}
+
+
 def report(args, res):
     """Prints the figures of the phases that ran, each beside its target."""
     if "http" in args.phases:
@@ -900,9 +968,7 @@ def report(args, res):
     if res.get("many"):
         report_many(args, res)
     for row, p in res["paired"].items():
-        # CPU and P99: lower is better; QPS: higher.
-        better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
-        print(f"paired rounds, {row} / HAProxy: {paired_text(p)}, the gateway better in {better} of {len(p['rounds'])} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
+        print(f"paired rounds, {paired_line(row, p)} ({', '.join(f'{v:.2f}' for v in p['rounds'])})")
     idle = res["idle"]
     if idle:
         print(f"idle {idle['connections']} connections: gateway rss {idle['rss_mb_held']:.1f} MB "

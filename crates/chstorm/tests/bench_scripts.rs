@@ -152,3 +152,62 @@ fn the_bolt_step_trains_the_instrumented_binary_and_keeps_the_build_when_a_step_
         "a failed step leaves the build as it was"
     );
 }
+
+/// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
+/// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
+/// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
+/// other binaries and refusing runs with no row in common.
+#[test]
+fn the_cpu_benchmarks_paired_verdicts_and_their_pooling() {
+    let program = format!(
+        "import sys\nsys.path.insert(0, {:?})\nimport bench_gateway_cpu as b\n\
+         print(b.median_interval(list(range(1, 12))), b.median_interval(list(range(1, 32))), \
+         b.median_interval([1, 2, 3, 4, 5]), round(b.sign_p([1.1] * 8 + [0.9] * 3), 3))",
+        scripts().display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "(2, 10) (10, 22) None 0.227", "{out:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, rounds: &[f64], sha: &str| {
+        let path = dir.path().join(name);
+        let json = format!(
+            "{{\"binaries\": {{\"pgo\": \"{sha}\"}}, \"paired\": {{\"gateway_pgo http cpu\": {{\"rounds\": {rounds:?}}}}}}}"
+        );
+        std::fs::write(&path, json).unwrap();
+        path
+    };
+    // Alone each run is one-sided; pooled, 22 rounds split evenly around 1.
+    let a = run("a.json", &[0.9; 11], "x");
+    let b = run("b.json", &[1.1; 11], "x");
+    let c = run("c.json", &[1.1; 11], "y");
+    let pool = |files: &[&Path]| {
+        let out = Command::new("python3")
+            .arg(scripts().join("bench_gateway_cpu.py"))
+            .arg("--pool")
+            .args(files)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (code, stdout, stderr) = pool(&[&a, &b]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("pooled, 2 runs: gateway_pgo http cpu / HAProxy: median 1.00 (95 % interval 0.90 to 1.10, sign test p 1.00)")
+            && stdout.contains("the gateway better in 11 of 22"),
+        "{stdout}"
+    );
+    assert!(stderr.is_empty(), "runs of the same binaries: {stderr}");
+    let (code, _, stderr) = pool(&[&a, &c]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("did not all record the same binaries"), "{stderr}");
+    let other = dir.path().join("d.json");
+    std::fs::write(&other, "{\"paired\": {\"gateway_pgo many qps\": {\"rounds\": [1.0]}}}").unwrap();
+    let (code, _, stderr) = pool(&[&a, &other]);
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("no paired row in common"), "{stderr}");
+}
