@@ -84,8 +84,9 @@ scripts/install-deps installs).
 target/pgo/release/chstorm) as one more gateway with the same config, in every alternation (HTTP,
 native, many clients), printed beside HAProxy.
 
---log-queries 0 sets the server's `log_queries` to 0 (`chstorm local up` sets 1): 18.16 then
-logs no query, and wakes no query_log thread for each one, behind any proxy.
+--log-queries 0 sets the server's `log_queries` to 0 (`chstorm local up` sets 1): no figure then
+counts what the server spends logging each query, which with 256 clients differs behind each
+proxy (docs/PERFORMANCE.md, "The server's query log with 256 clients").
 
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
@@ -608,8 +609,8 @@ def parse_args():
     ap.add_argument("--pgo", help="also measure this profile-guided build of chstorm (make release-pgo: "
                                    "target/pgo/release/chstorm) as one more gateway, same config, same alternation")
     ap.add_argument("--log-queries", type=int, choices=(0, 1), default=1,
-                    help="the server's log_queries (default 1, as `chstorm local up` sets it; 0 leaves query_log "
-                         "out of every figure: 18.16 wakes its query_log thread for each logged query)")
+                    help="the server's log_queries (default 1, as `chstorm local up` sets it; 0: no figure counts "
+                         "what the server spends logging each query)")
     ap.add_argument("--pool", nargs="+", metavar="JSON",
                     help="run nothing: print the paired verdicts over the rounds of these runs' gateway_cpu.json "
                          "together (runs of the same builds and phases; more rounds than one run has time for)")
@@ -940,7 +941,14 @@ def paired_line(row, p):
 def pool(paths):
     """--pool: the paired verdicts over the rounds of several runs' JSONs, for each row that all
     of them have; says when the runs measured different binaries (or did not record them)."""
-    runs = [json.load(open(p)) for p in paths]
+    runs = []
+    for p in paths:
+        try:
+            runs.append(json.load(open(p)))
+            runs[-1]["paired"].items()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise SystemExit(f"bench_gateway_cpu: --pool: {p} is not a gateway_cpu.json of this script "
+                             f"({type(e).__name__}: {e}); give the JSONs its runs wrote")
     ids = {json.dumps(r.get("binaries"), sort_keys=True) for r in runs}
     if len(ids) > 1 or "null" in ids:
         print("bench_gateway_cpu: note: these runs did not all record the same binaries "
@@ -949,7 +957,7 @@ def pool(paths):
     if not rows:
         raise SystemExit("bench_gateway_cpu: --pool: these runs have no paired row in common; pool runs of the same --phases")
     for row in rows:
-        x = [v for r in runs for v in r["paired"][row]["rounds"]]
+        x = [v for r in runs for v in r["paired"][row].get("rounds", [])]
         print(f"pooled, {len(runs)} runs: {paired_line(row, verdict(x))}")
 
 

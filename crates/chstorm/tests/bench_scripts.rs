@@ -156,7 +156,8 @@ fn the_bolt_step_trains_the_instrumented_binary_and_keeps_the_build_when_a_step_
 /// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
 /// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
 /// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
-/// other binaries and refusing runs with no row in common.
+/// other binaries and refusing, in one line, runs with no row in common and files that are not
+/// a run's JSON.
 #[test]
 fn the_cpu_benchmarks_paired_verdicts_and_their_pooling() {
     let program = format!(
@@ -210,4 +211,13 @@ fn the_cpu_benchmarks_paired_verdicts_and_their_pooling() {
     let (code, _, stderr) = pool(&[&a, &other]);
     assert_eq!(code, Some(1));
     assert!(stderr.contains("no paired row in common"), "{stderr}");
+    let broken = dir.path().join("e.json");
+    std::fs::write(&broken, "{\"paired\": ").unwrap();
+    let not_a_run = dir.path().join("f.json");
+    std::fs::write(&not_a_run, "{\"runs\": []}").unwrap();
+    for bad in [broken.as_path(), not_a_run.as_path(), Path::new("/nonexistent/gateway_cpu.json")] {
+        let (code, _, stderr) = pool(&[&a, bad]);
+        assert_eq!(code, Some(1), "{stderr}");
+        assert!(stderr.contains("is not a gateway_cpu.json") && stderr.lines().count() == 1, "{stderr}");
+    }
 }
