@@ -941,14 +941,7 @@ def paired_line(row, p):
 def pool(paths):
     """--pool: the paired verdicts over the rounds of several runs' JSONs, for each row that all
     of them have; says when the runs measured different binaries (or did not record them)."""
-    runs = []
-    for p in paths:
-        try:
-            runs.append(json.load(open(p)))
-            runs[-1]["paired"].items()
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise SystemExit(f"bench_gateway_cpu: --pool: {p} is not a gateway_cpu.json of this script "
-                             f"({type(e).__name__}: {e}); give the JSONs its runs wrote")
+    runs = [pooled_run(p) for p in paths]
     ids = {json.dumps(r.get("binaries"), sort_keys=True) for r in runs}
     if len(ids) > 1 or "null" in ids:
         print("bench_gateway_cpu: note: these runs did not all record the same binaries "
@@ -957,8 +950,26 @@ def pool(paths):
     if not rows:
         raise SystemExit("bench_gateway_cpu: --pool: these runs have no paired row in common; pool runs of the same --phases")
     for row in rows:
-        x = [v for r in runs for v in r["paired"][row].get("rounds", [])]
+        x = [v for r in runs for v in r["paired"][row]["rounds"]]
         print(f"pooled, {len(runs)} runs: {paired_line(row, verdict(x))}")
+
+
+def pooled_run(path):
+    """One run's JSON for --pool: its `paired` rows, each with its list of `rounds`, checked."""
+    why = None
+    try:
+        run = json.load(open(path))
+    except (OSError, ValueError) as e:
+        why = f"{type(e).__name__}: {e}"
+    else:
+        rows = run.get("paired") if isinstance(run, dict) else None
+        if not isinstance(rows, dict) or not all(isinstance(r, dict) and isinstance(r.get("rounds"), list)
+                                                 for r in rows.values()):
+            why = "no \"paired\" rows with their \"rounds\""
+    if why:
+        raise SystemExit(f"bench_gateway_cpu: --pool: {path} is not a gateway_cpu.json of this script ({why}); "
+                         f"give the JSONs its runs wrote")
+    return run
 
 
 def binaries(args):
