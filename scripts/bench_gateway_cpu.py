@@ -313,8 +313,8 @@ def split_cpu(pid, before, requests, who):
 
 
 def threads_now(pid):
-    """{thread id: (CPU ticks, voluntary, involuntary context switches)} of process pid's threads;
-    a thread that ends while it is read is left out."""
+    """{thread id: (CPU ticks, voluntary, involuntary context switches, name)} of process pid's
+    threads; a thread that ends while it is read is left out."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -323,19 +323,35 @@ def threads_now(pid):
         except OSError:
             continue
         out[tid] = (int(stat[11]) + int(stat[12]), int(status["voluntary_ctxt_switches"]),
-                    int(status["nonvoluntary_ctxt_switches"]))
+                    int(status["nonvoluntary_ctxt_switches"]), status["Name"].strip())
     return out
+
+
+# The server's threads by name (18.16's and current releases' alike): those that serve HTTP
+# connections, one per connection, and those that flush the system logs (query_log,
+# query_thread_log): each takes the rows that queries leave when they finish.
+HANDLER_THREAD, LOG_FLUSH_THREAD = "HTTPHandler", "SystemLogFlush"
 
 
 def thread_figures(before, after, requests, busiest=50):
     """From two threads_now: the context switches per query of the process's threads (voluntary:
     a thread waited; involuntary: it was preempted), and the share of its CPU done by its
-    `busiest` threads (how evenly its connections' threads shared the work)."""
-    d = [tuple(a - b for a, b in zip(after[t], before.get(t, (0, 0, 0)))) for t in after]
-    ticks = sorted((x[0] for x in d), reverse=True)
-    return {"server_voluntary_switches_per_query": sum(x[1] for x in d) / max(1, requests),
-            "server_involuntary_switches_per_query": sum(x[2] for x in d) / max(1, requests),
-            "server_busiest_threads_share": sum(ticks[:busiest]) / max(1, sum(ticks))}
+    `busiest` threads (how evenly its connections' threads shared the work). Apart: the
+    connection threads' CPU and preemptions per query, and the log-flushing threads' CPU and
+    waits per query (18.16's wakes for each row a finished query leaves while it waits, and
+    preempts the thread that left it; hence its waits count how unevenly queries finish)."""
+    zero = (0, 0, 0, "")
+    d = [(tuple(a - b for a, b in zip(after[t][:3], before.get(t, zero)[:3])), after[t][3]) for t in after]
+    ticks = sorted((x[0] for x, _ in d), reverse=True)
+    per = lambda v: v / max(1, requests)
+    of = lambda name, i: per(sum(x[i] for x, n in d if n == name))
+    return {"server_voluntary_switches_per_query": per(sum(x[1] for x, _ in d)),
+            "server_involuntary_switches_per_query": per(sum(x[2] for x, _ in d)),
+            "server_busiest_threads_share": sum(ticks[:busiest]) / max(1, sum(ticks)),
+            "server_handler_cpu_us_per_query": of(HANDLER_THREAD, 0) / TICK * 1e6,
+            "server_handler_preempted_per_query": of(HANDLER_THREAD, 2),
+            "server_log_flush_cpu_us_per_query": of(LOG_FLUSH_THREAD, 0) / TICK * 1e6,
+            "server_log_flush_waits_per_query": of(LOG_FLUSH_THREAD, 1)}
 
 
 def accepts_now():
@@ -581,13 +597,19 @@ def paired_rows(runs, many):
             out[f"{name} many qps"] = paired(many[name], many["haproxy_http"], "qps")
             out[f"{name} many p99"] = paired(many[name], many["haproxy_http"], "p99_ms")
             out[f"{name} many server cpu"] = paired(many[name], many["haproxy_http"], "server_cpu_us_per_query")
+            out[f"{name} many server handler cpu"] = paired(many[name], many["haproxy_http"],
+                                                            "server_handler_cpu_us_per_query")
+            out[f"{name} many server log flush waits"] = paired(many[name], many["haproxy_http"],
+                                                                "server_log_flush_waits_per_query")
     return out
 
 
 # What the many-clients rows keep (medians of the runs); the proxy's CPU only where there is a proxy.
 MANY_KEYS = ("qps", "p50_ms", "p99_ms", "errors", "server_cpu_us_per_query", "proxy_user_us_per_query",
              "proxy_sys_us_per_query", "server_voluntary_switches_per_query", "server_involuntary_switches_per_query",
-             "server_busiest_threads_share", "accepts_beyond_clients", "server_connections_peak", "server_queries_running")
+             "server_busiest_threads_share", "server_handler_cpu_us_per_query", "server_handler_preempted_per_query",
+             "server_log_flush_cpu_us_per_query", "server_log_flush_waits_per_query", "accepts_beyond_clients",
+             "server_connections_peak", "server_queries_running")
 
 
 PHASES = ("http", "native", "many", "idle")
@@ -716,6 +738,13 @@ def native_rounds(args, chstorm, rows, server_pid):
     return runs
 
 
+def server_threads(r):
+    """The server's connection and log-flushing threads in a many-clients row, as one phrase."""
+    return (f"connection threads {r['server_handler_cpu_us_per_query']:.0f} us and "
+            f"{r['server_handler_preempted_per_query']:.2f} preempted, log flushing "
+            f"{r['server_log_flush_cpu_us_per_query']:.0f} us and {r['server_log_flush_waits_per_query']:.2f} waits")
+
+
 def many_rounds(args, who, server_pid, server_url):
     """The many-clients alternation of who {name: (url, the proxy's pid or None)}: {name: [runs]}."""
     for u, _ in who.values():
@@ -729,7 +758,7 @@ def many_rounds(args, who, server_pid, server_url):
             print(f"  c{args.many} {name:<22} qps {r['qps']:9.1f}  p50 {r['p50_ms']:.1f} ms  p99 {r['p99_ms']:.1f} ms  "
                   f"errors {r['errors']}{cpu}  server {r['server_cpu_us_per_query']:.0f} us/query, switches "
                   f"{r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-                  f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
+                  f"preempted ({server_threads(r)}), busiest 50 threads {r['server_busiest_threads_share']:.2f}, accepted "
                   f"{r['accepts_beyond_clients']}, connections +{r['server_connections_peak']}, running "
                   f"{r['server_queries_running']:.1f}", file=sys.stderr)
     return many
@@ -915,7 +944,7 @@ def report_many(args, res):
         print(f"c{args.many} {name:<22} qps {r['qps']:8.0f}  p50 {r['p50_ms']:6.1f} ms  p99 {r['p99_ms']:6.1f} ms  "
               f"errors {r['errors']:.0f}{cpu}  server cpu {r['server_cpu_us_per_query']:.0f} us/query, context "
               f"switches {r['server_voluntary_switches_per_query']:.2f} + {r['server_involuntary_switches_per_query']:.2f} "
-              f"preempted, busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
+              f"preempted ({server_threads(r)}), busiest 50 threads {r['server_busiest_threads_share']:.2f}, connections accepted beyond "
               f"the clients' {r['accepts_beyond_clients']:.0f}, its connections at most {r['server_connections_peak']:.0f} more than before, "
               f"queries running {r['server_queries_running']:.1f} on average")
     if "haproxy_http" in rows:
@@ -932,9 +961,9 @@ def report_many(args, res):
 
 
 def paired_line(row, p):
-    """`ROW / HAProxy: <paired_text>, the gateway better in N of M` (CPU and P99: lower is
+    """`ROW / HAProxy: <paired_text>, the gateway better in N of M` (CPU, P99 and waits: lower is
     better; QPS: higher)."""
-    better = p["below_1"] if row.endswith(("cpu", "p99")) else len(p["rounds"]) - p["below_1"]
+    better = p["below_1"] if row.endswith(("cpu", "p99", "waits")) else len(p["rounds"]) - p["below_1"]
     return f"{row} / HAProxy: {paired_text(p)}, the gateway better in {better} of {len(p['rounds'])}"
 
 

@@ -159,6 +159,28 @@ fn the_bolt_step_trains_the_instrumented_binary_and_keeps_the_build_when_a_step_
 /// other binaries and refusing, in one line, runs with no row in common and files that are not
 /// a run's JSON.
 #[test]
+fn the_cpu_benchmarks_server_threads_by_name() {
+    // Two connection threads (one new during the run), one log-flushing thread and one other, over
+    // 10 queries; then the names of this very process's threads, read from /proc.
+    let program = format!(
+        "import os, sys\nsys.path.insert(0, {:?})\nimport bench_gateway_cpu as b\n\
+         t = b.TICK\n\
+         before = {{1: (0, 5, 1, 'HTTPHandler'), 2: (0, 3, 0, 'SystemLogFlush'), 3: (t, 0, 0, 'BackgrProcPool')}}\n\
+         after = {{1: (2 * t, 15, 4, 'HTTPHandler'), 4: (t, 4, 2, 'HTTPHandler'), 2: (t, 10, 1, 'SystemLogFlush'), 3: (3 * t, 1, 9, 'BackgrProcPool')}}\n\
+         f = b.thread_figures(before, after, 10)\n\
+         print(*(round(f[k], 2) for k in ('server_handler_cpu_us_per_query', 'server_handler_preempted_per_query', \
+         'server_log_flush_cpu_us_per_query', 'server_log_flush_waits_per_query', \
+         'server_voluntary_switches_per_query', 'server_involuntary_switches_per_query')))\n\
+         print(sorted(set(n for *_, n in b.threads_now(os.getpid()).values())))",
+        scripts().display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    assert_eq!(lines.next(), Some("300000.0 0.5 100000.0 0.7 2.2 1.5"), "{out:?}");
+    assert_eq!(lines.next(), Some("['python3']"), "{out:?}");
+}
+#[test]
 fn the_cpu_benchmarks_paired_verdicts_and_their_pooling() {
     let program = format!(
         "import sys\nsys.path.insert(0, {:?})\nimport bench_gateway_cpu as b\n\
