@@ -88,6 +88,11 @@ native, many clients), printed beside HAProxy.
 counts what the server spends logging each query, which with 256 clients differs behind each
 proxy (docs/PERFORMANCE.md, "The server's query log with 256 clients").
 
+--nice N runs every proxy (each gateway, HAProxy, nginx and its worker, the floor relays) at nice
+N, the server and wrk at 0. On 2 cores shared with a server that runs each connection on a thread
+of its own, a proxy's one thread gets what the scheduler gives any one thread; with 256 clients
+that share decides how many of their requests reach the server at once (the same section).
+
 --bare measures a gateway with the least configured (no routing section, no thread budget, no
 user limits, hedging off), to show what those functions cost.
 """
@@ -327,9 +332,9 @@ def threads_now(pid):
     return out
 
 
-# The server's threads by name (18.16's and current releases' alike): those that serve HTTP
-# connections, one per connection, and those that flush the system logs (query_log,
-# query_thread_log): each takes the rows that queries leave when they finish.
+# The server's threads by name (18.16 names them so; figures of a name no thread has are 0): those
+# that serve HTTP connections, one per connection (18.16), and those that flush the system logs
+# (query_log, query_thread_log), which take the rows that queries leave when they finish.
 HANDLER_THREAD, LOG_FLUSH_THREAD = "HTTPHandler", "SystemLogFlush"
 
 
@@ -338,8 +343,9 @@ def thread_figures(before, after, requests, busiest=50):
     a thread waited; involuntary: it was preempted), and the share of its CPU done by its
     `busiest` threads (how evenly its connections' threads shared the work). Apart: the
     connection threads' CPU and preemptions per query, and the log-flushing threads' CPU and
-    waits per query (18.16's wakes for each row a finished query leaves while it waits, and
-    preempts the thread that left it; hence its waits count how unevenly queries finish)."""
+    waits per query: a flushing thread that waits is woken by the next row a finished query
+    leaves, so the fewer queries finish together, the more often it waits (docs/PERFORMANCE.md,
+    "The server's query log with 256 clients")."""
     zero = (0, 0, 0, "")
     d = [(tuple(a - b for a, b in zip(after[t][:3], before.get(t, zero)[:3])), after[t][3]) for t in after]
     ticks = sorted((x[0] for x, _ in d), reverse=True)
@@ -633,6 +639,10 @@ def parse_args():
     ap.add_argument("--log-queries", type=int, choices=(0, 1), default=1,
                     help="the server's log_queries (default 1, as `chstorm local up` sets it; 0: no figure counts "
                          "what the server spends logging each query)")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="run every proxy (each gateway, HAProxy, nginx, the floor relays) at this nice value, "
+                         "-20 to 19 (default 0; below 0 needs root or CAP_SYS_NICE): the share of the CPU a proxy "
+                         "beside the server gets (docs/PERFORMANCE.md, \"The server's query log with 256 clients\")")
     ap.add_argument("--pool", nargs="+", metavar="JSON",
                     help="run nothing: print the paired verdicts over the rounds of these runs' gateway_cpu.json "
                          "together (runs of the same builds and phases; more rounds than one run has time for)")
@@ -653,7 +663,30 @@ def parse_args():
         ap.error(f"--phases: {', '.join(bad) or 'none given'} is not one of {', '.join(PHASES)}")
     if args.many == 0 and "many" in args.phases:
         args.phases.remove("many")
+    if not -20 <= args.nice <= 19:
+        ap.error(f"--nice: {args.nice} is not a nice value; give -20 to 19")
     return args
+
+
+def renice(procs, value):
+    """Sets the nice value of every thread of each of procs (Popen) and of their child processes
+    (nginx's worker) to value; nothing when value is 0."""
+    if not value:
+        return
+    pids = {p.pid for p in procs}
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError):
+            if pid.isdigit() and int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) in pids:
+                pids.add(int(pid))
+    for pid in pids:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), value)
+            except PermissionError:
+                raise SystemExit(f"bench_gateway_cpu: --nice {value}: not permitted; a nice value below 0 "
+                                 "needs root or CAP_SYS_NICE") from None
+            except ProcessLookupError:
+                pass
 
 
 def set_log_queries(sdir, url, value):
@@ -768,6 +801,7 @@ def summary(args, runs, many, floors, native_peers, idle):
     """The JSON's figures (medians of the rounds) of the phases that ran."""
     med = lambda who, k: statistics.median(x[k] for x in runs[who])
     res = {"config": "bare" if args.bare else "full", "workers": args.workers or "auto", "phases": args.phases,
+           "nice": args.nice,
            "log_queries": args.log_queries,
            "wrk": f"wrk -t1 -c{args.connections} -d{args.duration}s", "reps": args.reps, "runs": runs,
            "paired": paired_rows(runs, many), "binaries": binaries(args), "idle": idle, "loadavg": os.getloadavg(),
@@ -851,6 +885,7 @@ def main():
             native_peers["gateway_pgo"] = (gw_pgo, f"clickhouse://127.0.0.1:{pnative}")
         if args.gateway_pid_file:
             open(args.gateway_pid_file, "w").write(str(gw.pid))
+        renice([gw] + [p for p, _ in floors.values()], args.nice)
         runs, many, idle = {}, {}, None
         if "http" in args.phases:
             rows = ([("direct", None, url)] + [(f"floor_{m}", p, u) for m, (p, u) in floors.items()]
@@ -876,6 +911,7 @@ def main():
                     who[peer] = (purl, proc.pid)
             if args.cap:
                 who.update(start_capped(args, chstorm, tmp, out, url, native))
+            renice([gw_default] + CAPPED, args.nice)
             many = many_rounds(args, who, spid, url)
         if "idle" in args.phases:
             idle = idle_connections(gw.pid, port, args.idle, int(url.rsplit(":", 1)[1]))

@@ -13,6 +13,9 @@ records every switch and wake-up on the machine. Per query answered:
   preempted         a server thread switched out while it could still run
   by server         ... in favour of another server thread
   by proxy          ... in favour of the proxy's thread
+  by log flush      ... in favour of one of its log-flushing threads (named SystemLogFlush)
+  log flush woken   a log-flushing thread woken (a waiting one is woken by the next row a
+                    finished query leaves for query_log or query_thread_log)
 
 18.16 serves each HTTP connection on a thread of its own, so these say how a proxy's way of
 handing requests on makes the server's threads take turns. Prints each row's medians and the
@@ -31,8 +34,12 @@ from bench_gateway_cpu import (one_at_a_time, paired, rotated, routed_server, wa
                                wrk_many)
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+sched:(sched_\w+):\s+(.*)")
-SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=.+? next_pid=(\d+)")
-KEYS = ("woken_by_server", "woken_by_proxy", "preempted", "preempted_by_server", "preempted_by_proxy")
+SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=(.+?) next_pid=(\d+)")
+WAKEUP = re.compile(r"comm=(.+?) pid=(\d+)")
+KEYS = ("woken_by_server", "woken_by_proxy", "preempted", "preempted_by_server", "preempted_by_proxy",
+        "preempted_by_log_flush", "log_flush_woken")
+# The name 18.16 gives the threads that flush the system logs.
+LOG_FLUSH = "SystemLogFlush"
 
 
 def tids(pid):
@@ -48,15 +55,17 @@ def count(trace, server, proxy, requests):
             continue
         _, tid, event, rest = m.groups()
         if event == "sched_wakeup":
-            woken = re.search(r" pid=(\d+)", rest)
-            if woken and woken.group(1) in server:
+            woken = WAKEUP.search(rest)
+            if woken and woken.group(2) in server:
                 n["woken_by_server" if tid in server else "woken_by_proxy" if tid in proxy else "woken_by_other"] += 1
+                n["log_flush_woken"] += woken.group(1) == LOG_FLUSH
         elif event == "sched_switch":
             s = SWITCH.search(rest)
             if s and s.group(1) in server and s.group(2).startswith("R"):
                 n["preempted"] += 1
-                nxt = s.group(3)
+                nxt = s.group(4)
                 n["preempted_by_server" if nxt in server else "preempted_by_proxy" if nxt in proxy else "preempted_by_other"] += 1
+                n["preempted_by_log_flush"] += nxt in server and s.group(3) == LOG_FLUSH
     return {k: n[k] / max(1, requests) for k in KEYS}
 
 
