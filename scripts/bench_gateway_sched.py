@@ -30,16 +30,14 @@ import argparse, collections, json, os, re, statistics, subprocess, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir  # noqa: E402
-from bench_gateway_cpu import (one_at_a_time, paired, rotated, routed_server, wait_answering,  # noqa: E402
-                               wrk_many)
+from bench_gateway_cpu import (LOG_FLUSH_THREAD, one_at_a_time, paired, rotated, routed_server,  # noqa: E402
+                               wait_answering, wrk_many)
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+sched:(sched_\w+):\s+(.*)")
 SWITCH = re.compile(r"prev_pid=(\d+) .*prev_state=(\S+) ==> next_comm=(.+?) next_pid=(\d+)")
 WAKEUP = re.compile(r"comm=(.+?) pid=(\d+)")
 KEYS = ("woken_by_server", "woken_by_proxy", "preempted", "preempted_by_server", "preempted_by_proxy",
         "preempted_by_log_flush", "log_flush_woken")
-# The name 18.16 gives the threads that flush the system logs.
-LOG_FLUSH = "SystemLogFlush"
 
 
 def tids(pid):
@@ -58,14 +56,14 @@ def count(trace, server, proxy, requests):
             woken = WAKEUP.search(rest)
             if woken and woken.group(2) in server:
                 n["woken_by_server" if tid in server else "woken_by_proxy" if tid in proxy else "woken_by_other"] += 1
-                n["log_flush_woken"] += woken.group(1) == LOG_FLUSH
+                n["log_flush_woken"] += woken.group(1) == LOG_FLUSH_THREAD
         elif event == "sched_switch":
             s = SWITCH.search(rest)
             if s and s.group(1) in server and s.group(2).startswith("R"):
                 n["preempted"] += 1
                 nxt = s.group(4)
                 n["preempted_by_server" if nxt in server else "preempted_by_proxy" if nxt in proxy else "preempted_by_other"] += 1
-                n["preempted_by_log_flush"] += nxt in server and s.group(3) == LOG_FLUSH
+                n["preempted_by_log_flush"] += nxt in server and s.group(3) == LOG_FLUSH_THREAD
     return {k: n[k] / max(1, requests) for k in KEYS}
 
 
