@@ -1,6 +1,10 @@
 //! The HTTP answer hold: an attempt's successful answer is read before it counts as the
 //! attempt's head, until it ends, reaches [`HOLD_AT`] (64 KiB), or the per-try deadline passes
-//! after its head, whichever comes first ([`hold`]).
+//! after its head while it is still coming, whichever comes first ([`hold`]). An answer that
+//! stalled by then (nothing for half a deadline: a replica frozen between its data and its last
+//! chunk, as a SIGSTOP or a paused VM leaves it) is held on, its attempt silent, so the attempt
+//! loop hedges it or sends it elsewhere as it would a replica hung before its head; let go, it
+//! would have kept its client waiting for the replica with nothing left to do about it.
 //!
 //! Two reasons, one mechanism:
 //! * **Nothing is lost while no byte went out.** A replica that dies between its head and its
@@ -48,9 +52,10 @@ impl HttpHead {
 }
 
 /// Reads `resp`'s body until it ends (the answer becomes whole, [`HttpHead::whole`]), passes
-/// `hold_at` bytes, or `hold_for` passes (it streams from there, what was held first). Every
-/// frame is a sign of work (`bump`). A body that breaks while held is the attempt's failure:
-/// nothing of it went to the client.
+/// `hold_at` bytes, or `hold_for` passes while frames still come (it streams from there, what
+/// was held first). A body silent for half of `hold_for` by then is held on until its next
+/// frame (then it streams) or its end. Every frame is a sign of work (`bump`). A body that
+/// breaks while held is the attempt's failure: nothing of it went to the client.
 pub async fn hold(
     resp: Response<GBody>,
     hold_at: usize,
@@ -60,15 +65,22 @@ pub async fn hold(
     use http_body_util::BodyExt;
     let (parts, mut body) = resp.into_parts();
     let mut held = bytes::BytesMut::new();
-    let until = tokio::time::Instant::now() + hold_for;
+    let mut last = tokio::time::Instant::now();
+    let until = last + hold_for;
     loop {
         if held.len() > hold_at {
             return Ok(HttpHead::streaming(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body))));
         }
         // Waiting for a frame loses nothing when it is given up (`frame` only polls the body).
-        let Ok(frame) = tokio::time::timeout_at(until, body.frame()).await else {
-            return Ok(HttpHead::streaming(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body))));
+        // Past `until` an answer that is still coming streams; one that stalled is held on.
+        let frame = match tokio::time::timeout_at(until, body.frame()).await {
+            Ok(frame) => frame,
+            Err(_) if last.elapsed() < hold_for / 2 => {
+                return Ok(HttpHead::streaming(Response::from_parts(parts, Prefixed::wrap(held.freeze(), body))));
+            }
+            Err(_) => body.frame().await,
         };
+        last = tokio::time::Instant::now();
         bump();
         match frame {
             None => {
@@ -144,23 +156,64 @@ mod tests {
     const LONG: Duration = Duration::from_secs(3600);
 
     #[tokio::test(start_paused = true)]
-    async fn a_slow_answer_streams_from_the_per_try_deadline_on() {
-        // The first bytes at once, the rest only after 3 s (a long read).
-        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
-        tx.send(Ok(Frame::data(Bytes::from("first\n")))).await.unwrap();
+    async fn a_slow_answer_still_coming_streams_from_the_per_try_deadline_on() {
+        // A long read whose rows keep coming, one every 30 ms.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(16);
         let body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed_unsync();
+        tokio::spawn(async move {
+            for i in 0..10 {
+                tx.send(Ok(Frame::data(Bytes::from(format!("{i}\n"))))).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        });
         let t0 = tokio::time::Instant::now();
         let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_millis(100), "held only to the deadline");
         assert!(r.whole.is_none(), "it streams");
-        let mut body = r.resp.into_body();
-        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "first\n");
+        let all = r.resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(all, "0\n1\n2\n3\n4\n5\n6\n7\n8\n9\n", "what was held first, then the rest");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_answer_is_held_on_past_the_per_try_deadline() {
+        // Its data at once, then nothing for 3 s (a replica frozen before its last chunk), then
+        // the rest: held on through the stall, so the attempt loop could have sent it elsewhere.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        tx.send(Ok(Frame::data(Bytes::from("first\n")))).await.unwrap();
+        let body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed_unsync();
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_secs(3)).await;
             tx.send(Ok(Frame::data(Bytes::from("last\n")))).await.unwrap();
         });
-        assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "last\n");
-        assert!(body.frame().await.is_none());
+        let bumps = AtomicUsize::new(0);
+        let t0 = tokio::time::Instant::now();
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || {
+            bumps.fetch_add(1, Ordering::Relaxed);
+        })
+        .await
+        .unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(3), "held until the stall ended");
+        assert_eq!(r.whole, Some(11), "and then whole");
+        assert_eq!(bumps.load(Ordering::Relaxed), 3, "two frames and the end");
+        assert_eq!(r.resp.into_body().collect().await.unwrap().to_bytes(), "first\nlast\n");
+
+        // A stall that ends with more to come: it streams from the frame that ended it.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, BoxError>>(4);
+        tx.send(Ok(Frame::data(Bytes::from("a")))).await.unwrap();
+        let body = http_body_util::StreamBody::new(tokio_stream_from(rx)).boxed_unsync();
+        let (go_on, more) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send(Ok(Frame::data(Bytes::from("b")))).await.unwrap();
+            more.await.unwrap();
+            tx.send(Ok(Frame::data(Bytes::from("c")))).await.unwrap();
+        });
+        let t0 = tokio::time::Instant::now();
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(1));
+        assert!(r.whole.is_none(), "it streams");
+        go_on.send(()).unwrap();
+        assert_eq!(r.resp.into_body().collect().await.unwrap().to_bytes(), "abc");
     }
 
     /// A stream of the frames sent on `rx`.

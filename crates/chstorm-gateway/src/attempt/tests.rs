@@ -36,6 +36,9 @@ enum Behave {
     /// Sends a 200 head and part of its answer after a delay, then breaks the connection (a
     /// server killed between its head and its last byte).
     BreakAfterHead(Duration, &'static str),
+    /// Sends a 200 head and part of its answer after a delay, then nothing more (a server
+    /// SIGSTOPped between its data and its last chunk).
+    HangAfterHead(Duration, &'static str),
 }
 
 #[derive(Default)]
@@ -69,6 +72,23 @@ impl http_body::Body for CutAfter {
             Some(b) => Ok(http_body::Frame::data(b)),
             None => Err("connection reset".into()),
         }))
+    }
+}
+
+/// An answer body that yields its bytes, then nothing, ever.
+struct StallAfter(Option<Bytes>);
+
+impl http_body::Body for StallAfter {
+    type Data = Bytes;
+    type Error = crate::cluster::upstream::BoxError;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        match self.0.take() {
+            Some(b) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(b)))),
+            None => std::task::Poll::Pending,
+        }
     }
 }
 
@@ -134,6 +154,11 @@ impl Backend for Fake {
                     let body = CutAfter(Some(Bytes::from(part)));
                     Ok(Response::new(http_body_util::BodyExt::boxed_unsync(body)))
                 }
+                Behave::HangAfterHead(d, part) => {
+                    tokio::time::sleep(d).await;
+                    let body = StallAfter(Some(Bytes::from(part)));
+                    Ok(Response::new(http_body_util::BodyExt::boxed_unsync(body)))
+                }
             }
         })
     }
@@ -152,7 +177,7 @@ impl Backend for Fake {
         let set = self.probe.lock().unwrap().get(replica.base.as_str()).copied();
         let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
         let found = set.unwrap_or(match b {
-            Behave::Hang => Probe::Silent,
+            Behave::Hang | Behave::HangAfterHead(..) => Probe::Silent,
             Behave::Refuse => Probe::Dead,
             Behave::Answer(..) | Behave::Reset(_) | Behave::BreakAfterHead(..) => Probe::Alive,
         });
@@ -889,6 +914,41 @@ async fn a_read_whose_answer_breaks_after_its_head_is_resent_and_none_of_it_leav
     // A replica killed (kill -9) between its answer's head and its last byte: the answer is
     // held, so the read goes elsewhere and the client gets the other replica's whole answer.
     resent_past_a_death(Behave::BreakAfterHead(Duration::from_millis(2), "1\t"), "1\t2\n").await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_whose_replica_hangs_after_its_head_is_hedged_and_none_of_it_leaves() {
+    // A replica frozen between its answer's data and its last chunk: the answer is held on
+    // through the stall, so the read is hedged and the client gets the other replica's whole
+    // answer, soon; let go at the deadline, it would wait for the frozen replica.
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    answered(&mut w.run(&p, held()).await);
+    let hung = if fake.sent_to()[0] == R21 { R21 } else { R22 };
+    let other = if hung == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(hung, Behave::HangAfterHead(Duration::from_millis(1), "1\t"));
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\t2\n"));
+    for _ in 0..20 {
+        let (before, t0) = (fake.sent_to().len(), tokio::time::Instant::now());
+        let mut o = w.run(&p, held()).await;
+        assert_eq!(answered(&mut o).0, other);
+        let Outcome::Answer(a) = o else { unreachable!() };
+        assert_eq!(a.head.whole, Some(4), "held whole");
+        let body = http_body_util::BodyExt::collect(a.head.resp.into_body()).await.unwrap().to_bytes();
+        assert_eq!(body, "1\t2\n", "nothing of the frozen replica's answer");
+        if fake.sent_to()[before] == hung {
+            assert!(a.hedged, "hedged");
+            assert!(t0.elapsed() < Duration::from_secs(1), "answered after {:?}", t0.elapsed());
+            settle().await;
+            assert_eq!(fake.kills().len(), 1, "the frozen copy is killed");
+            return;
+        }
+    }
+    panic!("no read went to the replica that hangs");
 }
 
 /// A read of a shape known good, on a shard whose replica it first went to then dies as `death`
