@@ -109,11 +109,6 @@ impl Default for Activity {
 }
 
 impl Activity {
-    /// A sign of work now.
-    pub fn bump(&self) {
-        self.bump_at(tokio::time::Instant::now());
-    }
-
     /// A sign of work at `now` (read once for several records of the same moment).
     pub fn bump_at(&self, now: tokio::time::Instant) {
         let us = now.saturating_duration_since(self.origin).as_micros().min(u64::MAX as u128) as u64;
@@ -121,7 +116,7 @@ impl Activity {
     }
 
     /// The replica sends a progress report every `pace` while it works (its silence counts from
-    /// then on beyond that pace); its reports are signs of work ([`Activity::bump`]) too.
+    /// then on beyond that pace); its reports are signs of work ([`Activity::bump_at`]) too.
     pub fn set_pace(&self, pace: Duration) {
         self.pace_us.store(pace.as_micros().min(u64::MAX as u128) as u64, Ordering::Relaxed);
     }

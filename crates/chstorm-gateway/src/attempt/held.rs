@@ -54,13 +54,14 @@ impl HttpHead {
 /// Reads `resp`'s body until it ends (the answer becomes whole, [`HttpHead::whole`]), passes
 /// `hold_at` bytes, or `hold_for` passes while frames still come (it streams from there, what
 /// was held first). A body silent for half of `hold_for` by then is held on until its next
-/// frame (then it streams) or its end. Every frame is a sign of work (`bump`). A body that
-/// breaks while held is the attempt's failure: nothing of it went to the client.
+/// frame (then it streams) or its end. Every frame is a sign of work (`bump`, given the time
+/// it came). A body that breaks while held is the attempt's failure: nothing of it went to the
+/// client.
 pub async fn hold(
     resp: Response<GBody>,
     hold_at: usize,
     hold_for: Duration,
-    bump: impl Fn(),
+    bump: impl Fn(tokio::time::Instant),
 ) -> Result<HttpHead, BackendError> {
     use http_body_util::BodyExt;
     let (parts, mut body) = resp.into_parts();
@@ -81,7 +82,7 @@ pub async fn hold(
             Err(_) => body.frame().await,
         };
         last = tokio::time::Instant::now();
-        bump();
+        bump(last);
         match frame {
             None => {
                 let whole = Some(held.len() as u64);
@@ -167,7 +168,7 @@ mod tests {
             }
         });
         let t0 = tokio::time::Instant::now();
-        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), |_| ()).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_millis(100), "held only to the deadline");
         assert!(r.whole.is_none(), "it streams");
         let all = r.resp.into_body().collect().await.unwrap().to_bytes();
@@ -187,7 +188,7 @@ mod tests {
         });
         let bumps = AtomicUsize::new(0);
         let t0 = tokio::time::Instant::now();
-        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || {
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), |_| {
             bumps.fetch_add(1, Ordering::Relaxed);
         })
         .await
@@ -209,7 +210,7 @@ mod tests {
             tx.send(Ok(Frame::data(Bytes::from("c")))).await.unwrap();
         });
         let t0 = tokio::time::Instant::now();
-        let r = hold(Response::new(body), 1024, Duration::from_millis(100), || ()).await.unwrap();
+        let r = hold(Response::new(body), 1024, Duration::from_millis(100), |_| ()).await.unwrap();
         assert_eq!(t0.elapsed(), Duration::from_secs(1));
         assert!(r.whole.is_none(), "it streams");
         go_on.send(()).unwrap();
@@ -233,7 +234,7 @@ mod tests {
     #[tokio::test]
     async fn a_small_answer_is_whole_in_one_frame_and_each_frame_is_a_sign_of_work() {
         let bumps = AtomicUsize::new(0);
-        let r = hold(answer(&["1\n", "2\n", "3\n"], false), 1024, LONG, || {
+        let r = hold(answer(&["1\n", "2\n", "3\n"], false), 1024, LONG, |_| {
             bumps.fetch_add(1, Ordering::Relaxed);
         })
         .await
@@ -247,7 +248,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_long_answer_streams_after_what_was_held() {
-        let r = hold(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5, LONG, || ()).await.unwrap();
+        let r = hold(answer(&["aaaa", "bbbb", "cccc", "dddd"], false), 5, LONG, |_| ()).await.unwrap();
         assert!(r.whole.is_none(), "a long answer keeps streaming");
         let all = r.resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(all, "aaaabbbbccccdddd");
@@ -255,14 +256,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_break_while_held_fails_the_attempt() {
-        let e = hold(answer(&["1\n", "2\n"], true), 1024, LONG, || ()).await.unwrap_err();
+        let e = hold(answer(&["1\n", "2\n"], true), 1024, LONG, |_| ()).await.unwrap_err();
         assert!(!e.connect, "the query was sent: its outcome is unknown");
         assert_eq!(e.message, "the answer broke after 4 bytes: the backend went away");
     }
 
     #[tokio::test]
     async fn a_break_after_the_hold_reaches_the_client_after_what_was_held() {
-        let r = hold(answer(&["aaaa", "bbbb", "cccc"], true), 5, LONG, || ()).await.unwrap();
+        let r = hold(answer(&["aaaa", "bbbb", "cccc"], true), 5, LONG, |_| ()).await.unwrap();
         let mut body = r.resp.into_body();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "aaaabbbb");
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap(), "cccc");

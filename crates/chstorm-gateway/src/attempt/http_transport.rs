@@ -90,7 +90,7 @@ impl Transport for Http<'_> {
         Some(Box::pin(async move {
             let head = head.await?;
             match hold_for {
-                Some(d) if head.status().is_success() => hold(head, HOLD_AT, d, || live.activity.bump()).await,
+                Some(d) if head.status().is_success() => hold(head, HOLD_AT, d, |now| live.activity.bump_at(now)).await,
                 _ => Ok(HttpHead::streaming(head)),
             }
         }))

@@ -729,7 +729,7 @@ impl Transport for Scripted {
                 if script.paced {
                     live.activity.set_pace(tick);
                 }
-                live.activity.bump();
+                live.activity.bump_at(tokio::time::Instant::now());
             }
         }))
     }
