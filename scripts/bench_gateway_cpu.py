@@ -679,7 +679,11 @@ def renice(procs, value):
             if pid.isdigit() and int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) in pids:
                 pids.add(int(pid))
     for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:  # it ended meanwhile
+            continue
+        for tid in tids:
             try:
                 os.setpriority(os.PRIO_PROCESS, int(tid), value)
             except PermissionError:

@@ -220,9 +220,14 @@ fn the_cpu_benchmarks_nice_reaches_every_thread_and_child() {
     // refused in one line.
     let program = format!(
         "import os, subprocess, sys, time\nsys.path.insert(0, {:?})\nimport bench_gateway_cpu as b\n\
+         def parent(x):\n\
+         \x20   try:\n\
+         \x20       return int(open(f'/proc/{{x}}/stat').read().rsplit(')', 1)[1].split()[1])\n\
+         \x20   except (OSError, ValueError):\n\
+         \x20       return None\n\
          p = subprocess.Popen(['sh', '-c', 'sleep 30 & wait'])\n\
          for _ in range(100):\n\
-         \x20   kids = [int(x) for x in os.listdir('/proc') if x.isdigit() and open(f'/proc/{{x}}/stat').read().rsplit(')', 1)[1].split()[1] == str(p.pid)]\n\
+         \x20   kids = [int(x) for x in os.listdir('/proc') if x.isdigit() and parent(x) == p.pid]\n\
          \x20   if kids: break\n\
          \x20   time.sleep(0.05)\n\
          nice = lambda pid: int(open(f'/proc/{{pid}}/stat').read().rsplit(')', 1)[1].split()[16])\n\
