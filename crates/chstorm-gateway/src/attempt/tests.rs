@@ -58,35 +58,22 @@ struct Fake {
     pings_dropped: Arc<Mutex<Vec<tokio::time::Instant>>>,
 }
 
-/// An answer body that yields its bytes, then breaks.
-struct CutAfter(Option<Bytes>);
-
-impl http_body::Body for CutAfter {
-    type Data = Bytes;
-    type Error = crate::cluster::upstream::BoxError;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        std::task::Poll::Ready(Some(match self.0.take() {
-            Some(b) => Ok(http_body::Frame::data(b)),
-            None => Err("connection reset".into()),
-        }))
-    }
+/// An answer body that yields its bytes, then breaks (`breaks`) or gives nothing more, ever.
+struct PartThen {
+    part: Option<Bytes>,
+    breaks: bool,
 }
 
-/// An answer body that yields its bytes, then nothing, ever.
-struct StallAfter(Option<Bytes>);
-
-impl http_body::Body for StallAfter {
+impl http_body::Body for PartThen {
     type Data = Bytes;
     type Error = crate::cluster::upstream::BoxError;
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,
         _: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        match self.0.take() {
+        match self.part.take() {
             Some(b) => std::task::Poll::Ready(Some(Ok(http_body::Frame::data(b)))),
+            None if self.breaks => std::task::Poll::Ready(Some(Err("connection reset".into()))),
             None => std::task::Poll::Pending,
         }
     }
@@ -149,14 +136,10 @@ impl Backend for Fake {
                     tokio::time::sleep(d).await;
                     Err(BackendError { connect: false, message: "connection reset".into() })
                 }
-                Behave::BreakAfterHead(d, part) => {
+                Behave::BreakAfterHead(d, part) | Behave::HangAfterHead(d, part) => {
                     tokio::time::sleep(d).await;
-                    let body = CutAfter(Some(Bytes::from(part)));
-                    Ok(Response::new(http_body_util::BodyExt::boxed_unsync(body)))
-                }
-                Behave::HangAfterHead(d, part) => {
-                    tokio::time::sleep(d).await;
-                    let body = StallAfter(Some(Bytes::from(part)));
+                    let breaks = matches!(b, Behave::BreakAfterHead(..));
+                    let body = PartThen { part: Some(Bytes::from(part)), breaks };
                     Ok(Response::new(http_body_util::BodyExt::boxed_unsync(body)))
                 }
             }
@@ -921,6 +904,28 @@ async fn a_read_whose_replica_hangs_after_its_head_is_hedged_and_none_of_it_leav
     // A replica frozen between its answer's data and its last chunk: the answer is held on
     // through the stall, so the read is hedged and the client gets the other replica's whole
     // answer, soon; let go at the deadline, it would wait for the frozen replica.
+    let hang = Behave::HangAfterHead(Duration::from_millis(1), "1\t");
+    let (fake, _, hedged, took) = past_a_fault(hang, Probe::Silent, "1\t2\n").await;
+    assert!(hedged, "hedged");
+    assert!(took < Duration::from_secs(1), "answered after {took:?}");
+    settle().await;
+    assert_eq!(fake.kills().len(), 1, "the frozen copy is killed");
+}
+
+/// A read of a shape known good, on a shard whose replica it first went to then dies as `death`
+/// (its ping refused) while the other answers `answer`: it is resent, not taken for a query of
+/// death.
+async fn resent_past_a_death(death: Behave, answer: &'static str) {
+    let (_, w, _, _) = past_a_fault(death, Probe::Dead, answer).await;
+    assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
+}
+
+/// A read on a shard whose replica it first went to then turns to `fault` (its ping finding
+/// `ping`) while the other answers `answer`: reads are sent until one meets the fault (P2C, at
+/// most 20), and each gets the other replica's whole answer, nothing of the faulty one's. The
+/// world after the read that met the fault, whether it was hedged and how long it took.
+async fn past_a_fault(fault: Behave, ping: Probe, answer: &'static str) -> (Arc<Fake>, World, bool, Duration) {
     let fake = Fake::with(&[
         (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
         (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
@@ -928,61 +933,26 @@ async fn a_read_whose_replica_hangs_after_its_head_is_hedged_and_none_of_it_leav
     let w = World::new(&fake);
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     answered(&mut w.run(&p, held()).await);
-    let hung = if fake.sent_to()[0] == R21 { R21 } else { R22 };
-    let other = if hung == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(hung, Behave::HangAfterHead(Duration::from_millis(1), "1\t"));
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, "1\t2\n"));
+    let faulty = if fake.sent_to()[0] == R21 { R21 } else { R22 };
+    let other = if faulty == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(faulty, fault);
+    fake.ping_finds(faulty, ping);
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, answer));
     for _ in 0..20 {
         let (before, t0) = (fake.sent_to().len(), tokio::time::Instant::now());
         let mut o = w.run(&p, held()).await;
         assert_eq!(answered(&mut o).0, other);
+        let took = t0.elapsed();
         let Outcome::Answer(a) = o else { unreachable!() };
-        assert_eq!(a.head.whole, Some(4), "held whole");
-        let body = http_body_util::BodyExt::collect(a.head.resp.into_body()).await.unwrap().to_bytes();
-        assert_eq!(body, "1\t2\n", "nothing of the frozen replica's answer");
-        if fake.sent_to()[before] == hung {
-            assert!(a.hedged, "hedged");
-            assert!(t0.elapsed() < Duration::from_secs(1), "answered after {:?}", t0.elapsed());
-            settle().await;
-            assert_eq!(fake.kills().len(), 1, "the frozen copy is killed");
-            return;
-        }
-    }
-    panic!("no read went to the replica that hangs");
-}
-
-/// A read of a shape known good, on a shard whose replica it first went to then dies as `death`
-/// (its ping refused) while the other answers `answer`: reads are sent until one meets the
-/// death (P2C, at most 20), and each gets the other replica's whole answer.
-async fn resent_past_a_death(death: Behave, answer: &'static str) {
-    let fake = Fake::with(&[
-        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
-        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
-    ]);
-    let w = World::new(&fake);
-    let p = w.plan(ROUTED_READ, BodyShape::Held);
-    answered(&mut w.run(&p, held()).await);
-    let dead = if fake.sent_to()[0] == R21 { R21 } else { R22 };
-    let other = if dead == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(dead, death);
-    fake.ping_finds(dead, Probe::Dead);
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(1), 200, answer));
-    for _ in 0..20 {
-        let before = fake.sent_to().len();
-        let mut o = w.run(&p, held()).await;
-        assert_eq!(answered(&mut o).0, other);
-        let Outcome::Answer(a) = o else { unreachable!() };
-        let head = a.head;
+        let (head, hedged) = (a.head, a.hedged);
         assert_eq!(head.whole, Some(answer.len() as u64), "held whole");
         let body = http_body_util::BodyExt::collect(head.resp.into_body()).await.unwrap().to_bytes();
-        assert_eq!(body, answer, "nothing of a broken answer");
-        if fake.sent_to()[before] == dead {
-            assert_eq!(w.metrics.retries.get(), 1, "retried on the other replica");
-            assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
-            return;
+        assert_eq!(body, answer, "nothing of the faulty replica's answer");
+        if fake.sent_to()[before] == faulty {
+            return (fake, w, hedged, took);
         }
     }
-    panic!("no read went to the replica that dies");
+    panic!("no read went to the faulty replica");
 }
 
 #[tokio::test(start_paused = true)]
