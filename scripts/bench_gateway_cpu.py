@@ -298,9 +298,14 @@ def start_peers(tmp, backend, native_backend):
     return peers
 
 
+def stat_fields(path):
+    """The fields of a /proc stat file after the command name: its third field is the first."""
+    return open(path).read().rsplit(")", 1)[1].split()
+
+
 def cpu_times(pid):
     """(user, system) CPU seconds of process pid, all its threads."""
-    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    f = stat_fields(f"/proc/{pid}/stat")
     return int(f[11]) / TICK, int(f[12]) / TICK  # utime, stime (fields 14 and 15)
 
 
@@ -323,7 +328,7 @@ def threads_now(pid):
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            stat = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+            stat = stat_fields(f"/proc/{pid}/task/{tid}/stat")
             status = dict(l.split(":", 1) for l in open(f"/proc/{pid}/task/{tid}/status").read().splitlines() if ":" in l)
         except OSError:
             continue
@@ -668,17 +673,23 @@ def parse_args():
     return args
 
 
+def children(pids):
+    """The processes whose parent is one of pids; one that ends while /proc is read is left out."""
+    out = set()
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError):
+            if pid.isdigit() and int(stat_fields(f"/proc/{pid}/stat")[1]) in pids:
+                out.add(int(pid))
+    return out
+
+
 def renice(procs, value):
     """Sets the nice value of every thread of each of procs (Popen) and of their child processes
     (nginx's worker) to value; nothing when value is 0."""
     if not value:
         return
     pids = {p.pid for p in procs}
-    for pid in os.listdir("/proc"):
-        with contextlib.suppress(OSError, ValueError):
-            if pid.isdigit() and int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) in pids:
-                pids.add(int(pid))
-    for pid in pids:
+    for pid in pids | children(pids):
         try:
             tids = os.listdir(f"/proc/{pid}/task")
         except FileNotFoundError:  # it ended meanwhile

@@ -153,11 +153,6 @@ fn the_bolt_step_trains_the_instrumented_binary_and_keeps_the_build_when_a_step_
     );
 }
 
-/// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
-/// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
-/// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
-/// other binaries and refusing, in one line, runs with no row in common and files that are not
-/// a run's JSON.
 #[test]
 fn the_cpu_benchmarks_server_threads_by_name() {
     // Two connection threads (one new during the run), one log-flushing thread and one other, over
@@ -180,6 +175,7 @@ fn the_cpu_benchmarks_server_threads_by_name() {
     assert_eq!(lines.next(), Some("300000.0 0.5 100000.0 0.7 2.2 1.5"), "{out:?}");
     assert_eq!(lines.next(), Some("['python3']"), "{out:?}");
 }
+
 #[test]
 fn the_scheduler_benchmark_counts_by_thread() {
     // `perf script -F comm,tid,event,trace` lines: server threads 10, 11 (connections) and 12
@@ -213,6 +209,7 @@ fn the_scheduler_benchmark_counts_by_thread() {
     // woken by server, by proxy, preempted, by server, by proxy, by log flush, log flush woken
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1.0 0.5 1.0 0.5 0.5 0.5 1.0", "{out:?}");
 }
+
 #[test]
 fn the_cpu_benchmarks_nice_reaches_every_thread_and_child() {
     // A shell with a child (as nginx's master has its worker): both at nice 19 after renice (as
@@ -220,17 +217,12 @@ fn the_cpu_benchmarks_nice_reaches_every_thread_and_child() {
     // refused in one line.
     let program = format!(
         "import os, subprocess, sys, time\nsys.path.insert(0, {:?})\nimport bench_gateway_cpu as b\n\
-         def parent(x):\n\
-         \x20   try:\n\
-         \x20       return int(open(f'/proc/{{x}}/stat').read().rsplit(')', 1)[1].split()[1])\n\
-         \x20   except (OSError, ValueError):\n\
-         \x20       return None\n\
          p = subprocess.Popen(['sh', '-c', 'sleep 30 & wait'])\n\
          for _ in range(100):\n\
-         \x20   kids = [int(x) for x in os.listdir('/proc') if x.isdigit() and parent(x) == p.pid]\n\
+         \x20   kids = sorted(b.children({{p.pid}}))\n\
          \x20   if kids: break\n\
          \x20   time.sleep(0.05)\n\
-         nice = lambda pid: int(open(f'/proc/{{pid}}/stat').read().rsplit(')', 1)[1].split()[16])\n\
+         nice = lambda pid: os.getpriority(os.PRIO_PROCESS, pid)\n\
          b.renice([p], 0)\n\
          own = nice(os.getpid())\n\
          before = (nice(p.pid) - own, nice(kids[0]) - own)\n\
@@ -249,6 +241,12 @@ fn the_cpu_benchmarks_nice_reaches_every_thread_and_child() {
         assert!(stderr.contains(&format!("--nice: {bad} is not a nice value; give -20 to 19")), "{stderr}");
     }
 }
+
+/// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
+/// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
+/// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
+/// other binaries and refusing, in one line, runs with no row in common and files that are not
+/// a run's JSON.
 #[test]
 fn the_cpu_benchmarks_paired_verdicts_and_their_pooling() {
     let program = format!(
