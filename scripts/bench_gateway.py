@@ -24,6 +24,27 @@ def scratch_dir(prefix):
     return path
 
 
+def round_order(rows, rnd):
+    """`rows` in round `rnd`'s order: a balanced Latin square (Williams' design). Every row runs
+    in every place, and right after every other row, equally often: over len(rows) rounds when
+    the rows are even in number, over twice that when odd. What a row leaves behind (the KILLs
+    of the queries cut when `wrk` stops, connections still closing, the server's log flushes) so
+    lands on each other row alike; a rotation of one fixed order would leave it on the same
+    successor in every round but one in len(rows)."""
+    n = len(rows)
+    base, lo, hi = [0], 1, n - 1
+    while len(base) < n:
+        base.append(lo)
+        lo += 1
+        if len(base) < n:
+            base.append(hi)
+            hi -= 1
+    if n % 2 == 0:
+        return [rows[(b + rnd) % n] for b in base]
+    seq = [rows[(b + rnd // 2) % n] for b in base]
+    return seq if rnd % 2 == 0 else seq[::-1]
+
+
 def need(who, tools, how="scripts/install-deps"):
     """Exits, as `who`, naming the first of `tools` not on PATH and `how` to install it."""
     for tool in tools:
@@ -98,8 +119,8 @@ def main():
         gw, gw_url = start_gateway(chstorm, cfg, os.path.join(out, "gw-single.log"))
         procs.append(gw)
         runs = {"direct": [], "gateway": []}
-        for _ in range(args.reps):
-            for name, url in (("direct", info["http_url"]), ("gateway", gw_url)):
+        for rnd in range(args.reps):
+            for name, url in round_order((("direct", info["http_url"]), ("gateway", gw_url)), rnd):
                 r = bench(chstorm, url, ["-q", "SELECT 1", "-c", "8", "--threads", "1"], args.duration, tmp)
                 runs[name].append(r)
                 print(f"  select1_c8 {name:<8} qps {r['qps']:9.1f}  p50 {r['p50']*1e3:.3f} ms  p99 {r['p99']*1e3:.3f} ms  errors {r['errors']}", file=sys.stderr)
@@ -133,8 +154,8 @@ def main():
         procs.append(gw_f)
         c = "16"
         runs = {"distributed_direct": [], "gateway_fanout": [], "gateway_routed": []}
-        for _ in range(args.reps):
-            for name, url in (("distributed_direct", node), ("gateway_fanout", url_f), ("gateway_routed", url_r)):
+        for rnd in range(args.reps):
+            for name, url in round_order((("distributed_direct", node), ("gateway_fanout", url_f), ("gateway_routed", url_r)), rnd):
                 r = bench(chstorm, url, ["-q", q, "-c", c], args.duration, tmp)
                 runs[name].append(r)
                 print(f"  lookups_c{c} {name:<18} qps {r['qps']:8.1f}  p50 {r['p50']*1e3:.2f} ms  p90 {r['p90']*1e3:.2f} ms  "

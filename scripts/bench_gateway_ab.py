@@ -3,7 +3,8 @@
 
 One local 18.16 server (`chstorm local up`) and two gateways in front of it, A and B: two
 chstorm binaries (a build before and after a change), or one binary with two configs. Each
-round runs `wrk -t1 -c8 -d4s` of `SELECT 1` through A, then through B (with --native,
+round runs `wrk -t1 -c8 -d4s` of `SELECT 1` through A and through B, A first in one round and
+B first in the next (bench_gateway.round_order) (with --native,
 `chstorm bench --url clickhouse://... -q 'SELECT 1' -c 8` on their native ports; --connections N
 for N clients, `wrk -t2` from 64 on), and reads each
 gateway's user+sys CPU from /proc/PID/stat before and after: CPU per query = CPU time /
@@ -23,7 +24,7 @@ import argparse, json, os, statistics, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, round_order, scratch_dir, sh, start_gateway  # noqa: E402
 from bench_gateway_cpu import BARE, CONFIG, cpu_seconds, wrk, wrk_many  # noqa: E402
 
 
@@ -39,7 +40,7 @@ def main():
     ap.add_argument("--connections", type=int, default=8,
                     help="client connections (default 8; wrk -t1, or -t2 from 64 on, as bench_gateway_cpu.py's "
                          "many-clients rows run)")
-    ap.add_argument("--reps", type=int, default=5, help="rounds, each A then B (default 5; medians)")
+    ap.add_argument("--reps", type=int, default=5, help="rounds, each A and B, in turn first (default 5; medians)")
     ap.add_argument("--duration", type=int, default=4, help="seconds per run (default 4)")
     ap.add_argument("--out", default="bench-results")
     args = ap.parse_args()
@@ -75,8 +76,8 @@ def main():
         for _, _, target in gws:
             run(target, 1)  # warm the pools
         rounds = {name: [] for name, _, _ in gws}
-        for _ in range(args.reps):
-            for name, proc, target in gws:
+        for rnd in range(args.reps):
+            for name, proc, target in round_order(gws, rnd):
                 c0 = cpu_seconds(proc.pid)
                 r = run(target, args.duration)
                 queries = r["queries"] if args.native else r["requests"]

@@ -36,7 +36,7 @@ run beyond those it held before it (its open sockets, sampled every 250 ms; each
 of 18.16's); and the queries the server was running, on average (`Query` of system.metrics,
 sampled every 250 ms): of the clients' requests, those not waiting in front of the server.
 
-Each round of an alternation starts one row later than the round before it, so that no row
+Each round of an alternation runs its rows in another order (a balanced Latin square), so that no row
 always runs right after the same other.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
@@ -101,7 +101,7 @@ import http.client, urllib.parse
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import chstorm_bench, free_port, scratch_dir, sh, start_gateway  # noqa: E402
+from bench_gateway import chstorm_bench, free_port, round_order, scratch_dir, sh, start_gateway  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -540,14 +540,6 @@ def start_capped(args, chstorm, tmp, out, url, native):
 CAPPED = []
 
 
-def rotated(rows, rnd):
-    """`rows` started at its (rnd mod len)-th: each round of an alternation starts one row later
-    than the one before, so no row always runs right after the same other (whose left-over work,
-    such as the KILLs of the queries cut when `wrk` stops, would land on it every time)."""
-    k = rnd % len(rows)
-    return rows[k:] + rows[:k]
-
-
 def median_interval(x, level=0.95):
     """A distribution-free interval for the median of x: (low, high), the order statistics that
     cover it with at least `level` probability (1 - 2 P(B <= k) for B ~ Binomial(n, 1/2), k left
@@ -760,7 +752,7 @@ def http_rounds(args, rows, server_pid):
         wrk(u, 1, args.connections)  # warm the pools
     runs = {name: [] for name, _, _ in rows}
     for rnd in range(args.reps):
-        for name, proc, u in rotated(rows, rnd):
+        for name, proc, u in round_order(rows, rnd):
             who = "gateway" if name == "gateway" else "relay"
             r = measured(proc, who, server_pid, lambda: wrk(u, args.duration, args.connections))
             runs[name].append(r)
@@ -777,7 +769,7 @@ def native_rounds(args, chstorm, rows, server_pid):
         native_bench(chstorm, u, 1, args.connections)
     runs = {name: [] for name, _, _ in rows}
     for rnd in range(args.reps):
-        for name, proc, u in rotated(rows, rnd):
+        for name, proc, u in round_order(rows, rnd):
             who = "gateway" if name == "native_gateway" else "relay"
             r = measured(proc, who, server_pid, lambda: native_bench(chstorm, u, args.duration, args.connections))
             runs[name].append(r)
@@ -799,7 +791,7 @@ def many_rounds(args, who, server_pid, server_url):
         wrk_many(u, 1, args.many)
     many = {name: [] for name in who}
     for rnd in range(args.reps):
-        for name, (u, pid) in rotated(list(who.items()), rnd):
+        for name, (u, pid) in round_order(list(who.items()), rnd):
             r = timed_many(u, args.duration, args.many, pid, server_pid, server_url)
             many[name].append(r)
             cpu = f"  cpu user {r['proxy_user_us_per_query']:.1f} sys {r['proxy_sys_us_per_query']:.1f} us/query" if pid else ""

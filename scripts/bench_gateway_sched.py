@@ -4,9 +4,9 @@ front of one 18.16 server under many keep-alive clients, with the scheduler's ev
 
 One local server (`chstorm local up`), the gateway (--gateway, `workers: 1`, the config of
 bench_gateway_cpu.py) and HAProxy in HTTP mode, each in turn under `wrk -t2 -c256 -d3s` of
-`SELECT 1` (--connections, --duration), alternated --reps times, each round starting one row later
-than the one before. During each run `perf record -a -e sched:sched_switch -e sched:sched_wakeup`
-records every switch and wake-up on the machine. Per query answered:
+`SELECT 1` (--connections, --duration), alternated --reps times, each round in another order
+(bench_gateway.round_order). During each run `perf record -a -e sched:sched_switch -e
+sched:sched_wakeup` records every switch and wake-up on the machine. Per query answered:
 
   woken by server   a server thread woken by another server thread (work handed over inside it)
   woken by proxy    a server thread woken by the proxy (a request written to its connection)
@@ -29,8 +29,8 @@ import argparse, collections, json, os, re, statistics, subprocess, sys, time
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import need, scratch_dir  # noqa: E402
-from bench_gateway_cpu import (LOG_FLUSH_THREAD, one_at_a_time, paired, rotated, routed_server,  # noqa: E402
+from bench_gateway import need, round_order, scratch_dir  # noqa: E402
+from bench_gateway_cpu import (LOG_FLUSH_THREAD, one_at_a_time, paired, routed_server,  # noqa: E402
                                wait_answering, wrk_many)
 
 EVENT = re.compile(r"\s*(.+?)\s+(\d+)\s+sched:(sched_\w+):\s+(.*)")
@@ -113,7 +113,7 @@ def main():
             rows.append(("direct", url, None))
             runs = {name: [] for name, _, _ in rows}
             for rnd in range(args.reps):
-                for name, u, pid in rotated(rows, rnd):
+                for name, u, pid in round_order(rows, rnd):
                     r = run(u, server, pid, args.connections, args.duration, os.path.join(tmp, "perf.data"))
                     runs[name].append(r)
                     print(f"  {name:<8} qps {r['qps']:7.0f}  " + "  ".join(f"{k} {r[k]:.3f}" for k in KEYS), file=sys.stderr)

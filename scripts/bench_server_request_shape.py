@@ -4,8 +4,8 @@ as a client sends it and as the gateway sends it.
 
 One local 18.16 server (`chstorm local up`), no proxy (HAProxy with --via-haproxy). `wrk -t2
 -c256` (--connections; -t1 below 64) of `GET /?query=SELECT%201` for --duration seconds in the
-shapes --shapes names (default the first four), alternated --reps times (each round starts at
-the next shape):
+shapes --shapes names (default the first four), alternated --reps times (each round in another
+order, bench_gateway.round_order):
 
   plain     as a client sends it
   auth      with the `Authorization: Basic` header the gateway sends (user `default`, no password)
@@ -39,8 +39,8 @@ import argparse, json, os, re, statistics, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, paired_text, rotated, routed_server,  # noqa: E402
+from bench_gateway import need, round_order, scratch_dir, sh  # noqa: E402
+from bench_gateway_cpu import (cpu_seconds, one_at_a_time, paired, paired_text, routed_server,  # noqa: E402
                                thread_figures, threads_now, wait_answering)
 
 WHO = "bench_server_request_shape"
@@ -127,7 +127,7 @@ def main():
             if args.via_haproxy:
                 haproxy, url = start_haproxy(tmp, url, native)
             for i in range(args.reps):
-                for s in rotated(names, i):
+                for s in round_order(names, i):
                     rounds[s].append(run(url, pid, shapes[s], args.connections, args.duration))
         finally:
             if haproxy:

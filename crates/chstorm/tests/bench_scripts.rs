@@ -242,6 +242,36 @@ fn the_cpu_benchmarks_nice_reaches_every_thread_and_child() {
     }
 }
 
+/// The benchmarks' round order (`round_order`): for 2 to 7 rows, every round runs every row once,
+/// and over a whole cycle (n rounds, 2n when n is odd) each row runs in each place, and right
+/// after each other row, equally often; a rotation of one order fails the second count.
+#[test]
+fn the_benchmarks_rounds_put_every_row_after_every_other_alike() {
+    let program = format!(
+        "import collections, sys\nsys.path.insert(0, {:?})\nimport bench_gateway as b\n\
+         for n in range(2, 8):\n\
+         \x20   rows = [f'r{{i}}' for i in range(n)]\n\
+         \x20   cycle = n if n % 2 == 0 else 2 * n\n\
+         \x20   places, after = collections.Counter(), collections.Counter()\n\
+         \x20   for rnd in range(cycle):\n\
+         \x20       order = b.round_order(rows, rnd)\n\
+         \x20       assert sorted(order) == sorted(rows), order\n\
+         \x20       places.update(enumerate(order))\n\
+         \x20       after.update(zip(order, order[1:]))\n\
+         \x20   print(n, len(places), set(places.values()), len(after), set(after.values()))",
+        scripts().display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let want: Vec<String> = (2..8)
+        .map(|n: usize| {
+            let (places, after) = if n % 2 == 0 { (1, 1) } else { (2, 2) };
+            format!("{n} {} {{{places}}} {} {{{after}}}", n * n, n * (n - 1))
+        })
+        .collect();
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), want, "{out:?}");
+}
+
 /// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
 /// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
 /// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
