@@ -10,49 +10,72 @@ of bench_gateway_cpu.py, not instead of it.
 One local 18.16 server (`chstorm local up`). Each subject runs under
 `valgrind --tool=callgrind` in turn: the gateway with every function on (bench_gateway_cpu.py's
 config, `workers: 1`), a second gateway binary with --b, and HAProxy 2.6 in HTTP mode
-(`http-reuse always`, one thread). Each gets `wrk -t1 -c8` of `GET /?query=SELECT%201` for
---warm seconds, then callgrind's counters are zeroed (`callgrind_control -z`), wrk runs
---duration seconds more, and the counters are dumped: instructions / queries answered in that
-window. Every thread of the process counts (the gateway's health checks too). --cache-sim adds
-callgrind's cache simulation (the host's cache sizes) and reports first-level misses per query:
-instruction fetches (I1) and data reads and writes (D1). They cost cycles an instruction count
-does not show, so they say why CPU time follows instructions only in part. With --native,
-the gateway's native port and HAProxy in TCP mode in front of the server's native port are
-measured the same way, with `chstorm bench -c 8`.
+(`http-reuse always`, one thread). Each gets `wrk -t1 -c8` of `GET /?query=SELECT%201`
+(--connections N for N clients, `wrk -t2` from 64 on) for --warm seconds, then callgrind's
+counters are zeroed (`callgrind_control -z`), wrk runs --duration seconds more, and the counters
+are dumped: instructions / queries answered in that window (the dump is kept as
+OUT/callgrind-NAME.out, for `callgrind_annotate`). Every thread of the process counts (the
+gateway's health checks too). --cache-sim adds callgrind's cache simulation and reports misses
+per query: at the first level (the host's sizes), instruction fetches (I1) and data reads and
+writes (D1); and at the second (the host's L2 as the last level callgrind simulates, from
+`getconf`; callgrind's own choice would be the L3), the misses that leave the core's own caches.
+They cost cycles an instruction count does not show, so they say why CPU time follows
+instructions only in part, and why a proxy's cost grows with its clients: the more connections,
+the less of each one's memory is still in the core's caches when its next request comes. With
+256 clients the counts move more from run to run (about 5 %: the end of each `wrk` run cuts the
+requests in flight, and their KILLs fall in the window). With --native, the gateway's native port and HAProxy
+in TCP mode in front of the server's native port are measured the same way, with `chstorm bench
+-c 8` (-c N).
 
   python3 scripts/bench_gateway_instructions.py
   python3 scripts/bench_gateway_instructions.py --a /tmp/chstorm-before --b target/release/chstorm
+  python3 scripts/bench_gateway_instructions.py --cache-sim --connections 256
 
 Needs valgrind (`EXTRA_PKGS=valgrind scripts/install-deps`). Writes OUT/gateway_instructions.json.
 """
-import argparse, glob, json, os, re, subprocess, sys
+import argparse, glob, json, os, re, shutil, subprocess, sys
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk  # noqa: E402
+from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk, wrk_many  # noqa: E402
 
 
-def load(url, native, chstorm, duration):
-    """Queries answered in `duration` s: wrk over HTTP, or chstorm bench over the native port."""
-    run = native_bench(chstorm, url, duration, 8) if native else wrk(url, duration, 8)
-    return run["requests"]
+def load(url, native, chstorm, duration, conns):
+    """Queries answered in `duration` s: wrk over HTTP (-t2 from 64 clients on), or chstorm bench
+    over the native port."""
+    if native:
+        return native_bench(chstorm, url, duration, conns)["requests"]
+    return (wrk_many if conns >= 64 else wrk)(url, duration, conns)["requests"]
+
+
+def second_level():
+    """`--LL=size,assoc,line` for callgrind: the host's second-level cache (the core's own, as its
+    last level), or None where getconf does not know it."""
+    vals = []
+    for key in ("LEVEL2_CACHE_SIZE", "LEVEL2_CACHE_ASSOC", "LEVEL2_CACHE_LINESIZE"):
+        out = subprocess.run(["getconf", key], capture_output=True, text=True).stdout.strip()
+        if not out.isdigit() or int(out) == 0:
+            return None
+        vals.append(out)
+    return "--LL=" + ",".join(vals)
 
 
 def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     """Runs `cmd` under callgrind: user-space instructions per query over the measured window."""
     out = os.path.join(tmp, f"cg-{name}")
-    sim = ["--cache-sim=yes"] if args.cache_sim else []
+    sim = ["--cache-sim=yes"] + ([second_level()] if second_level() else []) if args.cache_sim else []
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + sim + cmd,
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
     try:
         wait_answering(check_url, proc, name, "bench_gateway_instructions")
-        load(url, native, chstorm, args.warm)
+        load(url, native, chstorm, args.warm, args.connections)
         sh(["callgrind_control", "-z", str(proc.pid)])
-        queries = load(url, native, chstorm, args.duration)
+        queries = load(url, native, chstorm, args.duration, args.connections)
         sh(["callgrind_control", "-d", str(proc.pid)])
         dumps = sorted(glob.glob(out + "*"), key=os.path.getmtime)
         text = open(dumps[-1]).read()
+        shutil.copyfile(dumps[-1], os.path.join(args.out, f"callgrind-{name}.out"))
         events = re.search(r"^events:\s+(.+)$", text, re.M).group(1).split()
         totals = [int(v) for v in re.search(r"^(?:summary|totals):\s+(.+)$", text, re.M).group(1).split()]
     finally:
@@ -63,14 +86,17 @@ def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     row = {"queries": queries, "instructions": ir, "per_query": round(ir / n)}
     if args.cache_sim:
         # First-level misses per query: instruction fetches, data reads, data writes.
-        row["misses_per_query"] = {e: round(counts[e] / n) for e in ("I1mr", "D1mr", "D1mw")}
+        row["misses_per_query"] = {e: round(counts[e] / n) for e in ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")}
     return row
 
 
 def misses(row):
     """The cache misses of a row, as printed after its instructions ('' without --cache-sim)."""
     m = row.get("misses_per_query")
-    return f"; misses per query: I1 {m['I1mr']:,}, D1 read {m['D1mr']:,}, D1 write {m['D1mw']:,}" if m else ""
+    if not m:
+        return ""
+    return (f"; misses per query: I1 {m['I1mr']:,}, D1 read {m['D1mr']:,}, D1 write {m['D1mw']:,}; "
+            f"L2 instruction {m['ILmr']:,}, L2 data read {m['DLmr']:,}, L2 data write {m['DLmw']:,}")
 
 
 def main():
@@ -81,6 +107,8 @@ def main():
     ap.add_argument("--no-peers", action="store_true", help="leave HAProxy out")
     ap.add_argument("--warm", type=int, default=3, help="seconds of load before counting (default 3)")
     ap.add_argument("--duration", type=int, default=6, help="seconds of load counted (default 6)")
+    ap.add_argument("--connections", type=int, default=8,
+                    help="client connections (default 8; wrk -t2 from 64 on, as bench_gateway_cpu.py's many-client rows)")
     ap.add_argument("--cache-sim", action="store_true",
                     help="also count first-level cache misses per query (callgrind's cache simulation; slower)")
     ap.add_argument("--out", default="bench-results")
@@ -99,8 +127,9 @@ def main():
             if name != "haproxy":
                 rows[name]["binary"] = cmd[0]
             print(f"  {name:10} {rows[name]['per_query']:>8,} instructions per query ({rows[name]['queries']} queries){misses(rows[name])}")
-    mode = "native, chstorm bench -c 8" if args.native else "HTTP, wrk -t1 -c8 GET /?query=SELECT%201"
-    res = {"mode": mode, "warm_s": args.warm, "duration_s": args.duration, "rows": rows}
+    c = args.connections
+    mode = f"native, chstorm bench -c {c}" if args.native else f"HTTP, wrk -t{2 if c >= 64 else 1} -c{c} GET /?query=SELECT%201"
+    res = {"mode": mode, "connections": c, "warm_s": args.warm, "duration_s": args.duration, "rows": rows}
     if "haproxy" in rows:
         for name in [n for n in rows if n != "haproxy"]:
             res[f"{name}_vs_haproxy"] = round(rows[name]["per_query"] / rows["haproxy"]["per_query"], 3)

@@ -272,6 +272,33 @@ fn the_benchmarks_rounds_put_every_row_after_every_other_alike() {
     assert_eq!(stdout.lines().collect::<Vec<_>>(), want, "{out:?}");
 }
 
+/// The instruction benchmark's cache simulation takes the host's second-level cache as the last
+/// level (`--LL=size,assoc,line` from getconf, each a positive number, or nothing where getconf
+/// does not know it), and prints both levels' misses.
+#[test]
+fn the_instruction_benchmark_simulates_the_cores_own_caches() {
+    let program = format!(
+        "import sys\nsys.path.insert(0, {:?})\nimport bench_gateway_instructions as b\n\
+         print(b.second_level())\n\
+         m = dict(I1mr=1, D1mr=2, D1mw=3, ILmr=4, DLmr=5, DLmw=6)\n\
+         print(b.misses({{'misses_per_query': m}}))\nprint(repr(b.misses({{}})))",
+        scripts().display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{out:?}");
+    let ll = lines[0];
+    let fields: Vec<u64> =
+        ll.strip_prefix("--LL=").map_or(vec![], |v| v.split(',').filter_map(|x| x.parse().ok()).collect());
+    assert!(ll == "None" || (fields.len() == 3 && fields.iter().all(|v| *v > 0)), "{ll}");
+    assert_eq!(
+        lines[1],
+        "; misses per query: I1 1, D1 read 2, D1 write 3; L2 instruction 4, L2 data read 5, L2 data write 6"
+    );
+    assert_eq!(lines[2], "''");
+}
+
 /// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
 /// textbook pair of order statistics (none below 6 rounds), the sign test's p is the binomial
 /// one, and `--pool` judges the rounds of several runs' JSONs together, pointing out runs of
