@@ -265,7 +265,7 @@ fn the_benchmarks_rounds_put_every_row_after_every_other_alike() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let want: Vec<String> = (2..8)
         .map(|n: usize| {
-            let (places, after) = if n % 2 == 0 { (1, 1) } else { (2, 2) };
+            let (places, after) = if n.is_multiple_of(2) { (1, 1) } else { (2, 2) };
             format!("{n} {} {{{places}}} {} {{{after}}}", n * n, n * (n - 1))
         })
         .collect();
