@@ -36,8 +36,8 @@ run beyond those it held before it (its open sockets, sampled every 250 ms; each
 of 18.16's); and the queries the server was running, on average (`Query` of system.metrics,
 sampled every 250 ms): of the clients' requests, those not waiting in front of the server.
 
-Each round of an alternation runs its rows in another order (a balanced Latin square), so that no row
-always runs right after the same other.
+Each round of an alternation runs its rows in another order, a balanced Latin square
+(bench_gateway.round_order): every row runs right after every other row equally often.
 
 Prints `gateway_cpu_us_per_query`, `gateway_qps / direct_qps`, each peer's figures and the
 ratios to HAProxy, the idle-connection figures, and writes OUT/gateway_cpu.json. Every round runs

@@ -23,9 +23,9 @@ They cost cycles an instruction count does not show, so they say why CPU time fo
 instructions only in part, and why a proxy's cost grows with its clients: the more connections,
 the less of each one's memory is still in the core's caches when its next request comes. With
 256 clients the counts move more from run to run (about 5 %: the end of each `wrk` run cuts the
-requests in flight, and their KILLs fall in the window). With --native, the gateway's native port and HAProxy
-in TCP mode in front of the server's native port are measured the same way, with `chstorm bench
--c 8` (-c N).
+requests in flight, and their KILLs fall in the window). With --native, the gateway's native
+port and HAProxy in TCP mode in front of the server's native port are measured the same way,
+with `chstorm bench -c 8` (-c N).
 
   python3 scripts/bench_gateway_instructions.py
   python3 scripts/bench_gateway_instructions.py --a /tmp/chstorm-before --b target/release/chstorm
@@ -64,7 +64,8 @@ def second_level():
 def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     """Runs `cmd` under callgrind: user-space instructions per query over the measured window."""
     out = os.path.join(tmp, f"cg-{name}")
-    sim = ["--cache-sim=yes"] + ([second_level()] if second_level() else []) if args.cache_sim else []
+    ll = second_level()
+    sim = ["--cache-sim=yes"] + ([ll] if ll else []) if args.cache_sim else []
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + sim + cmd,
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
     try:
@@ -87,6 +88,8 @@ def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     if args.cache_sim:
         # First-level misses per query: instruction fetches, data reads, data writes.
         row["misses_per_query"] = {e: round(counts[e] / n) for e in ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")}
+        # The last level callgrind simulated: the host's L2, or its own choice where getconf knows none.
+        row["last_level"] = "L2" if ll else "last level"
     return row
 
 
@@ -95,8 +98,9 @@ def misses(row):
     m = row.get("misses_per_query")
     if not m:
         return ""
+    ll = row.get("last_level", "L2")
     return (f"; misses per query: I1 {m['I1mr']:,}, D1 read {m['D1mr']:,}, D1 write {m['D1mw']:,}; "
-            f"L2 instruction {m['ILmr']:,}, L2 data read {m['DLmr']:,}, L2 data write {m['DLmw']:,}")
+            f"{ll} instruction {m['ILmr']:,}, {ll} data read {m['DLmr']:,}, {ll} data write {m['DLmw']:,}")
 
 
 def main():

@@ -274,20 +274,21 @@ fn the_benchmarks_rounds_put_every_row_after_every_other_alike() {
 
 /// The instruction benchmark's cache simulation takes the host's second-level cache as the last
 /// level (`--LL=size,assoc,line` from getconf, each a positive number, or nothing where getconf
-/// does not know it), and prints both levels' misses.
+/// does not know it), and prints both levels' misses, naming the last level as simulated.
 #[test]
 fn the_instruction_benchmark_simulates_the_cores_own_caches() {
     let program = format!(
         "import sys\nsys.path.insert(0, {:?})\nimport bench_gateway_instructions as b\n\
          print(b.second_level())\n\
          m = dict(I1mr=1, D1mr=2, D1mw=3, ILmr=4, DLmr=5, DLmw=6)\n\
-         print(b.misses({{'misses_per_query': m}}))\nprint(repr(b.misses({{}})))",
+         print(b.misses({{'misses_per_query': m}}))\nprint(repr(b.misses({{}})))\n\
+         print(b.misses({{'misses_per_query': m, 'last_level': 'last level'}}))",
         scripts().display()
     );
     let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "{out:?}");
+    assert_eq!(lines.len(), 4, "{out:?}");
     let ll = lines[0];
     let fields: Vec<u64> =
         ll.strip_prefix("--LL=").map_or(vec![], |v| v.split(',').filter_map(|x| x.parse().ok()).collect());
@@ -297,6 +298,11 @@ fn the_instruction_benchmark_simulates_the_cores_own_caches() {
         "; misses per query: I1 1, D1 read 2, D1 write 3; L2 instruction 4, L2 data read 5, L2 data write 6"
     );
     assert_eq!(lines[2], "''");
+    assert!(
+        lines[3].ends_with("; last level instruction 4, last level data read 5, last level data write 6"),
+        "{}",
+        lines[3]
+    );
 }
 
 /// The paired verdicts of scripts/bench_gateway_cpu.py: the interval of the median is the
