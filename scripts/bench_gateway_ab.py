@@ -25,7 +25,7 @@ import argparse, json, os, statistics, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import chstorm_bench, free_port, round_order, scratch_dir, sh, start_gateway  # noqa: E402
-from bench_gateway_cpu import BARE, CONFIG, cpu_seconds, wrk, wrk_many  # noqa: E402
+from bench_gateway_cpu import BARE, CONFIG, cpu_seconds, wrk_for  # noqa: E402
 
 
 def main():
@@ -71,7 +71,7 @@ def main():
         def run(target, d):
             if args.native:
                 return chstorm_bench(sides[0][1], target, ["-q", "SELECT 1", "-c", str(args.connections), "-d", f"{d}s"])
-            return (wrk_many if args.connections >= 64 else wrk)(target, d, args.connections)
+            return wrk_for(target, d, args.connections)
 
         for _, _, target in gws:
             run(target, 1)  # warm the pools

@@ -472,6 +472,12 @@ def wrk_many(url, duration, conns):
     return r
 
 
+def wrk_for(url, duration, conns):
+    """wrk as the rows here run it for `conns` clients: wrk (-t1) below 64, wrk_many (-t2,
+    --latency) from 64 on."""
+    return (wrk_many if conns >= 64 else wrk)(url, duration, conns)
+
+
 def native_bench(chstorm, target, duration, conns):
     """chstorm bench over the native protocol: requests, qps, errors."""
     r = chstorm_bench(chstorm, target, ["-q", "SELECT 1", "-c", str(conns), "-d", f"{duration}s"])

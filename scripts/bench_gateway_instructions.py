@@ -38,7 +38,7 @@ import argparse, glob, json, os, re, shutil, subprocess, sys
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir, sh  # noqa: E402
-from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk, wrk_many  # noqa: E402
+from bench_gateway_cpu import native_bench, one_at_a_time, routed_server, wait_answering, wrk_for  # noqa: E402
 
 
 def load(url, native, chstorm, duration, conns):
@@ -46,7 +46,7 @@ def load(url, native, chstorm, duration, conns):
     over the native port."""
     if native:
         return native_bench(chstorm, url, duration, conns)["requests"]
-    return (wrk_many if conns >= 64 else wrk)(url, duration, conns)["requests"]
+    return wrk_for(url, duration, conns)["requests"]
 
 
 def second_level():
@@ -64,7 +64,7 @@ def second_level():
 def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     """Runs `cmd` under callgrind: user-space instructions per query over the measured window."""
     out = os.path.join(tmp, f"cg-{name}")
-    ll = second_level()
+    ll = second_level() if args.cache_sim else None
     sim = ["--cache-sim=yes"] + ([ll] if ll else []) if args.cache_sim else []
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no"] + sim + cmd,
                             stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, f"{name}.log"), "w"))
@@ -86,7 +86,7 @@ def counted(cmd, url, check_url, native, chstorm, args, tmp, name):
     ir, n = counts["Ir"], max(queries, 1)
     row = {"queries": queries, "instructions": ir, "per_query": round(ir / n)}
     if args.cache_sim:
-        # First-level misses per query: instruction fetches, data reads, data writes.
+        # Misses per query, at the first level and the last: instruction fetches, data reads, data writes.
         row["misses_per_query"] = {e: round(counts[e] / n) for e in ("I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw")}
         # The last level callgrind simulated: the host's L2, or its own choice where getconf knows none.
         row["last_level"] = "L2" if ll else "last level"

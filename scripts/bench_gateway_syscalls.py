@@ -25,7 +25,7 @@ import argparse, collections, json, os, re, subprocess, sys, time
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import need, scratch_dir  # noqa: E402
-from bench_gateway_cpu import one_at_a_time, routed_server, wait_answering, wrk, wrk_many  # noqa: E402
+from bench_gateway_cpu import one_at_a_time, routed_server, wait_answering, wrk_for  # noqa: E402
 
 # The calls a proxy's request path makes, and its connections' setup and teardown; no other call
 # is traced (a health check's `connect`, for one).
@@ -34,7 +34,7 @@ TRACED = "read,recvfrom,write,sendto,writev,sendmsg,recvmsg,epoll_wait,epoll_pwa
 
 def load(url, conns, duration):
     """Queries answered in `duration` s of `wrk` (-t2 from 64 clients on)."""
-    return (wrk_many if conns >= 64 else wrk)(url, duration, conns)["requests"]
+    return wrk_for(url, duration, conns)["requests"]
 
 
 def counted(cmd, url, args, tmp, name):
