@@ -309,14 +309,21 @@ pub fn join_query(url_query: &str, body_head: &[u8]) -> String {
 /// "not known for sure" and matches no unqualified table name.
 ///
 /// Verified on 18.16.1: the last `database` parameter wins (`?database=system&database=default`
-/// runs in `default`); `?database=` with no value leaves no current database (`SELECT
+/// runs in `default`; current releases take the first, so two that differ give `Some("")`);
+/// `?database=` with no value leaves no current database (`SELECT
 /// currentDatabase()` answers an empty line, an unqualified table is Code 81 `Default database
 /// is not selected`); the `X-ClickHouse-Database` header is ignored (with or without a
 /// parameter). Newer releases honour the header, and which of the two wins differs between
 /// releases, so a non-empty header that does not agree with the parameter (or the default)
 /// gives `Some("")`.
 pub fn current_database<'a>(params: &'a [(String, String)], header: Option<&'a str>) -> Option<&'a str> {
-    let param = params.iter().rev().find(|(k, _)| k == "database").map(|(_, v)| v.as_str());
+    // 18.16 takes the last `database` parameter, current releases the first: two that differ
+    // name no database the gateway can be sure of.
+    let mut given = params.iter().filter(|(k, _)| k == "database").map(|(_, v)| v.as_str());
+    let param = given.next();
+    if given.any(|v| Some(v) != param) {
+        return Some("");
+    }
     match header.filter(|h| !h.is_empty()) {
         Some(h) if h != param.unwrap_or(chstorm_sql::route::DEFAULT_DATABASE) => Some(""),
         _ => param,
@@ -529,7 +536,9 @@ mod tests {
         let p = |q: &str| parse_params(Some(q));
         assert_eq!(current_database(&p("query=x"), None), None);
         assert_eq!(current_database(&p("database=otherdb"), None), Some("otherdb"));
-        assert_eq!(current_database(&p("database=system&database=default"), None), Some("default"), "the last wins");
+        // 18.16 takes the last, current releases the first: two that differ are no database.
+        assert_eq!(current_database(&p("database=system&database=default"), None), Some(""));
+        assert_eq!(current_database(&p("database=db&database=db"), None), Some("db"));
         assert_eq!(current_database(&p("database="), None), Some(""));
         assert_eq!(current_database(&p("database=otherdb"), Some("")), Some("otherdb"));
         // The header: ignored by 18.16, honoured by newer releases; only an agreeing one is certain.

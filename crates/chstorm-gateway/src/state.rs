@@ -30,6 +30,12 @@ pub struct ClusterRt {
 }
 
 impl ClusterRt {
+    /// The grammars a statement for this cluster is read under ([`chstorm_sql::reading`]):
+    /// those of its replicas' releases, both while any replica's release is not known.
+    pub fn grammars(&self) -> chstorm_sql::reading::Grammars {
+        chstorm_sql::reading::Grammars::ALL
+    }
+
     /// The recent answer-head times of the route a query takes.
     pub fn head_times(&self, target: Target) -> &HeadTimes {
         route_times(&self.head_times, target)

@@ -315,7 +315,7 @@ fn split(kind: &str, sql: &str, router: &Router, db: Option<&str>, rng: &mut Sma
 
 fn split_at(kind: &str, url: &str, body: &str, router: &Router, db: Option<&str>) -> Case {
     // Today's proxy routes on the URL part alone: where that routes, the case waits for the plan.
-    let routed_on_url = router.route(url, None, None, db).is_ok();
+    let routed_on_url = router.route(url, None, None, db, chstorm_sql::lexer::Grammar::V18_16).is_ok();
     let kind = if routed_on_url { "split-routed".to_string() } else { kind.to_string() };
     Case { kind, url_sql: Some(url.to_string()), body: body.to_string(), ..Case::default() }
 }

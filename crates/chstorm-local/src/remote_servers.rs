@@ -114,6 +114,7 @@ users:
     allowed_settings: [\"*\"]
     readonly: false
     settings: {}
+    operator_statements: [\"*\"]   # this local cluster's operator: KILL, SYSTEM, DDL of any database
 ",
     );
     y

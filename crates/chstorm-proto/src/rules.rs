@@ -1,7 +1,8 @@
 //! ClickHouse's rules that every part of chstorm must read the same way: which exception codes
-//! prove a query did not run (so a retry is safe), how an exception code is found in an answer,
-//! and what kind of statement a query is. The load engine, compare and the gateway all use this
-//! module; nothing else keeps a copy.
+//! prove a query did not run (so a retry is safe), and how an exception code is found in an
+//! answer. The load engine, compare and the gateway all use this module; nothing else keeps a
+//! copy. What kind of statement a query is belongs to the reading of SQL text,
+//! `chstorm_sql::statement`.
 //!
 //! Must not import anything from the rest of chstorm: it is pure text rules.
 
@@ -48,95 +49,9 @@ pub fn blames_server(code: i32) -> bool {
     retry_safe_code(code) || matches!(code, 173 | 225 | 999)
 }
 
-/// What a statement does, from its first keyword.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StatementKind {
-    /// SELECT, WITH, SHOW, DESCRIBE/DESC, EXISTS, EXPLAIN: reads only, so it may be sent again.
-    Read,
-    /// Anything else (INSERT, CREATE, ALTER, KILL, SET, USE, OPTIMIZE, ...), and text whose first
-    /// keyword cannot be found: never sent twice.
-    Write,
-}
-
-/// `s` from its first character that is not white space or inside a `--` or `/* */` comment.
-pub fn skip_blank(mut s: &str) -> &str {
-    loop {
-        let t = s.trim_start();
-        if let Some(rest) = t.strip_prefix("--") {
-            s = rest.split_once('\n').map_or("", |(_, r)| r);
-        } else if let Some(rest) = t.strip_prefix("/*") {
-            s = rest.split_once("*/").map_or("", |(_, r)| r);
-        } else {
-            return t;
-        }
-    }
-}
-
-/// The first keyword of `sql`, skipping white space, `--` line comments, `/* */` comments and
-/// opening brackets: `"  /* x */ (select 1)"` gives `"select"`; empty when there is none.
-pub fn first_keyword(sql: &str) -> &str {
-    let mut s = skip_blank(sql);
-    while let Some(rest) = s.strip_prefix('(') {
-        s = skip_blank(rest);
-    }
-    let end = s.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(s.len());
-    &s[..end]
-}
-
-/// Classifies `sql` by its first keyword ([`first_keyword`]). Unknown or empty text is a
-/// [`StatementKind::Write`] (the safe answer: a write is never retried and a read-only user may
-/// not send it).
-pub fn statement_kind(sql: &str) -> StatementKind {
-    let word = first_keyword(sql);
-    const READS: &[&str] = &["SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"];
-    if READS.iter().any(|r| r.eq_ignore_ascii_case(word)) {
-        StatementKind::Read
-    } else {
-        StatementKind::Write
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn first_keywords() {
-        assert_eq!(first_keyword("  -- c\n /* x */ set max_threads = 1"), "set");
-        assert_eq!(first_keyword("USE db"), "USE");
-        assert_eq!(first_keyword(" ((SELECT 1))"), "SELECT");
-        assert_eq!(first_keyword(""), "");
-    }
-
-    #[test]
-    fn classification() {
-        for q in [
-            "SELECT 1",
-            "  select 1",
-            "WITH 1 AS x SELECT x",
-            "-- c\nSELECT 1",
-            "/* c */ (SELECT 1)",
-            "SHOW TABLES",
-            "desc t",
-            "EXISTS t",
-            "explain select 1",
-        ] {
-            assert_eq!(statement_kind(q), StatementKind::Read, "{q}");
-        }
-        for q in [
-            "INSERT INTO t VALUES (1)",
-            "CREATE TABLE t (x UInt8) ENGINE = Memory",
-            "KILL QUERY WHERE 1",
-            "SET x = 1",
-            "",
-            "OPTIMIZE TABLE t",
-            "SELECTX 1",
-            "/* unterminated SELECT 1",
-            "USE db",
-        ] {
-            assert_eq!(statement_kind(q), StatementKind::Write, "{q}");
-        }
-    }
 
     #[test]
     fn only_the_servers_own_trouble_blames_a_replica() {

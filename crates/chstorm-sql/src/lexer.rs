@@ -1,32 +1,76 @@
-//! A small SQL lexer following ClickHouse 18.16's `Lexer.cpp`, just enough
-//! for routing ([`crate::route`]: [`extract_key`](crate::route::extract_key),
-//! [`rewrite_tables`](crate::route::rewrite_tables)) and the rules on
-//! settings, table functions and nesting depth ([`crate::rules`]).
+//! The lexer of ClickHouse's SQL, in the two grammars chstorm knows: 18.16's and the current
+//! one (24.x to 26.x). Every rule of the gateway reads a statement through this module, so
+//! comments, string literals, quoted names, case and white space neither hide nor fake anything,
+//! and [`crate::reading`] compares the grammars' readings of one text.
 //!
-//! The lexer reads bytes: a query that is not UTF-8 (bytes inside a string
-//! literal, say) lexes as ClickHouse lexes it, and callers splice the
-//! original bytes by the tokens' spans, so nothing outside a replaced name
-//! changes. Tokens carry their byte span in the source.
-//! Whitespace and comments (`-- ...` to the end of the line, `/* ... */`, not
-//! nested, as in 18.16) are skipped. Lexing stops after the first
-//! [`TokenKind::Error`] (an unterminated string, quoted identifier or comment,
-//! a malformed number, a byte ClickHouse does not accept outside quotes):
-//! callers then give up, which for routing means "fan out".
+//! Followed, byte for byte where it matters:
+//!
+//! * [`Grammar::V18_16`]: `dbms/src/Parsers/Lexer.cpp` of 18.16, checked against a real 18.16.1
+//!   server (`tests/grammar_vs_server.rs`). Comments: `--` and `//` to the end of the line,
+//!   `/* */` not nested (the first `*/` ends it). Numbers: digits, `0x`/`0b` prefixes (`0b` is
+//!   followed by decimal digits and the parser then fails), a `.` part and an `e`/`p` exponent;
+//!   a word character right after a number is an error (`1abc`, `1_000`). Punctuation:
+//!   `( ) [ ] , ; . + - -> * / % = == != <> < <= > >= ? : ||`. Anything else outside quotes is
+//!   an error: `#`, `$`, `{`, `}`, `@`, `^`, a lone `|` or `!`, `\`, every byte >= 0x80.
+//! * [`Grammar::Current`]: `src/Parsers/Lexer.cpp` of current releases (read at ClickHouse
+//!   commit 3c1c4b89), checked against ClickHouse 26.9's own parser (chdb-core 26.9;
+//!   `tests/grammar_vs_chdb.rs`). What it adds to 18.16: `#` followed by a space or `!` starts
+//!   a line comment (`#x` is an error); `/* */` nest; heredocs `$tag$ ... $tag$` are string
+//!   literals; `$` is a word character (`a$b`); a word may start with digits (`1abc`, `1e`);
+//!   `_` separates digits (`1_000`, never first or last, never doubled); `0b` takes binary
+//!   digits; `x'41'` and `b'0101'` are string literals; `‘...’` is a string literal and
+//!   `“...”` a quoted name (no escapes inside); U+2212 `−` is a minus; Unicode white space
+//!   (U+00A0, U+2000 to U+200D, U+2028, U+2029, U+202F, U+205F, U+3000, U+FEFF, U+0085,
+//!   U+180E) separates tokens; the punctuation `{ } <=> ^ | :: @ @@ \G` and a lone `$`.
+//!
+//! The lexer reads bytes: a query that is not UTF-8 (bytes inside a string literal, say) lexes
+//! as ClickHouse lexes it, and callers splice the original bytes by the tokens' spans, so
+//! nothing outside a replaced name changes. Whitespace and comments are skipped. Lexing stops
+//! after the first [`TokenKind::Error`] (an unterminated string, quoted identifier or comment,
+//! a malformed number, a byte the grammar does not accept outside quotes): callers then give
+//! up, which for routing means "fan out" and for a user's rules "refuse".
+//!
+//! Written by hand: no crate lexes ClickHouse's dialect, let alone two of its releases.
+
+/// Which release's lexical grammar a text is read with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Grammar {
+    /// ClickHouse 18.16 (and the releases up to 19.x, whose lexer is the same in what the rules
+    /// read: see `crate::reading`).
+    V18_16,
+    /// ClickHouse 24.1 to 26.x, as 26.9 reads it.
+    Current,
+}
+
+impl Grammar {
+    /// Both grammars, oldest first.
+    pub const ALL: [Grammar; 2] = [Grammar::V18_16, Grammar::Current];
+
+    /// How the docs and the refusals name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Grammar::V18_16 => "ClickHouse 18.16",
+            Grammar::Current => "current ClickHouse (24.x to 26.x)",
+        }
+    }
+}
 
 /// What a token is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TokenKind {
-    /// A bare word: identifier or keyword, `[A-Za-z_][A-Za-z0-9_]*`.
+    /// A bare word: identifier or keyword, `[A-Za-z_][A-Za-z0-9_]*` (current: `$` too, and a
+    /// word may start with digits, `1abc`).
     Word,
-    /// `` `name` `` or `"name"`, with `\` escapes and doubled quotes.
+    /// `` `name` `` or `"name"`, with `\` escapes and doubled quotes (current: `“name”` too).
     QuotedIdent,
-    /// A numeric literal: `123`, `0x1F`, `1.5`, `.5`, `1e-3`.
+    /// A numeric literal: `123`, `0x1F`, `1.5`, `.5`, `1e-3` (current: `1_000`, `0b101`).
     Number,
-    /// A single-quoted string literal with `\` escapes and `''`.
+    /// A string literal: `'...'` with `\` escapes and `''` (current: `$tag$...$tag$`,
+    /// `‘...’`, `x'41'`, `b'01'`).
     Str,
-    /// Operators and punctuation: `( ) [ ] , ; . = == != <> < <= > >= + - * / % || :: : ? -> @ { }`.
+    /// Operators and punctuation (the module doc lists each grammar's).
     Punct,
-    /// Something ClickHouse would reject; always the last token.
+    /// Something the grammar rejects; always the last token.
     Error,
 }
 
@@ -53,9 +97,9 @@ impl<'a> Token<'a> {
         self.kind == TokenKind::Word && self.text.eq_ignore_ascii_case(kw)
     }
 
-    /// Punctuation `p`.
+    /// Punctuation `p` (the current grammar's `−`, U+2212, is `-`).
     pub fn is_punct(&self, p: &str) -> bool {
-        self.kind == TokenKind::Punct && self.text == p
+        self.kind == TokenKind::Punct && (self.text == p || (p == "-" && self.text == "\u{2212}"))
     }
 
     /// The identifier's name: a bare word as written, a quoted identifier
@@ -78,26 +122,35 @@ impl<'a> Token<'a> {
     }
 }
 
-/// Splits `sql` into tokens, skipping whitespace and comments. Stops after the
+/// Splits `sql` into tokens under `grammar`, skipping whitespace and comments. Stops after the
 /// first [`TokenKind::Error`] token, which covers the rest of the input.
-pub fn tokenize<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Vec<Token<'_>> {
-    Lexer::new(sql).collect()
+pub fn tokenize<S: AsRef<[u8]> + ?Sized>(sql: &S, grammar: Grammar) -> Vec<Token<'_>> {
+    Lexer::new(sql, grammar).collect()
 }
 
 /// The lexer as an iterator, for callers that may stop early (an `INSERT`
-/// with its data after `VALUES` needs no more than its head).
+/// with its data after `FORMAT` needs no more than its head).
 pub struct Lexer<'a> {
     sql: &'a [u8],
+    grammar: Grammar,
     i: usize,
     prev: Option<Token<'a>>,
     done: bool,
 }
 
 impl<'a> Lexer<'a> {
-    /// Lexes `sql`: text or bytes.
-    pub fn new<S: AsRef<[u8]> + ?Sized>(sql: &'a S) -> Self {
-        Lexer { sql: sql.as_ref(), i: 0, prev: None, done: false }
+    /// Lexes `sql`, text or bytes, under `grammar`.
+    pub fn new<S: AsRef<[u8]> + ?Sized>(sql: &'a S, grammar: Grammar) -> Self {
+        Lexer { sql: sql.as_ref(), grammar, i: 0, prev: None, done: false }
     }
+}
+
+/// What one step of the lexer found.
+enum Step {
+    /// White space or a comment, up to this offset.
+    Blank(usize),
+    /// A token of this kind, up to this offset.
+    Token(TokenKind, usize),
 }
 
 impl<'a> Iterator for Lexer<'a> {
@@ -108,82 +161,25 @@ impl<'a> Iterator for Lexer<'a> {
             return None;
         }
         let b = self.sql;
-        let mut i = self.i;
-        while i < b.len() {
-            let c = b[i];
-            let start = i;
-            let kind = match c {
-                b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => {
-                    i += 1;
-                    continue;
-                }
-                b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
-                    i += 1;
-                    while i < b.len() && is_word_byte(b[i]) {
-                        i += 1;
-                    }
-                    TokenKind::Word
-                }
-                _ if starts_number(b, i, self.prev.as_ref()) => match lex_number(b, i) {
-                    Some(end) => {
-                        i = end;
-                        TokenKind::Number
-                    }
-                    None => {
-                        i = b.len();
-                        TokenKind::Error
-                    }
-                },
-                b'\'' | b'`' | b'"' => match find_closing_quote(b, i) {
-                    Some(end) => {
-                        i = end;
-                        if c == b'\'' {
-                            TokenKind::Str
-                        } else {
-                            TokenKind::QuotedIdent
-                        }
-                    }
-                    None => {
-                        i = b.len();
-                        TokenKind::Error
-                    }
-                },
-                b'-' if b.get(i + 1) == Some(&b'-') => {
-                    while i < b.len() && b[i] != b'\n' {
-                        i += 1;
-                    }
-                    continue;
-                }
-                b'/' if b.get(i + 1) == Some(&b'*') => match find(b, i + 2, b"*/") {
-                    Some(at) => {
-                        i = at + 2;
-                        continue;
-                    }
-                    None => {
-                        i = b.len();
-                        TokenKind::Error
-                    }
-                },
-                _ => match punct_len(b, i) {
-                    Some(n) => {
-                        i += n;
-                        TokenKind::Punct
-                    }
-                    None => {
-                        i = b.len();
-                        TokenKind::Error
-                    }
-                },
+        while self.i < b.len() {
+            let start = self.i;
+            let step = match self.grammar {
+                Grammar::V18_16 => step_18_16(b, start, self.prev.as_ref()),
+                Grammar::Current => step_current(b, start, self.prev.as_ref()),
             };
-            let tok = Token { kind, text: utf8_prefix(&b[start..i]), start, len: i - start };
-            self.i = i;
-            self.prev = Some(tok);
-            if kind == TokenKind::Error {
-                self.done = true;
+            match step {
+                Step::Blank(end) => self.i = end,
+                Step::Token(kind, end) => {
+                    let tok = Token { kind, text: utf8_prefix(&b[start..end]), start, len: end - start };
+                    self.i = end;
+                    self.prev = Some(tok);
+                    if kind == TokenKind::Error {
+                        self.done = true;
+                    }
+                    return Some(tok);
+                }
             }
-            return Some(tok);
         }
-        self.i = i;
         self.done = true;
         None
     }
@@ -201,67 +197,30 @@ fn is_word_byte(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
 }
 
-/// Does a number start at `b[i]`: a digit, or `.5` where no operand comes before it (`t.5` is
-/// a tuple element, see [`after_operand`])?
-fn starts_number(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> bool {
-    b[i].is_ascii_digit() || (b[i] == b'.' && b.get(i + 1).is_some_and(u8::is_ascii_digit) && !after_operand(prev))
-}
-
-/// ClickHouse reads `.5` as a number unless it follows something that can be
-/// the left side of a `.` (a word, a quoted name, a number, `)` or `]`), as
-/// in `t.1` (tuple element).
-fn after_operand(prev: Option<&Token<'_>>) -> bool {
-    match prev {
-        Some(t) => match t.kind {
-            TokenKind::Word | TokenKind::QuotedIdent | TokenKind::Number | TokenKind::Str => true,
-            TokenKind::Punct => t.text == ")" || t.text == "]",
-            TokenKind::Error => false,
-        },
-        None => false,
-    }
-}
-
-/// A number starting at `i` (a digit, or `.` and a digit). Returns its end, or
-/// `None` when it runs into a word character (`123abc`), as ClickHouse's
-/// `ErrorWrongNumber`.
-fn lex_number(b: &[u8], mut i: usize) -> Option<usize> {
-    let hex = b[i] == b'0' && matches!(b.get(i + 1), Some(b'x' | b'X'));
-    // Hex numbers take hex digits and a `p` exponent; decimal ones digits and `e`.
-    let (digit, exp): (fn(&u8) -> bool, &[u8]) =
-        if hex { (u8::is_ascii_hexdigit, b"pP") } else { (u8::is_ascii_digit, b"eE") };
-    if hex {
-        i += 2;
-    }
-    i = skip_while(b, i, digit);
-    if i < b.len() && b[i] == b'.' {
-        i = skip_while(b, i + 1, digit);
-    }
-    if i < b.len() && exp.contains(&b[i]) {
-        i = exponent(b, i);
-    }
-    if i < b.len() && is_word_byte(b[i]) {
-        return None;
-    }
-    Some(i)
+fn is_blank(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c')
 }
 
 /// The first index at or after `i` whose byte fails `pred` (or `b.len()`).
-fn skip_while(b: &[u8], i: usize, pred: fn(&u8) -> bool) -> usize {
-    b[i.min(b.len())..].iter().position(|c| !pred(c)).map_or(b.len(), |n| i + n)
+fn skip_while(b: &[u8], i: usize, pred: impl Fn(u8) -> bool) -> usize {
+    b[i.min(b.len())..].iter().position(|&c| !pred(c)).map_or(b.len(), |n| i + n)
 }
 
-/// Skips `e`/`p`, an optional sign, and digits.
-fn exponent(b: &[u8], mut i: usize) -> usize {
-    i += 1;
-    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
-        i += 1;
+/// The end of a line comment whose text starts at `i`: the next `\n` (not included).
+fn line_end(b: &[u8], i: usize) -> usize {
+    b[i..].iter().position(|&c| c == b'\n').map_or(b.len(), |n| i + n)
+}
+
+fn find(b: &[u8], from: usize, pat: &[u8]) -> Option<usize> {
+    if from > b.len() || pat.is_empty() {
+        return None;
     }
-    skip_while(b, i, u8::is_ascii_digit)
+    b[from..].windows(pat.len()).position(|w| w == pat).map(|p| p + from)
 }
 
-/// The end (past the closing quote) of a quoted token starting at `i`.
-/// A backslash escapes the next byte; a doubled quote stands for itself.
-fn find_closing_quote(b: &[u8], i: usize) -> Option<usize> {
+/// The end (past the closing quote) of a quoted token starting at `i`, or `None` when it is
+/// not closed. A backslash escapes the next byte; a doubled quote stands for itself.
+fn closing_quote(b: &[u8], i: usize) -> Option<usize> {
     let q = b[i];
     let mut j = i + 1;
     while j < b.len() {
@@ -281,33 +240,380 @@ fn find_closing_quote(b: &[u8], i: usize) -> Option<usize> {
     None
 }
 
-fn find(b: &[u8], from: usize, pat: &[u8]) -> Option<usize> {
-    if from > b.len() {
-        return None;
+/// A quoted string or name at `i`: its kind and end, or an error to the end of the input.
+fn quoted(b: &[u8], i: usize) -> Step {
+    match closing_quote(b, i) {
+        Some(end) => Step::Token(if b[i] == b'\'' { TokenKind::Str } else { TokenKind::QuotedIdent }, end),
+        None => Step::Token(TokenKind::Error, b.len()),
     }
-    b[from..].windows(pat.len()).position(|w| w == pat).map(|p| p + from)
 }
 
-fn punct_len(b: &[u8], i: usize) -> Option<usize> {
-    let two = |s: &[u8]| b.get(i..i + 2) == Some(s);
-    if two(b"==") || two(b"!=") || two(b"<>") || two(b"<=") || two(b">=") || two(b"||") || two(b"::") || two(b"->") {
-        return Some(2);
+/// Does the `.` at `i` stand for a dot (a qualifier or tuple access) rather than start a
+/// number? As both lexers decide: not at the very start, and either no digit follows or the
+/// previous token can be the left side of a `.` (`t.1`, `(x).2`, `1.2.3` as `1.2 . 3`).
+fn is_dot(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> bool {
+    let digit_next = b.get(i + 1).is_some_and(u8::is_ascii_digit);
+    let after_operand = prev.is_some_and(|t| match t.kind {
+        TokenKind::Word | TokenKind::QuotedIdent | TokenKind::Number => true,
+        TokenKind::Punct => t.text == ")" || t.text == "]",
+        _ => false,
+    });
+    i > 0 && (!digit_next || after_operand)
+}
+
+fn after_dot(prev: Option<&Token<'_>>) -> bool {
+    prev.is_some_and(|t| t.kind == TokenKind::Punct && t.text == ".")
+}
+
+/// One step of 18.16's lexer at `i`.
+fn step_18_16(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> Step {
+    use TokenKind::*;
+    let c = b[i];
+    let at = |k: usize| b.get(i + k).copied();
+    match c {
+        _ if is_blank(c) => Step::Blank(skip_while(b, i, is_blank)),
+        b'0'..=b'9' => number_18_16(b, i, prev),
+        b'\'' | b'"' | b'`' => quoted(b, i),
+        b'(' | b')' | b'[' | b']' | b',' | b';' | b'+' | b'*' | b'%' | b'?' | b':' => Step::Token(Punct, i + 1),
+        b'.' if is_dot(b, i, prev) => Step::Token(Punct, i + 1),
+        b'.' => {
+            let mut j = skip_while(b, i + 1, |c| c.is_ascii_digit());
+            if j + 1 < b.len() && matches!(b[j], b'e' | b'E') {
+                j += 1;
+                if j + 1 < b.len() && matches!(b[j], b'+' | b'-') {
+                    j += 1;
+                }
+                j = skip_while(b, j, |c| c.is_ascii_digit());
+            }
+            Step::Token(Number, j)
+        }
+        b'-' if at(1) == Some(b'>') => Step::Token(Punct, i + 2),
+        b'-' if at(1) == Some(b'-') => Step::Blank(line_end(b, i + 2)),
+        b'-' => Step::Token(Punct, i + 1),
+        b'/' if at(1) == Some(b'/') => Step::Blank(line_end(b, i + 2)),
+        b'/' if at(1) == Some(b'*') => match find(b, i + 2, b"*/") {
+            Some(at) => Step::Blank(at + 2),
+            None => Step::Token(Error, b.len()),
+        },
+        b'/' => Step::Token(Punct, i + 1),
+        b'=' => Step::Token(Punct, if at(1) == Some(b'=') { i + 2 } else { i + 1 }),
+        b'!' if at(1) == Some(b'=') => Step::Token(Punct, i + 2),
+        b'<' if matches!(at(1), Some(b'=' | b'>')) => Step::Token(Punct, i + 2),
+        b'>' if at(1) == Some(b'=') => Step::Token(Punct, i + 2),
+        b'<' | b'>' => Step::Token(Punct, i + 1),
+        b'|' if at(1) == Some(b'|') => Step::Token(Punct, i + 2),
+        _ if is_word_byte(c) => Step::Token(Word, skip_while(b, i, is_word_byte)),
+        _ => Step::Token(Error, b.len()),
     }
-    match b[i] {
-        b'(' | b')' | b'[' | b']' | b',' | b';' | b'.' | b'=' | b'<' | b'>' | b'+' | b'-' | b'*' | b'/' | b'%'
-        | b':' | b'?' | b'@' | b'{' | b'}' => Some(1),
-        _ => None,
+}
+
+/// A number of 18.16's lexer at `i` (a digit).
+fn number_18_16(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> Step {
+    let mut j = i;
+    if after_dot(prev) {
+        j = skip_while(b, j + 1, |c| c.is_ascii_digit());
+    } else {
+        let mut hex = false;
+        if j + 2 < b.len() && b[j] == b'0' && matches!(b[j + 1], b'x' | b'X' | b'b' | b'B') {
+            hex = matches!(b[j + 1], b'x' | b'X');
+            j += 2;
+        } else {
+            j += 1;
+        }
+        let digit = |c: u8| if hex { c.is_ascii_hexdigit() } else { c.is_ascii_digit() };
+        j = skip_while(b, j, digit);
+        if j < b.len() && b[j] == b'.' {
+            j = skip_while(b, j + 1, digit);
+        }
+        let exp: &[u8] = if hex { b"pP" } else { b"eE" };
+        if j + 1 < b.len() && exp.contains(&b[j]) {
+            j += 1;
+            if j + 1 < b.len() && matches!(b[j], b'+' | b'-') {
+                j += 1;
+            }
+            j = skip_while(b, j, |c| c.is_ascii_digit());
+        }
     }
+    if j < b.len() && is_word_byte(b[j]) {
+        return Step::Token(TokenKind::Error, b.len());
+    }
+    Step::Token(TokenKind::Number, j)
+}
+
+/// `_` between two digits of a number (never at the start of a block, never last, never
+/// doubled): as current releases' `isNumberSeparator`.
+fn is_separator(b: &[u8], j: usize, start_of_block: bool, hex: bool) -> bool {
+    if b[j] != b'_' || start_of_block {
+        return false;
+    }
+    match b.get(j + 1) {
+        Some(&n) => {
+            if hex {
+                n.is_ascii_hexdigit()
+            } else {
+                n.is_ascii_digit()
+            }
+        }
+        None => false,
+    }
+}
+
+/// Digits (by `digit`) and separators from `j`; returns the end.
+fn digits_current(b: &[u8], mut j: usize, mut start_of_block: bool, hex: bool) -> usize {
+    let digit = |c: u8| if hex { c.is_ascii_hexdigit() } else { c.is_ascii_digit() };
+    while j < b.len() && (digit(b[j]) || is_separator(b, j, start_of_block, hex)) {
+        j += 1;
+        start_of_block = false;
+    }
+    j
+}
+
+/// A number (or a word that starts with digits) of the current lexer at `i` (a digit).
+fn number_current(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> Step {
+    let mut j = i;
+    if after_dot(prev) {
+        j = digits_current(b, j + 1, false, false);
+    } else {
+        let mut hex = false;
+        let mut start_of_block = false;
+        if j + 2 < b.len() && b[j] == b'0' && matches!(b[j + 1], b'x' | b'X' | b'b' | b'B') {
+            let valid = if matches!(b[j + 1], b'x' | b'X') {
+                hex = b[j + 2].is_ascii_hexdigit();
+                hex
+            } else {
+                matches!(b[j + 2], b'0' | b'1')
+            };
+            if valid {
+                j += 2;
+                start_of_block = true;
+            } else {
+                j += 1;
+            }
+        } else {
+            j += 1;
+        }
+        j = digits_current(b, j, start_of_block, hex);
+        if j < b.len() && b[j] == b'.' {
+            j = digits_current(b, j + 1, true, hex);
+        }
+        let exp: &[u8] = if hex { b"pP" } else { b"eE" };
+        if j + 1 < b.len() && exp.contains(&b[j]) {
+            j += 1;
+            if j + 1 < b.len() && matches!(b[j], b'+' | b'-') {
+                j += 1;
+            }
+            j = digits_current(b, j, true, false);
+        }
+    }
+    if j < b.len() && is_word_byte(b[j]) {
+        let end = skip_while(b, j, is_word_byte);
+        if b[i..end].iter().all(|&c| is_word_byte(c) || c == b'$') {
+            return Step::Token(TokenKind::Word, end);
+        }
+        return Step::Token(TokenKind::Error, b.len());
+    }
+    Step::Token(TokenKind::Number, j)
+}
+
+/// The length of the Unicode white space at `i` that the current lexer skips (0 for none):
+/// as current releases' `skipWhitespacesUTF8`.
+fn unicode_blank_len(b: &[u8], i: usize) -> usize {
+    let (c0, c1, c2) = (b[i], b.get(i + 1).copied(), b.get(i + 2).copied());
+    if c0 == 0xC2 && i + 1 < b.len() && matches!(c1, Some(0x85 | 0xA0)) {
+        return 2;
+    }
+    if i + 2 >= b.len() {
+        return 0;
+    }
+    let (c1, c2) = (c1.unwrap_or(0), c2.unwrap_or(0));
+    let three = (c0 == 0xE1 && c1 == 0xA0 && c2 == 0x8E)
+        || (c0 == 0xE2 && c1 == 0x80 && (matches!(c2, 0x80..=0x8D | 0xA8 | 0xA9 | 0xAF)))
+        || (c0 == 0xE2 && c1 == 0x81 && matches!(c2, 0x9F | 0xA0))
+        || (c0 == 0xE3 && c1 == 0x80 && c2 == 0x80)
+        || (c0 == 0xEF && c1 == 0xBB && c2 == 0xBF);
+    if three {
+        3
+    } else {
+        0
+    }
+}
+
+/// Blanks from `i`: ASCII and Unicode white space; returns the end.
+fn skip_blanks_current(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() {
+        if is_blank(b[i]) {
+            i += 1;
+        } else {
+            match unicode_blank_len(b, i) {
+                0 => break,
+                n => i += n,
+            }
+        }
+    }
+    i
+}
+
+/// A `/* */` comment at `i` that nests, as current releases read it.
+fn nested_comment(b: &[u8], i: usize) -> Step {
+    let mut level = 1usize;
+    let mut j = i + 2;
+    while j + 2 <= b.len() {
+        if b[j] == b'/' && b[j + 1] == b'*' {
+            j += 2;
+            level += 1;
+        } else if b[j] == b'*' && b[j + 1] == b'/' {
+            j += 2;
+            level -= 1;
+            if level == 0 {
+                return Step::Blank(j);
+            }
+        } else {
+            j += 1;
+        }
+    }
+    Step::Token(TokenKind::Error, b.len())
+}
+
+/// A string between Unicode quotes at `i` (`‘` or `“`, three bytes), closed by the matching
+/// right quote, with no escapes.
+fn unicode_quoted(b: &[u8], i: usize) -> Step {
+    let close = [0xE2, 0x80, b[i + 2] + 1];
+    let kind = if b[i + 2] == 0x98 { TokenKind::Str } else { TokenKind::QuotedIdent };
+    match find(b, i + 3, &close) {
+        Some(at) => Step::Token(kind, at + 3),
+        None => Step::Token(TokenKind::Error, b.len()),
+    }
+}
+
+/// What starts with `$` in the current lexer: a heredoc, a lone `$`, or a word.
+fn dollar(b: &[u8], i: usize) -> Step {
+    if let Some(name_end) = b[i + 1..].iter().position(|&c| c == b'$').map(|p| i + 1 + p) {
+        let tag = &b[i..=name_end];
+        if let Some(at) = find(b, name_end + 1, tag) {
+            return Step::Token(TokenKind::Str, at + tag.len());
+        }
+    }
+    if b.get(i + 1).is_none_or(|&c| !is_word_byte(c)) {
+        return Step::Token(TokenKind::Punct, i + 1);
+    }
+    Step::Token(TokenKind::Word, skip_while(b, i, |c| is_word_byte(c) || c == b'$'))
+}
+
+/// `x'..'` or `b'..'` at `i`: a string literal of hex or binary digits.
+fn hex_or_bin_string(b: &[u8], i: usize) -> Step {
+    let hex = matches!(b[i], b'x' | b'X');
+    let j = skip_while(b, i + 2, |c| if hex { c.is_ascii_hexdigit() } else { matches!(c, b'0' | b'1') });
+    if j < b.len() && b[j] == b'\'' {
+        Step::Token(TokenKind::Str, j + 1)
+    } else {
+        Step::Token(TokenKind::Error, b.len())
+    }
+}
+
+/// One step of the current lexer at `i`.
+fn step_current(b: &[u8], i: usize, prev: Option<&Token<'_>>) -> Step {
+    use TokenKind::*;
+    let c = b[i];
+    let at = |k: usize| b.get(i + k).copied();
+    match c {
+        _ if is_blank(c) => Step::Blank(skip_while(b, i, is_blank)),
+        b'0'..=b'9' => number_current(b, i, prev),
+        b'\'' | b'"' | b'`' => quoted(b, i),
+        b'(' | b')' | b'[' | b']' | b'{' | b'}' | b',' | b';' | b'+' | b'*' | b'%' | b'?' | b'^' => {
+            Step::Token(Punct, i + 1)
+        }
+        b'.' if is_dot(b, i, prev) => Step::Token(Punct, i + 1),
+        b'.' => {
+            let mut j = digits_current(b, i + 1, true, false);
+            if j + 1 < b.len() && matches!(b[j], b'e' | b'E') {
+                j += 1;
+                if j + 1 < b.len() && matches!(b[j], b'+' | b'-') {
+                    j += 1;
+                }
+                j = digits_current(b, j, true, false);
+            }
+            Step::Token(Number, j)
+        }
+        b'-' if at(1) == Some(b'>') => Step::Token(Punct, i + 2),
+        b'-' if at(1) == Some(b'-') => Step::Blank(line_end(b, i + 2)),
+        b'-' => Step::Token(Punct, i + 1),
+        b'/' if at(1) == Some(b'/') => Step::Blank(line_end(b, i + 2)),
+        b'/' if at(1) == Some(b'*') => nested_comment(b, i),
+        b'/' => Step::Token(Punct, i + 1),
+        b'#' if matches!(at(1), Some(b' ' | b'!')) => Step::Blank(line_end(b, i + 1)),
+        b'=' => Step::Token(Punct, if at(1) == Some(b'=') { i + 2 } else { i + 1 }),
+        b'!' if at(1) == Some(b'=') => Step::Token(Punct, i + 2),
+        b'<' if at(1) == Some(b'=') && at(2) == Some(b'>') && i + 2 < b.len() => Step::Token(Punct, i + 3),
+        b'<' if matches!(at(1), Some(b'=' | b'>')) => Step::Token(Punct, i + 2),
+        b'>' if at(1) == Some(b'=') => Step::Token(Punct, i + 2),
+        b'<' | b'>' => Step::Token(Punct, i + 1),
+        b':' | b'|' | b'@' if at(1) == Some(c) => Step::Token(Punct, i + 2),
+        b':' | b'|' | b'@' => Step::Token(Punct, i + 1),
+        b'\\' if at(1) == Some(b'G') => Step::Token(Punct, i + 2),
+        0xE2 if at(1) == Some(0x88) && at(2) == Some(0x92) => Step::Token(Punct, i + 3),
+        0xE2 if i + 5 < b.len() && at(1) == Some(0x80) && matches!(at(2), Some(0x98 | 0x9C)) => unicode_quoted(b, i),
+        b'$' => dollar(b, i),
+        b'x' | b'X' | b'b' | b'B' if i + 2 < b.len() && at(1) == Some(b'\'') => hex_or_bin_string(b, i),
+        _ if is_word_byte(c) => Step::Token(Word, skip_while(b, i, |c| is_word_byte(c) || c == b'$')),
+        _ => match skip_blanks_current(b, i) {
+            end if end > i => Step::Blank(end),
+            _ => Step::Token(Error, b.len()),
+        },
+    }
+}
+
+/// The value of an unsigned integer literal as `grammar`'s parser reads it, or `None` when it
+/// is no integer the grammar reads (a float, out of range, malformed). 18.16 reads `0x` hex and,
+/// as C's `strtoull` with base 0, a leading zero as octal (`010` is 8; `08`, not octal, is
+/// parsed as the float 8 and is `None` here); current releases read `0x` hex, `0b` binary,
+/// `_` between digits, and a leading zero as decimal (`010` is 10). Verified against 18.16.1 and
+/// 26.9 (`tests/grammar_vs_server.rs`, `tests/grammar_vs_chdb.rs`).
+pub fn integer_value(text: &str, grammar: Grammar) -> Option<u64> {
+    let t = match grammar {
+        Grammar::V18_16 => std::borrow::Cow::Borrowed(text),
+        Grammar::Current => std::borrow::Cow::Owned(text.replace('_', "")),
+    };
+    let (digits, radix) = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        (h, 16)
+    } else if let Some(b) = t.strip_prefix("0b").or_else(|| t.strip_prefix("0B")) {
+        if grammar == Grammar::V18_16 {
+            return None;
+        }
+        (b, 2)
+    } else if grammar == Grammar::V18_16 && t.len() > 1 && t.starts_with('0') {
+        (&t[1..], 8)
+    } else {
+        (&t[..], 10)
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return None;
+    }
+    u64::from_str_radix(digits, radix).ok()
 }
 
 /// Decodes a quoted token (string literal or quoted identifier) as ClickHouse
 /// does: `\a \b \e \f \n \r \t \v \0`, `\xHH`, `\N` is nothing, any other `\c` is
-/// `c`, and the doubled quote is one quote. `None` for `\x` without two hex
+/// `c`, and the doubled quote is one quote. A heredoc, a Unicode-quoted token and a
+/// `x'..'`/`b'..'` literal decode as current releases read them (the text between the
+/// delimiters as it is; the bytes the digits spell). `None` for `\x` without two hex
 /// digits (18.16 decodes those in odd ways) and for bytes that are not UTF-8.
 pub fn unquote(text: &str) -> Option<String> {
     let b = text.as_bytes();
     if b.len() < 2 {
         return None;
+    }
+    if b[0] == b'$' {
+        let tag_len = b[1..].iter().position(|&c| c == b'$')? + 2;
+        return text.get(tag_len..text.len().checked_sub(tag_len)?).map(str::to_string);
+    }
+    if let Some(inner) = text.strip_prefix('\u{2018}').and_then(|t| t.strip_suffix('\u{2019}')) {
+        return Some(inner.to_string());
+    }
+    if let Some(inner) = text.strip_prefix('\u{201C}').and_then(|t| t.strip_suffix('\u{201D}')) {
+        return Some(inner.to_string());
+    }
+    if matches!(b[0], b'x' | b'X' | b'b' | b'B') && b[1] == b'\'' {
+        return digits_string(&text[2..text.len() - 1], matches!(b[0], b'x' | b'X'));
     }
     let q = b[0];
     let inner = &b[1..b.len() - 1];
@@ -355,169 +661,18 @@ pub fn unquote(text: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{Rng, SeedableRng};
-
-    fn kinds(sql: &str) -> Vec<(TokenKind, &str)> {
-        tokenize(sql).into_iter().map(|t| (t.kind, t.text)).collect()
+/// The bytes that hex (two digits a byte) or binary (eight a byte) digits spell, as text;
+/// `None` when they do not make whole bytes or UTF-8.
+fn digits_string(digits: &str, hex: bool) -> Option<String> {
+    let per = if hex { 2 } else { 8 };
+    if !digits.len().is_multiple_of(per) {
+        return None;
     }
-
-    use TokenKind::*;
-
-    #[test]
-    fn words_numbers_strings_punct() {
-        assert_eq!(
-            kinds("SELECT a1_, 12, 0x1F, 1.5e-3, .5 FROM t WHERE x >= 'it''s' AND y != `q``x` -- tail"),
-            vec![
-                (Word, "SELECT"),
-                (Word, "a1_"),
-                (Punct, ","),
-                (Number, "12"),
-                (Punct, ","),
-                (Number, "0x1F"),
-                (Punct, ","),
-                (Number, "1.5e-3"),
-                (Punct, ","),
-                (Number, ".5"),
-                (Word, "FROM"),
-                (Word, "t"),
-                (Word, "WHERE"),
-                (Word, "x"),
-                (Punct, ">="),
-                (Str, "'it''s'"),
-                (Word, "AND"),
-                (Word, "y"),
-                (Punct, "!="),
-                (QuotedIdent, "`q``x`"),
-            ]
-        );
-    }
-
-    #[test]
-    fn comments_are_skipped_and_not_nested() {
-        assert_eq!(kinds("a /* FROM items */ b -- FROM items\nc"), vec![(Word, "a"), (Word, "b"), (Word, "c")]);
-        // 18.16 does not nest comments: the first */ ends it.
-        assert_eq!(kinds("a /* x /* y */ b"), vec![(Word, "a"), (Word, "b")]);
-        assert_eq!(kinds("a /* open")[1].0, Error);
-        assert_eq!(kinds("a -- only comment"), vec![(Word, "a")]);
-    }
-
-    #[test]
-    fn tuple_access_is_dot_number() {
-        assert_eq!(kinds("t.1"), vec![(Word, "t"), (Punct, "."), (Number, "1")]);
-        assert_eq!(kinds("(x).2"), vec![(Punct, "("), (Word, "x"), (Punct, ")"), (Punct, "."), (Number, "2")]);
-        assert_eq!(kinds("db.t"), vec![(Word, "db"), (Punct, "."), (Word, "t")]);
-    }
-
-    #[test]
-    fn operators() {
-        assert_eq!(
-            kinds("a==b<>c<=d||e::f->g%h"),
-            vec![
-                (Word, "a"),
-                (Punct, "=="),
-                (Word, "b"),
-                (Punct, "<>"),
-                (Word, "c"),
-                (Punct, "<="),
-                (Word, "d"),
-                (Punct, "||"),
-                (Word, "e"),
-                (Punct, "::"),
-                (Word, "f"),
-                (Punct, "->"),
-                (Word, "g"),
-                (Punct, "%"),
-                (Word, "h"),
-            ]
-        );
-        assert_eq!(kinds("-5"), vec![(Punct, "-"), (Number, "5")]);
-    }
-
-    #[test]
-    fn errors_stop_lexing() {
-        assert_eq!(kinds("'open"), vec![(Error, "'open")]);
-        assert_eq!(kinds("a `open"), vec![(Word, "a"), (Error, "`open")]);
-        assert_eq!(kinds("123abc x"), vec![(Error, "123abc x")]);
-        assert_eq!(kinds("a é b"), vec![(Word, "a"), (Error, "é b")]);
-        assert_eq!(kinds("a $ b"), vec![(Word, "a"), (Error, "$ b")]);
-    }
-
-    #[test]
-    fn string_escapes() {
-        let v = |s: &str| tokenize(s)[0].string_value();
-        assert_eq!(v(r"'a\'b'").as_deref(), Some("a'b"));
-        assert_eq!(v("'a''b'").as_deref(), Some("a'b"));
-        assert_eq!(v(r"'\n\t\\\x41\0\q'").as_deref(), Some("\n\t\\A\0q"));
-        assert_eq!(v("'héllo'").as_deref(), Some("héllo"));
-        assert_eq!(v(r"'\xff'"), None, "not UTF-8");
-        assert_eq!(v(r"'\x4g'"), None);
-        assert_eq!(v(r"'a\Nb'").as_deref(), Some("ab"));
-        assert_eq!(v(r"'\a\b\e\f\v'").as_deref(), Some("\x07\x08\x1b\x0c\x0b"));
-        assert_eq!(tokenize(r"'a\\' b")[1].text, "b", "an escaped backslash does not escape the quote");
-        assert_eq!(tokenize("`a``b`")[0].ident().as_deref(), Some("a`b"));
-        assert_eq!(tokenize(r#""shop_id""#)[0].ident().as_deref(), Some("shop_id"));
-    }
-
-    #[test]
-    fn spans_cover_the_source() {
-        let sql = "SELECT  `x` ,'y' /*c*/ FROM\tdb.t";
-        for t in tokenize(sql) {
-            assert_eq!(&sql[t.start..t.end()], t.text);
-        }
-    }
-
-    /// Random bytes (not UTF-8): no panics, spans inside the input and in
-    /// order, each token's text a prefix of its bytes, and a string literal
-    /// with any bytes inside is one token.
-    #[test]
-    fn bytes_that_are_not_utf8() {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
-        for _ in 0..10_000 {
-            let n = rng.gen_range(0..32);
-            let b: Vec<u8> = (0..n)
-                .map(|_| if rng.gen_bool(0.5) { b"'`\"( )-*/a1\\"[rng.gen_range(0..12)] } else { rng.gen() })
-                .collect();
-            let mut at = 0;
-            for t in tokenize(&b) {
-                assert!(t.start >= at && t.end() <= b.len(), "{b:?}");
-                assert!(b[t.start..t.end()].starts_with(t.text.as_bytes()), "{b:?}");
-                at = t.end();
-            }
-        }
-        let q: &[u8] = b"SELECT '\xff\xfe' FROM t";
-        let toks = tokenize(q);
-        assert_eq!((toks[1].kind, toks[1].start, toks[1].len, toks[1].text), (Str, 7, 4, "'"));
-        assert_eq!(toks[2].text, "FROM");
-    }
-
-    /// No panics, spans on char boundaries, only the last token may be an
-    /// error, over random input built from SQL-ish pieces and random bytes.
-    #[test]
-    fn no_panic_on_random_input() {
-        let pieces = [
-            "SELECT", " ", "FROM", "items", "'", "`", "\"", "\\", "--", "/*", "*/", "\n", "(", ")", "0x", "1", ".",
-            "e", "-", "=", "é", "日本", "\u{0}", "AND", "shop_id", ",", "''", "$", "#", "\t", ";",
-        ];
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(7);
-        for _ in 0..10_000 {
-            let n = rng.gen_range(0..24);
-            let mut s = String::new();
-            for _ in 0..n {
-                if rng.gen_bool(0.2) {
-                    s.push(char::from_u32(rng.gen_range(0..0x3000)).unwrap_or('?'));
-                } else {
-                    s.push_str(pieces[rng.gen_range(0..pieces.len())]);
-                }
-            }
-            let toks = tokenize(&s);
-            for (i, t) in toks.iter().enumerate() {
-                assert_eq!(&s[t.start..t.end()], t.text);
-                assert!(t.kind != Error || i + 1 == toks.len(), "{s:?}");
-                let _ = (t.ident(), t.string_value());
-            }
-        }
-    }
+    let radix = if hex { 16 } else { 2 };
+    let bytes: Option<Vec<u8>> =
+        (0..digits.len()).step_by(per).map(|k| u8::from_str_radix(&digits[k..k + per], radix).ok()).collect();
+    String::from_utf8(bytes?).ok()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,7 +1,8 @@
 //! What a query asks of the server beyond reading tables: the settings it
 //! changes (`SETTINGS` clauses, `SET` statements) and the table functions it
 //! calls (`remote`, `url`, `file`, `numbers`, ...). Pure functions over the
-//! token stream of [`crate::lexer`] (ClickHouse 18.16's lexer), so
+//! token stream of [`crate::lexer`] under a grammar (18.16's or the current one;
+//! [`crate::reading`] checks that the grammars of a cluster read a text alike), so
 //! comments, string literals, quoted names, case and white space cannot hide
 //! or fake anything; text that does not lex, or whose brackets do not
 //! balance, is an error (the caller refuses it for restricted users).
@@ -86,12 +87,18 @@
 //!   (`` FROM `numbers`(3) `` runs on 18.16) and are compared
 //!   case-insensitively by callers that match them.
 //!
-//! Of an `INSERT`, only the statement before its data is read: it stops at
-//! the top-level `VALUES` or `FORMAT` (so a body of any size costs nothing),
-//! which also means expressions inside `VALUES` rows are not looked at (only
-//! users who may write can send them).
+//! Of an `INSERT ... FORMAT <name>`, only the statement before its data is read
+//! ([`crate::statement::sql_tokens`] walks the INSERT's head as the server's parser
+//! does, so `FORMAT` or `VALUES` used as an alias or a column name is no data): a body
+//! of any size costs nothing. The rows after `VALUES` (or `FORMAT Values`) are SQL:
+//! current releases evaluate them with the SQL parser, subqueries with their own
+//! `SETTINGS` and table functions included, so they are read like the rest.
 
-use crate::lexer::{Lexer, Token, TokenKind};
+use crate::lexer::{Grammar, Token, TokenKind};
+use crate::statement::sql_tokens;
+
+mod outside;
+pub use outside::{calls_of, Call, CallKind, LOCAL_TABLE_FUNCTIONS};
 
 /// Why a text could not be checked. The message is one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -168,23 +175,15 @@ struct Tok<'a> {
     open: Option<usize>,
 }
 
-/// The tokens of the statement text: all of it, except that an `INSERT`
-/// stops before its data (the top-level `VALUES` or `FORMAT`).
-fn tokens<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<Tok<'_>>, SqlRuleError> {
-    let mut out: Vec<Tok<'_>> = Vec::new();
+/// The tokens of a statement with their bracket depths: `toks` as
+/// [`crate::statement::sql_tokens`] gives them (an `INSERT ... FORMAT`'s data left out, the rows
+/// of `VALUES` kept: they are SQL the server parses).
+fn tokens<'a>(toks: &[Token<'a>]) -> Result<Vec<Tok<'a>>, SqlRuleError> {
+    let mut out: Vec<Tok<'a>> = Vec::with_capacity(toks.len());
     let mut stack: Vec<usize> = Vec::new();
-    let mut statement_start = 0;
-    for t in Lexer::new(sql) {
+    for &t in toks {
         if t.kind == TokenKind::Error {
             return Err(SqlRuleError::Unreadable { at: t.start, what: describe_lex_error(t.text) });
-        }
-        let insert = out.get(statement_start).is_some_and(|s| s.t.is_kw("INSERT"));
-        if insert && stack.is_empty() && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
-            // `FROM values(...)` / `FROM format(...)` are table functions, not the data.
-            let prev = out.last().map(|p| p.t);
-            if !prev.is_some_and(|p| p.is_kw("FROM") || p.is_kw("JOIN") || p.is_punct(",") || p.is_kw("FUNCTION")) {
-                break;
-            }
         }
         let i = out.len();
         let open = stack.last().copied();
@@ -199,8 +198,6 @@ fn tokens<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<Tok<'_>>, SqlRuleError
             }
             out.push(Tok { t, depth: stack.len(), open: stack.last().copied() });
             continue;
-        } else if t.is_punct(";") && stack.is_empty() {
-            statement_start = i + 1;
         }
         out.push(Tok { t, depth, open });
     }
@@ -233,8 +230,8 @@ fn kw_at(toks: &[Tok<'_>], i: usize, kw: &str) -> bool {
 /// visitors go into it: the most `(`/`[` brackets and `CASE ... END` open at
 /// once. One pass over the tokens, nothing kept but a counter per open
 /// bracket. Lenient: reading stops at the first token that does not lex (the
-/// server refuses the text there too) and at an `INSERT`'s top-level
-/// `VALUES`/`FORMAT` (its data is not a query).
+/// server refuses the text there too) and at an `INSERT ... FORMAT`'s data;
+/// the rows of `VALUES` count (the server parses them as expressions).
 ///
 /// Found on 18.16.1 (a throw-away `chstorm local up` server, each depth sent
 /// once in a POST body with `max_query_size=100000000`, bisected per form):
@@ -244,20 +241,20 @@ fn kw_at(toks: &[Tok<'_>], i: usize, kw: &str) -> bool {
 /// 813 `WHERE 1 IN (SELECT 1`; 758 scalar `(SELECT `; 2318 `FROM (SELECT *
 /// FROM`. Below those, a depth past its `max_ast_depth` (1000 AST levels,
 /// about 500 function calls) is refused with Code 167.
-pub fn nesting_depth(sql: &str) -> usize {
-    // Open CASEs per open bracket, and outside every bracket (no allocation for a statement
-    // without brackets).
+pub fn nesting_depth<S: AsRef<[u8]> + ?Sized>(sql: &S, grammar: Grammar) -> usize {
+    nesting_depth_of(&sql_tokens(sql, grammar).0)
+}
+
+/// [`nesting_depth`] of a statement's tokens ([`crate::statement::sql_tokens`]'s, or a
+/// [`crate::reading::Reading`]'s): reading stops at an error token.
+pub fn nesting_depth_of(toks: &[Token<'_>]) -> usize {
+    // Open CASEs per open bracket, and outside every bracket.
     let mut cases: Vec<usize> = Vec::new();
     let mut outer_cases = 0;
     let mut open_cases = 0;
     let mut deepest = 0;
-    let mut first: Option<Token<'_>> = None;
-    for t in Lexer::new(sql) {
+    for t in toks {
         if t.kind == TokenKind::Error {
-            break;
-        }
-        let insert = first.get_or_insert(t).is_kw("INSERT");
-        if insert && cases.is_empty() && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
             break;
         }
         let here = cases.last_mut().unwrap_or(&mut outer_cases);
@@ -286,8 +283,17 @@ pub fn nesting_depth(sql: &str) -> usize {
 /// Errors when the text does not lex, brackets do not balance, or a list
 /// does not read as `name = literal, ...`: the caller cannot know what it
 /// sets.
-pub fn settings_in_sql<S: AsRef<[u8]> + ?Sized>(sql: &S) -> Result<Vec<(String, String)>, SqlRuleError> {
-    let toks = tokens(sql)?;
+pub fn settings_in_sql<S: AsRef<[u8]> + ?Sized>(
+    sql: &S,
+    grammar: Grammar,
+) -> Result<Vec<(String, String)>, SqlRuleError> {
+    settings_of(&sql_tokens(sql, grammar).0)
+}
+
+/// [`settings_in_sql`] of a statement's tokens ([`crate::statement::sql_tokens`]'s, or a
+/// [`crate::reading::Reading`]'s).
+pub fn settings_of(toks: &[Token<'_>]) -> Result<Vec<(String, String)>, SqlRuleError> {
+    let toks = tokens(toks)?;
     let mut out = Vec::new();
     let mut statement_start = 0;
     // In a CREATE/ATTACH statement, SETTINGS at the top level before its
@@ -379,8 +385,14 @@ fn literal(toks: &[Tok<'_>], i: usize) -> Option<(String, usize)> {
 /// the positions that count.
 ///
 /// Errors when the text does not lex or brackets do not balance.
-pub fn table_functions(sql: &str) -> Result<Vec<String>, SqlRuleError> {
-    let toks = tokens(sql)?;
+pub fn table_functions<S: AsRef<[u8]> + ?Sized>(sql: &S, grammar: Grammar) -> Result<Vec<String>, SqlRuleError> {
+    table_functions_of(&sql_tokens(sql, grammar).0)
+}
+
+/// [`table_functions`] of a statement's tokens ([`crate::statement::sql_tokens`]'s, or a
+/// [`crate::reading::Reading`]'s).
+pub fn table_functions_of(toks: &[Token<'_>]) -> Result<Vec<String>, SqlRuleError> {
+    let toks = tokens(toks)?;
     let mut out = Vec::new();
     let mut lists: Vec<List> = vec![List::None];
     let mut statement_start = 0;
@@ -502,26 +514,23 @@ fn in_from_function(toks: &[Tok<'_>], i: usize) -> bool {
 mod tests {
     use super::*;
 
+    const G: Grammar = Grammar::V18_16;
+
     fn settings(sql: &str) -> Vec<(String, String)> {
-        settings_in_sql(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+        settings_in_sql(sql, G).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
     fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
         p.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
     }
     fn funcs(sql: &str) -> Vec<String> {
-        table_functions(sql).unwrap_or_else(|e| panic!("{sql}: {e}"))
+        table_functions(sql, G).unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
     /// The depth as one counter per bracket level, level 0 outside every bracket: the count the
     /// allocation-free [`nesting_depth`] must agree with.
     fn depth_by_levels(sql: &str) -> usize {
         let (mut cases, mut open, mut deepest) = (vec![0usize], 0, 0);
-        let mut first: Option<Token<'_>> = None;
-        for t in Lexer::new(sql).take_while(|t| t.kind != TokenKind::Error) {
-            let insert = first.get_or_insert(t).is_kw("INSERT");
-            if insert && cases.len() == 1 && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
-                break;
-            }
+        for t in sql_tokens(sql, G).0.into_iter().take_while(|t| t.kind != TokenKind::Error) {
             if t.is_punct("(") || t.is_punct("[") {
                 cases.push(0);
             } else if (t.is_punct(")") || t.is_punct("]")) && cases.len() > 1 {
@@ -550,11 +559,12 @@ mod tests {
             ("SELECT CASE WHEN (1) THEN 2 END, (CASE WHEN 1 THEN 2 END)", 2),
             ("SELECT 1)) + ((2", 2),
             ("SELECT '((((' AS s -- ((((", 0),
-            ("INSERT INTO t VALUES ((((((1))))))", 0),
+            ("INSERT INTO t VALUES ((((((1))))))", 6),
+            ("INSERT INTO t FORMAT TSV\n((((((1))))))", 0),
             ("INSERT INTO t SELECT ((1)) FORMAT TSV", 2),
             ("SELECT END, CASE END END", 1),
         ] {
-            assert_eq!(nesting_depth(sql), depth, "{sql}");
+            assert_eq!(nesting_depth(sql, G), depth, "{sql}");
             assert_eq!(depth_by_levels(sql), depth, "{sql}");
         }
     }
@@ -568,9 +578,9 @@ mod tests {
             let n = rng.gen_range(0..40);
             let words: Vec<&str> = (0..n).map(|_| parts[rng.gen_range(0..parts.len())]).collect();
             let sql = format!("SELECT {}", words.join(" "));
-            assert_eq!(nesting_depth(&sql), depth_by_levels(&sql), "{sql}");
+            assert_eq!(nesting_depth(&sql, G), depth_by_levels(&sql), "{sql}");
             let insert = format!("INSERT {}", words.join(" "));
-            assert_eq!(nesting_depth(&insert), depth_by_levels(&insert), "{insert}");
+            assert_eq!(nesting_depth(&insert, G), depth_by_levels(&insert), "{insert}");
         }
     }
 
@@ -625,7 +635,6 @@ mod tests {
             "CREATE TABLE t (x UInt8) ENGINE = MergeTree ORDER BY x SETTINGS index_granularity = 8192",
             "ALTER TABLE t MODIFY SETTING max_parts_in_total = 1",
             "INSERT INTO t VALUES ('SETTINGS a = 1')",
-            "INSERT INTO t FORMAT TSV\nSETTINGS a = 1",
         ] {
             assert_eq!(settings(sql), pairs(&[]), "{sql}");
         }
@@ -655,15 +664,15 @@ mod tests {
             "SELECT 1 /* SETTINGS",
             "SELECT 1 SETTINGS s = '\\xff'",
         ] {
-            let e = settings_in_sql(sql).unwrap_err();
+            let e = settings_in_sql(sql, G).unwrap_err();
             assert!(!e.to_string().contains('\n'), "{e}");
         }
         assert_eq!(
-            settings_in_sql("SELECT 'open").unwrap_err().to_string(),
+            settings_in_sql("SELECT 'open", G).unwrap_err().to_string(),
             "cannot read the query at byte 7: an unterminated string literal"
         );
         assert_eq!(
-            settings_in_sql("SELECT 1 SETTINGS a = [1]").unwrap_err().to_string(),
+            settings_in_sql("SELECT 1 SETTINGS a = [1]", G).unwrap_err().to_string(),
             "cannot read the settings at byte 22: the value of setting 'a' is not a literal (a number, a 'string' or NULL)"
         );
         // What follows a value is the server's business: `= 1 + 1` is its syntax error.
@@ -788,17 +797,22 @@ mod tests {
             "SELECT 123abc FROM url('x')",
             "SELECT [1) FROM t",
         ] {
-            let e = table_functions(sql).unwrap_err();
+            let e = table_functions(sql, G).unwrap_err();
             assert!(!e.to_string().contains('\n'), "{e}");
         }
-        assert_eq!(table_functions("SELECT (1").unwrap_err(), SqlRuleError::Brackets { at: 7 });
+        assert_eq!(table_functions("SELECT (1", G).unwrap_err(), SqlRuleError::Brackets { at: 7 });
         assert_eq!(
-            table_functions("SELECT 1 # c").unwrap_err().to_string(),
+            table_functions("SELECT 1 # c", G).unwrap_err().to_string(),
             "cannot read the query at byte 9: '#' is not valid SQL here"
         );
-        // The data after an INSERT's VALUES / FORMAT is not read, whatever it holds.
+        // The data after an INSERT's FORMAT is not read, whatever it holds; the rows of VALUES
+        // are SQL the server parses, and are read.
         assert_eq!(funcs("INSERT INTO t FORMAT RowBinary\n\u{1}'`\"/*#"), Vec::<String>::new());
-        assert_eq!(settings("INSERT INTO t VALUES ('open"), pairs(&[]));
+        assert!(settings_in_sql("INSERT INTO t VALUES ('open", G).is_err());
+        // A SETTINGS list right after the format's name is a clause where
+        // `allow_settings_after_format_in_insert` is on: it is read as one.
+        assert_eq!(settings("INSERT INTO t FORMAT TSV\nSETTINGS a = 1"), pairs(&[("a", "1")]));
+        assert_eq!(settings("INSERT INTO t FORMAT TSV\nSETTINGS a = 1\n1\t'"), pairs(&[("a", "1")]));
     }
 
     /// Random SQL-ish text: never a panic, and only names from the text are
@@ -842,12 +856,12 @@ mod tests {
             "#",
         ];
         for s in crate::random_texts(&pieces, 17, 20_000, 20) {
-            if let Ok(found) = table_functions(&s) {
+            if let Ok(found) = table_functions(&s, G) {
                 for f in found {
                     assert!(s.contains(&f) && s.contains('('), "{s:?}: {f}");
                 }
             }
-            if let Ok(found) = settings_in_sql(&s) {
+            if let Ok(found) = settings_in_sql(&s, G) {
                 assert!(found.is_empty() || s.to_ascii_uppercase().contains("SET"), "{s:?}");
             }
         }

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use chstorm_local::{shared_server, LocalServer, ServerSpec};
 use chstorm_sql::cityhash::{city_hash64, int_hash64};
+use chstorm_sql::lexer::Grammar;
 use chstorm_sql::route::{
     extract_key, rewrite_tables, select_shard, ColumnType, KeyValue, RoutedTables, Router, ShardingExpr, Unrouted,
     DEFAULT_DATABASE,
@@ -114,7 +115,8 @@ fn city_hash64_of_strings_matches_server() {
         assert_eq!(city_hash64(s.as_bytes()), *want, "cityHash64({lit}), {} bytes", s.len());
         // The same key read from a WHERE literal, through the lexer's unescaping.
         let sql = format!("SELECT * FROM t WHERE s = {lit}");
-        let key = extract_key(&sql, None, None, Some("s")).unwrap_or_else(|| panic!("no key in {sql}"));
+        let key =
+            extract_key(&sql, None, None, Some("s"), Grammar::V18_16).unwrap_or_else(|| panic!("no key in {sql}"));
         assert_eq!(key, KeyValue::Str(s.clone()));
         assert_eq!(expr.evaluate(&key, ColumnType::String).unwrap(), *want);
     }
@@ -130,7 +132,8 @@ fn string_escapes_decode_like_the_server() {
     let want = parse_u64_lines(&server.query(&sql).unwrap());
     let expr = ShardingExpr::parse("cityHash64(s)").unwrap();
     for (lit, want) in cases.iter().zip(want) {
-        let key = extract_key(&format!("SELECT 1 FROM t WHERE s = {lit}"), None, None, Some("s")).unwrap();
+        let key =
+            extract_key(&format!("SELECT 1 FROM t WHERE s = {lit}"), None, None, Some("s"), Grammar::V18_16).unwrap();
         assert_eq!(expr.evaluate(&key, ColumnType::String).unwrap(), want, "{lit} -> {key}");
     }
 }
@@ -386,7 +389,7 @@ fn routing_matches_real_distributed_tables() {
                  (SELECT item_id FROM items WHERE shop_id = {shop} AND v = 2) ORDER BY item_id"
             ),
         };
-        let routed = router.route(&sql, None, None, None).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
+        let routed = router.route(&sql, None, None, None, Grammar::V18_16).unwrap_or_else(|e| panic!("{sql}: {e:?}"));
         let distributed = q(&sql);
         let local = post(&server, &format!("database=s{}", routed.shard), &routed.sql);
         assert_eq!(local, distributed, "{sql}\nrouted to shard {}: {}", routed.shard, routed.sql);
@@ -395,9 +398,9 @@ fn routing_matches_real_distributed_tables() {
     // WHERE rule does not read (the client vouches for the key).
     for shop in shops.iter().take(50) {
         let sql = format!("SELECT item_id, v FROM items FINAL WHERE shop_id IN ({shop}, {shop}) ORDER BY item_id");
-        assert_eq!(router.route(&sql, None, None, None), Err(Unrouted::NoKey));
-        let by_param = router.route(&sql, Some(&shop.to_string()), None, None).unwrap();
-        let by_header = router.route(&sql, None, Some(&shop.to_string()), None).unwrap();
+        assert_eq!(router.route(&sql, None, None, None, Grammar::V18_16), Err(Unrouted::NoKey));
+        let by_param = router.route(&sql, Some(&shop.to_string()), None, None, Grammar::V18_16).unwrap();
+        let by_header = router.route(&sql, None, Some(&shop.to_string()), None, Grammar::V18_16).unwrap();
         assert_eq!(by_param.shard, by_header.shard);
         let local = post(&server, &format!("database=s{}", by_param.shard), &by_param.sql);
         let distributed = q(&format!("SELECT item_id, v FROM items FINAL WHERE shop_id = {shop} ORDER BY item_id"));
@@ -468,7 +471,7 @@ fn routing_matches_real_distributed_tables() {
         "SELECT count() FROM items /* FROM items */ WHERE shop_id = 1 -- items",
         "SELECT count() FROM (SELECT * FROM items FINAL) WHERE shop_id = 1",
     ] {
-        let rewritten = rewrite_tables(sql, &map, None).unwrap();
+        let rewritten = rewrite_tables(sql, &map, None, Grammar::V18_16).unwrap();
         q(sql);
         post(&server, "database=s0", &rewritten);
     }

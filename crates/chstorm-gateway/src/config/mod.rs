@@ -35,7 +35,7 @@ pub use limits::{Limits, DEFAULT_MAX_QUERY_DEPTH, MIN_CLIENT_TIMEOUT};
 pub use listen::{auto_workers, Shutdown, TlsFiles, MAX_WORKERS};
 pub use threads::{ThreadMode, ThreadTotal, Threads};
 #[allow(unused_imports)]
-pub use users::{check_user_name, AllowedSettings, User, MAX_USER_NAME};
+pub use users::{check_user_name, AllowedSettings, Names, User, MAX_USER_NAME};
 
 use clusters::RawCluster;
 use listen::RawWorkers;

@@ -15,7 +15,12 @@ fn the_documented_example_is_valid() {
     assert_eq!(storm.shards[1].replicas[0].base, "http://127.0.0.1:18125");
     assert_eq!(storm.routing.as_ref().unwrap().weights(), &[1, 1]);
     let routed = |db: Option<&str>| {
-        storm.routing.as_ref().unwrap().route("SELECT * FROM items WHERE shop_id = 1", None, None, db).is_ok()
+        storm
+            .routing
+            .as_ref()
+            .unwrap()
+            .route("SELECT * FROM items WHERE shop_id = 1", None, None, db, chstorm_sql::lexer::Grammar::V18_16)
+            .is_ok()
     };
     assert!(routed(None) && routed(Some("default")) && !routed(Some("otherdb")));
     let u = &c.users["default"];

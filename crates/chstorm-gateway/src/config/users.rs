@@ -6,6 +6,8 @@ use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use chstorm_sql::statement::Operator;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawUser {
@@ -30,6 +32,12 @@ pub(super) struct RawUser {
     readonly: bool,
     #[serde(default)]
     settings: BTreeMap<String, serde_yaml::Value>,
+    #[serde(default)]
+    operator_statements: Vec<String>,
+    #[serde(default)]
+    own_databases: Vec<String>,
+    #[serde(default)]
+    table_functions: Vec<String>,
 }
 
 fn loopback() -> Vec<String> {
@@ -64,6 +72,30 @@ impl AllowedSettings {
     }
 }
 
+/// A set of names from the config: any (`["*"]`) or these.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Names {
+    Any,
+    Only(BTreeSet<String>),
+}
+
+impl Names {
+    fn from_config(names: &[String]) -> Names {
+        if names.iter().any(|n| n == "*") {
+            Names::Any
+        } else {
+            Names::Only(names.iter().cloned().collect())
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        match self {
+            Names::Any => true,
+            Names::Only(s) => s.contains(name),
+        }
+    }
+}
+
 /// A configured user.
 #[derive(Debug, Clone)]
 pub struct User {
@@ -82,6 +114,14 @@ pub struct User {
     pub readonly: bool,
     /// Fixed settings, applied after (and so winning over) the client's.
     pub settings: Vec<(String, String)>,
+    /// The operator statements the user may send (`operator_statements`; default none).
+    pub operators: BTreeSet<Operator>,
+    /// The databases whose tables the user may drop, detach, attach, rename, exchange,
+    /// truncate or replace without [`Operator::Drop`] (`own_databases`; default none).
+    pub own_databases: Names,
+    /// Table functions, engines and dictionary sources that reach outside the server which a
+    /// user with rules may still call, lowercased (`table_functions`; default none).
+    pub table_functions: BTreeSet<String>,
 }
 
 /// The longest user name the gateway accepts, in a request or in the config: 128 bytes.
@@ -177,6 +217,24 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
             scalar(v).ok_or_else(|| ctx.err(at, format!("users[{i}].settings.{k}: expected a number or a string")))?;
         settings.push((k.clone(), v));
     }
+    let mut operators = BTreeSet::new();
+    for o in &u.operator_statements {
+        if o == "*" {
+            operators.extend(Operator::ALL);
+            continue;
+        }
+        let op = Operator::from_name(o).ok_or_else(|| {
+            let kinds: Vec<&str> = Operator::ALL.iter().map(|o| o.name()).collect();
+            ctx.err(
+                at,
+                format!(
+                    "users[{i}].operator_statements: '{o}' is no kind; the kinds are {}, or \"*\"",
+                    kinds.join(", ")
+                ),
+            )
+        })?;
+        operators.insert(op);
+    }
     Ok(User {
         name: u.name,
         password_sha256,
@@ -190,5 +248,8 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
         allowed_settings,
         readonly: u.readonly,
         settings,
+        operators,
+        own_databases: Names::from_config(&u.own_databases),
+        table_functions: u.table_functions.iter().map(|f| f.to_ascii_lowercase()).collect(),
     })
 }

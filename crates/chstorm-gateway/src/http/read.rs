@@ -7,9 +7,9 @@
 //! the statement, and the head and the rest go to the backend as they come, whatever their size.
 //! A `decompress=1` body (ClickHouse's own compressed frames, as `clickhouse-compressor` writes
 //! them) is decoded to read the statement, within the same bound, and forwarded as it came:
-//! LZ4 and uncompressed frames are read ([`ch_frames`]); one with ZSTD (or another method), or
-//! another `Content-Encoding`, is *opaque* and passed through unread (the plan refuses it for
-//! users with rules).
+//! LZ4, ZSTD and uncompressed frames are read ([`ch_frames`]); one of another method, or
+//! another `Content-Encoding`, is *opaque*: the plan refuses it, unless the statement in the
+//! URL says the body is an INSERT's data in a data format.
 //!
 //! The statement is the `query` parameter joined with the body, as ClickHouse joins them
 //! ([`crate::request::join_query`]).
@@ -121,7 +121,8 @@ fn decompress(enc: Encoding, data: &[u8], limit: usize) -> Result<(Vec<u8>, bool
 /// Why a `decompress=1` body cannot be read.
 #[derive(Debug, PartialEq, Eq)]
 enum FrameError {
-    /// A method other than LZ4 (0x82) and none (0x02): ZSTD (0x90), LZ4HC is LZ4 on the wire.
+    /// A method other than LZ4 (0x82, LZ4HC too), ZSTD (0x90) and none (0x02): ClickHouse's
+    /// Delta, DoubleDelta, Gorilla and T64 codecs are column codecs, not sent over HTTP.
     Method(u8),
     /// A frame whose sizes or data do not decode.
     Corrupt(&'static str),
@@ -132,7 +133,8 @@ enum FrameError {
 /// endian, then the data), as far as whole frames go and no further than `limit` decoded
 /// bytes. Returns the decoded bytes and whether `data` ended exactly after its last frame. The
 /// checksum is not verified: the body is forwarded as it came, and the server verifies it.
-/// Written by hand: a frame is a 25-byte header around an LZ4 block, which `lz4_flex` decodes.
+/// Written by hand: a frame is a 25-byte header around an LZ4 block, which `lz4_flex` decodes,
+/// or a ZSTD frame, which `zstd` decodes into the frame's own decoded size, no more.
 fn ch_frames(data: &[u8], limit: usize) -> Result<(Vec<u8>, bool), FrameError> {
     let mut out = Vec::new();
     let mut at = 0;
@@ -156,6 +158,14 @@ fn ch_frames(data: &[u8], limit: usize) -> Result<(Vec<u8>, bool), FrameError> {
                 match lz4_flex::block::decompress_into(payload, &mut out[start..]) {
                     Ok(n) if n == plain => {}
                     _ => return Err(FrameError::Corrupt("an LZ4 frame that does not decode to its size")),
+                }
+            }
+            0x90 => {
+                let start = out.len();
+                out.resize(start + plain, 0);
+                match zstd::bulk::decompress_to_buffer(payload, &mut out[start..]) {
+                    Ok(n) if n == plain => {}
+                    _ => return Err(FrameError::Corrupt("a ZSTD frame that does not decode to its size")),
                 }
             }
             m => return Err(FrameError::Method(m)),
@@ -231,9 +241,10 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
     };
     // The statement's text: the body, or what its ClickHouse frames decode to.
     let text = if ch_compressed(&params) {
+        charge.grow(MAX_HELD_BODY + 1).map_err(too_big)?;
         let decoded = match ch_frames(&wire, MAX_HELD_BODY) {
             // Not even the first frame is in the head, or frames of a method the gateway does not
-            // decode (ZSTD): nothing to read the statement from, so the body stays opaque.
+            // decode: nothing to read the statement from, so the body stays opaque.
             Ok((plain, _)) if plain.is_empty() && !whole => None,
             Err(FrameError::Method(_)) => None,
             Ok((plain, complete)) if complete || !whole => Some(Bytes::from(plain)),
@@ -505,7 +516,11 @@ mod tests {
     fn frames(data: &[u8], chunk: usize, method: u8) -> Vec<u8> {
         let mut out = Vec::new();
         for part in data.chunks(chunk) {
-            let payload = if method == 0x82 { lz4_flex::block::compress(part) } else { part.to_vec() };
+            let payload = match method {
+                0x82 => lz4_flex::block::compress(part),
+                0x90 => zstd::bulk::compress(part, 1).unwrap(),
+                _ => part.to_vec(),
+            };
             out.extend_from_slice(&[0u8; 16]);
             out.push(method);
             out.extend_from_slice(&(payload.len() as u32 + 9).to_le_bytes());
@@ -518,7 +533,7 @@ mod tests {
     #[tokio::test]
     async fn decompress_bodies_are_read_and_forwarded_as_they_came() {
         let sql = b"SELECT 1 SETTINGS max_memory_usage = 5";
-        for (chunk, method) in [(4, 0x82), (1000, 0x82), (3, 0x02), (1000, 0x02)] {
+        for (chunk, method) in [(4, 0x82), (1000, 0x82), (3, 0x02), (1000, 0x02), (5, 0x90), (1000, 0x90)] {
             let z = frames(sql, chunk, method);
             let r = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z.clone())))).await.unwrap();
             assert_eq!(r.shape, BodyShape::Held);
@@ -533,15 +548,21 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.sql.as_deref(), Some("SELECT 1\n+1"), "joined with the query parameter");
-        // ZSTD (0x90) cannot be read: opaque, passed through whole.
+        // A method the gateway does not decode (Delta, 0x91) is opaque, passed through whole.
         let z = frames(sql, 1000, 0x02);
-        let mut zstd = z.clone();
-        zstd[16] = 0x90;
-        let r =
-            rd(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(zstd.clone())))).await.unwrap();
+        let mut delta = z.clone();
+        delta[16] = 0x91;
+        let r = rd(&parts("/?decompress=1&query=SELECT%201", None), g(Full::new(Bytes::from(delta.clone()))))
+            .await
+            .unwrap();
         assert_eq!(r.shape, BodyShape::Opaque);
         let ClientBody::Opaque(b) = r.body else { panic!("opaque") };
-        assert_eq!(b.collect().await.unwrap().to_bytes(), zstd);
+        assert_eq!(b.collect().await.unwrap().to_bytes(), delta);
+        // A ZSTD frame whose decoded size lies is refused, never decoded past its size.
+        let mut bad = frames(sql, 1000, 0x90);
+        bad[21] = bad[21].wrapping_sub(1);
+        let e = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(bad)))).await.err().unwrap();
+        assert!(e.message.contains("does not decode"), "{e}");
         // A frame cut short, or lying about its size, is refused in one line.
         let e = rd(&parts("/?decompress=1", None), g(Full::new(Bytes::from(z[..z.len() - 1].to_vec()))))
             .await

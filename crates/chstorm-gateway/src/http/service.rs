@@ -43,7 +43,7 @@ use crate::query::request::{new_query_id, BodyShape, QueryRequest};
 use crate::request::{HOP_BY_HOP, SHARD_KEY_HEADER};
 use crate::state::State;
 use bytes::Bytes;
-use chstorm_proto::rules::StatementKind;
+use chstorm_sql::statement::StatementKind;
 use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body::Body;
@@ -175,7 +175,8 @@ where
     // The held body's room on the memory budget, until the attempts are done with it.
     let _held = read.charge;
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
-    let request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
+    let mut request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
+    request.grammars = cluster.grammars();
     let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
         Err(refusal) => return refused(&exit, &refusal).into(),
@@ -237,6 +238,7 @@ fn query_request<'a>(
         shard_key,
         database,
         max_depth: state.config.limits.max_query_depth,
+        grammars: chstorm_sql::reading::Grammars::ALL,
     }
 }
 

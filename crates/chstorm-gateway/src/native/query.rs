@@ -20,7 +20,7 @@
 //! later query sends the session's settings, then its own. `USE db` is checked on a backend
 //! connection opened to `db` and changes the database of later queries. The client's own
 //! `readonly` (1 or 2) is relayed. The first statement that is not a plain read
-//! ([`chstorm_proto::rules::statement_kind`]) pins the session to the backend connection it ran
+//! ([`chstorm_sql::statement`]) pins the session to the backend connection it ran
 //! on; later queries run there only ([`pinned`]): state the gateway cannot replay (temporary
 //! tables, a script's tables on one replica) stays visible, and no other client ever gets that
 //! connection. A server exception to the backend Hello that blames the client (a bad database,
@@ -42,6 +42,8 @@ use chstorm_proto::mem::Charge;
 use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
+use chstorm_sql::reading::{read_all, Reading};
+use chstorm_sql::statement::Class;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 
@@ -172,7 +174,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         pinned(&plan, &mut transport, conn).await
     } else {
         // The first statement that is not a plain read pins the session to its connection.
-        let pin = plan.kind == chstorm_proto::rules::StatementKind::Write;
+        let pin = plan.kind == chstorm_sql::statement::StatementKind::Write;
         answer(state, cluster, &plan, &mut transport, conn, pin).await
     };
     if let (Some(db), 200) = (use_db, status) {
@@ -202,18 +204,31 @@ async fn session_statement(
     q: &Query,
     exit: &Exit<'_>,
 ) -> Statement {
-    let word = chstorm_proto::rules::first_keyword(&q.sql);
-    if word.eq_ignore_ascii_case("SET") {
-        let (status, answer) = match set(user, cluster, conn, &q.sql) {
+    let readings = read_all(&q.sql, cluster.grammars());
+    let is = |c: &Class| readings.classes().any(|k| k == c);
+    let (set_, use_) = (is(&Class::Set), is(&Class::Use));
+    if !set_ && !use_ {
+        return Statement::Query { use_db: None };
+    }
+    let reading = match readings.agreed() {
+        Ok(r) if r.classes.len() == 1 => r,
+        Ok(_) => {
+            let msg = "Syntax error: SET and USE are statements of their own; send one at a time";
+            return Statement::Done(answered(exit, &mut conn.w, 400, REJECTED, exception_bytes(62, msg)).await);
+        }
+        Err(d) => {
+            let msg = format!("Syntax error: the gateway cannot read this SET or USE as every replica does: {d}");
+            return Statement::Done(answered(exit, &mut conn.w, 400, REJECTED, exception_bytes(62, &msg)).await);
+        }
+    };
+    if set_ {
+        let (status, answer) = match set(user, cluster, conn, reading) {
             Ok(()) => (200, end_of_stream()),
             Err((code, msg)) => (400, exception_bytes(code, &msg)),
         };
         return Statement::Done(answered(exit, &mut conn.w, status, "session", answer).await);
     }
-    if !word.eq_ignore_ascii_case("USE") {
-        return Statement::Query { use_db: None };
-    }
-    let Some(db) = use_target(&q.sql) else {
+    let Some(db) = use_target(reading) else {
         let msg =
             format!("Syntax error: USE needs one database name: {:?}", q.sql.chars().take(100).collect::<String>());
         return Statement::Done(answered(exit, &mut conn.w, 400, REJECTED, exception_bytes(62, &msg)).await);
@@ -247,7 +262,8 @@ fn plan(
         params.push(("database".into(), conn.database.clone()));
     }
     params.push(("query_id".into(), q.query_id.clone()));
-    let req = QueryRequest::native(params, &q.sql, state.config.limits.max_query_depth);
+    let mut req = QueryRequest::native(params, &q.sql, state.config.limits.max_query_depth);
+    req.grammars = cluster.grammars();
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
     let plan = crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, new_query_id)?;
     Ok((plan, client_readonly))
@@ -507,8 +523,8 @@ fn session_params(session: &[(String, String)], query: &[(String, String)]) -> (
 /// allow-list and read-only rules, through [`crate::query::plan`]), and 18.16's own (a known setting,
 /// a value of its type, nothing changed under `readonly = 1`, `readonly` kept under
 /// `readonly = 2`); then kept in the session. A refusal changes nothing.
-fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> Result<(), (i32, String)> {
-    let pairs = chstorm_sql::rules::settings_in_sql(sql).map_err(|e| (62, format!("Syntax error: {e}")))?;
+fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &Reading<'_>) -> Result<(), (i32, String)> {
+    let pairs = chstorm_sql::rules::settings_of(&sql.tokens).map_err(|e| (62, format!("Syntax error: {e}")))?;
     if pairs.is_empty() {
         return Err((62, "Syntax error: SET needs name = value".into()));
     }
@@ -544,28 +560,15 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &str) -> 
     Ok(())
 }
 
-/// The database of `USE name` (bare, or in backquotes or double quotes; then only `;`, white
-/// space and comments).
-fn use_target(sql: &str) -> Option<String> {
-    let word = chstorm_proto::rules::first_keyword(sql);
-    let at = word.as_ptr() as usize - sql.as_ptr() as usize + word.len();
-    let rest = chstorm_proto::rules::skip_blank(sql.get(at..)?);
-    let (name, tail) = match rest.chars().next()? {
-        q @ ('`' | '"') => {
-            let inner = &rest[1..];
-            let end = inner.find(q)?;
-            (&inner[..end], &inner[end + 1..])
+/// The database of `USE name` (a name, bare or quoted; then only `;`, white space and
+/// comments).
+fn use_target(sql: &Reading<'_>) -> Option<String> {
+    match sql.tokens.as_slice() {
+        [u, name, rest @ ..] if u.is_kw("USE") && rest.iter().all(|t| t.is_punct(";")) => {
+            name.ident().filter(|n| !n.is_empty())
         }
-        _ => {
-            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
-            (&rest[..end], &rest[end..])
-        }
-    };
-    let mut tail = chstorm_proto::rules::skip_blank(tail);
-    while let Some(t) = tail.strip_prefix(';') {
-        tail = chstorm_proto::rules::skip_blank(t);
+        _ => None,
     }
-    (!name.is_empty() && tail.is_empty()).then(|| name.to_string())
 }
 
 /// Checks that `database` exists, on a connection opened to it (kept in the pool): Err is the
@@ -652,6 +655,10 @@ mod tests {
 
     #[test]
     fn use_targets() {
+        let use_target = |sql: &str| {
+            let r = chstorm_sql::reading::read(sql, chstorm_sql::reading::Grammars::ALL).unwrap();
+            use_target(&r)
+        };
         assert_eq!(use_target("USE db1").as_deref(), Some("db1"));
         assert_eq!(use_target("  use `my db`;").as_deref(), Some("my db"));
         assert_eq!(use_target("USE \"x\" ; ").as_deref(), Some("x"));

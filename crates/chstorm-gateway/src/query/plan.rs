@@ -16,9 +16,11 @@ use super::refusal::{Kind, Refusal};
 use super::request::{BodyShape, QueryRequest, MAX_HELD_BODY};
 use crate::config::{AllowedSettings, Cluster, User};
 use crate::request::{encode_param_into, encode_params_into, is_setting, SHARD_KEY_PARAM};
-use chstorm_proto::rules::{statement_kind, StatementKind};
+use chstorm_sql::lexer::Grammar;
+use chstorm_sql::reading::{read_all, Reading, Readings};
 use chstorm_sql::route::changes_distributed_result;
-use chstorm_sql::rules::{settings_in_sql, table_functions};
+use chstorm_sql::rules::{calls_of, settings_of};
+use chstorm_sql::statement::{Class, InsertData, Name, Operator, StatementKind};
 use std::time::Duration;
 
 /// How long the gateway waits for a backend's answer head when the user has no
@@ -134,21 +136,34 @@ pub(crate) fn restricted(user: &User) -> bool {
     user.readonly || user.allowed_settings != AllowedSettings::Any || !user.settings.is_empty()
 }
 
-/// The rules on the statement's own text, for restricted users: a `SETTINGS` clause or a `SET`
+/// The rules on the statement's own text, for restricted users: it must read alike under
+/// every grammar of the cluster ([`chstorm_sql::reading`]); a `SETTINGS` clause or a `SET`
 /// obeys the same allow-list and fixed settings as URL parameters (a read-only user may use
-/// none: the server, running the query with `readonly=1`, would refuse it too), and a read-only
-/// user calls no table function (`remote`, `url`, `file`, ... read other servers, URLs and
-/// files; 18.16 refuses them all under `readonly=1`). Text the rules cannot read is refused.
-fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
+/// none: the server, running the query with `readonly=1`, would refuse it too); a read-only
+/// user calls no table function (18.16 refuses them all under `readonly=1`), and any other
+/// calls only those that stay inside the server, or that its `table_functions` names
+/// (`url`, `remote`, `file`, `ENGINE = URL(...)`, ... run on the server's own authority,
+/// out of reach of the user's settings). Text the rules cannot read is refused.
+fn check_sql(readings: &Readings<'_>, user: &User) -> Result<(), Refusal> {
     if !restricted(user) {
         return Ok(());
     }
     let forbid = |why: String| Refusal::new(Kind::Forbidden, why);
     let read_only = |why: String| Refusal::new(Kind::ReadOnly, why);
+    let reading = readings.agreed().map_err(|d| {
+        Refusal::new(
+            Kind::Syntax,
+            format!(
+                "user '{}' has rules, and the servers of its cluster would not all read this statement alike: {d}; \
+                 write it in a form they share",
+                user.name
+            ),
+        )
+    })?;
     let unreadable = |e: chstorm_sql::rules::SqlRuleError| {
         forbid(format!("user '{}' has restricted settings, and the gateway {e}; fix the query's syntax", user.name))
     };
-    for (name, value) in settings_in_sql(sql).map_err(unreadable)? {
+    for (name, value) in settings_of(&reading.tokens).map_err(unreadable)? {
         if user.readonly {
             return Err(read_only(format!(
                 "user '{}' is read-only: a SETTINGS clause or SET ('{name}') is refused; pass allowed settings as \
@@ -163,15 +178,97 @@ fn check_sql(sql: &str, user: &User) -> Result<(), Refusal> {
             return Err(forbid(format!("setting '{name}' is not allowed for user '{}'", user.name)));
         }
     }
-    if user.readonly {
-        if let Some(f) = table_functions(sql).map_err(unreadable)?.first() {
+    for call in calls_of(&reading.tokens).map_err(unreadable)? {
+        if user.readonly && call.kind == chstorm_sql::rules::CallKind::TableFunction {
             return Err(read_only(format!(
-                "user '{}' is read-only: table function '{f}' is refused (it reads other servers, URLs or files)",
-                user.name
+                "user '{}' is read-only: table function '{}' is refused (it reads other servers, URLs or files)",
+                user.name, call.name
+            )));
+        }
+        if !call.stays_local() && !user.table_functions.contains(&call.name.to_ascii_lowercase()) {
+            return Err(forbid(format!(
+                "user '{}' has rules, and {} '{}' reaches outside the server, beyond the user's settings; add it to \
+                 the user's table_functions to allow it",
+                user.name,
+                call.kind.describe(),
+                call.name
             )));
         }
     }
     Ok(())
+}
+
+/// The operator statements of `readings` (under any grammar of the cluster) that `user` may
+/// not send: `KILL`, `SYSTEM`, users and grants, databases, server-wide objects, unless its
+/// `operator_statements` allows the kind.
+fn check_operators(readings: &Readings<'_>, user: &User) -> Result<(), Refusal> {
+    let refuse = |what: String, op: Operator| {
+        Refusal::new(
+            Kind::Forbidden,
+            format!(
+                "{what} is refused for user '{}': add '{}' to the user's operator_statements to allow it",
+                user.name,
+                op.name()
+            ),
+        )
+    };
+    for op in readings.operators() {
+        if !user.operators.contains(&op) {
+            return Err(refuse(format!("{} statement", operator_what(op)), op));
+        }
+    }
+    Ok(())
+}
+
+/// The tables `readings` drops, detaches, attaches, renames, exchanges, truncates or replaces
+/// outside `user`'s `own_databases`, unless it may send [`Operator::Drop`]: refused.
+/// `database` is the request's current database, for names without one ([`owned`]).
+fn check_drops(readings: &Readings<'_>, user: &User, database: Option<&str>) -> Result<(), Refusal> {
+    if user.operators.contains(&Operator::Drop) {
+        return Ok(());
+    }
+    for class in readings.classes() {
+        let Class::Drop(names) = class else { continue };
+        if let Some(n) = names.iter().find(|n| !owned(user, n, database)) {
+            let table = match &n.database {
+                Some(db) => format!("{db}.{}", n.table),
+                None => n.table.clone(),
+            };
+            return Err(Refusal::new(
+                Kind::Forbidden,
+                format!(
+                    "dropping, renaming or replacing '{table}' is refused for user '{}': its database is not in the \
+                     user's own_databases{}",
+                    user.name,
+                    if n.database.is_none() { " (name the database: db.table)" } else { "" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// How a refusal names an operator kind.
+fn operator_what(op: Operator) -> &'static str {
+    match op {
+        Operator::Kill => "a KILL",
+        Operator::System => "a SYSTEM",
+        Operator::Access => "a users, roles, quotas, profiles, policies or grants",
+        Operator::Drop => "a database's DROP, DETACH, ATTACH, RENAME or TRUNCATE",
+        Operator::Server => "a functions, named collections, workloads, resources, BACKUP or RESTORE",
+    }
+}
+
+/// Whether table `n` lies in one of `user`'s own databases. A name without a database is in
+/// the request's current one when the request names it (`database`); without one, the backend
+/// user's default database decides, which the gateway does not know: not owned.
+fn owned(user: &User, n: &Name, database: Option<&str>) -> bool {
+    let db = match (&n.database, database) {
+        (Some(db), _) => db.as_str(),
+        (None, Some(db)) if !db.is_empty() => db,
+        (None, _) => return false,
+    };
+    user.own_databases.contains(db)
 }
 
 /// True for `readonly` set to 1 or 2: a client may always make itself stricter, whatever its
@@ -218,16 +315,15 @@ fn replace_statement(in_url: bool, params: &mut Vec<(String, String)>, text: Str
 /// Cannot override setting (max_execution_time) in readonly mode`). None for any other
 /// statement. Verified on 18.16.1: `SET readonly = 1, max_execution_time = 30` applies both,
 /// and a later query with `max_execution_time=30` in the URL runs.
-fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
-    if forced.is_empty() || !chstorm_proto::rules::first_keyword(sql).eq_ignore_ascii_case("SET") {
+fn set_readonly_with(sql: &str, reading: &Reading<'_>, forced: &[(String, String)]) -> Option<String> {
+    if forced.is_empty() || reading.classes != [Class::Set] {
         return None;
     }
-    let set = settings_in_sql(sql).ok()?;
+    let set = settings_of(&reading.tokens).ok()?;
     if !set.iter().any(|(k, v)| stricter(k, v)) {
         return None;
     }
-    let toks = chstorm_sql::lexer::tokenize(sql);
-    let end = toks.iter().rev().find(|t| !t.is_punct(";"))?.end();
+    let end = reading.tokens.iter().rev().find(|t| !t.is_punct(";"))?.end();
     let mut out = sql[..end].to_string();
     for (k, v) in forced {
         let literal = if v.parse::<i64>().is_ok() || v.parse::<u64>().is_ok() || v.parse::<f64>().is_ok() {
@@ -244,8 +340,7 @@ fn set_readonly_with(sql: &str, forced: &[(String, String)]) -> Option<String> {
 /// ClickHouse's own error for a too deep query (Code 167, TOO_DEEP_AST, HTTP 400 as 18.16 sends
 /// it), before anything else reads the text: 18.16 dies of a stack overflow on about 760 levels,
 /// and every later step is spared the depth.
-fn check_depth(sql: &str, max_depth: usize) -> Result<(), Refusal> {
-    let depth = chstorm_sql::rules::nesting_depth(sql);
+fn check_depth(depth: usize, max_depth: usize) -> Result<(), Refusal> {
     if depth <= max_depth {
         return Ok(());
     }
@@ -274,32 +369,34 @@ pub fn plan(
     max_per_query: Option<usize>,
     query_id: impl FnOnce() -> String,
 ) -> Result<Plan, Refusal> {
-    let kind = req.sql.map_or(StatementKind::Write, statement_kind);
-    check_rules(&req, user, kind)?;
+    let readings = req.sql.map(|q| read_all(q, req.grammars));
+    let kind = readings.as_ref().map_or(StatementKind::Write, Readings::kind);
+    check_rules(&req, user, readings.as_ref(), kind)?;
     let mut req = req;
     let ids = ids(&mut req.params, user, query_id);
     backend_params(&mut req.params, user);
-    let mut replace_body = set_readonly_first(&mut req, user, ids.session);
-    let target = route(&mut req, cluster, kind, ids.session, ids.shard_key.as_deref(), &mut replace_body);
+    let agreed = readings.as_ref().and_then(|r| r.agreed().ok());
+    let mut replace_body = set_readonly_first(&mut req, user, ids.session, agreed);
+    // A statement the grammars read apart is never routed: it goes to any replica as it came.
+    let grammar = agreed.map(|r| r.grammar);
+    let target = route(&mut req, cluster, kind, grammar, ids.session, ids.shard_key.as_deref(), &mut replace_body);
     Ok(assemble(req, user, kind, ids, target, replace_body, max_per_query))
 }
 
 /// The user's rules, and the gateway's, on the request as it came: depth, bodies the rules
 /// cannot read, KILL, read-only, the settings allow-list, the statement's own settings, and a
 /// streamed read.
-fn check_rules(req: &QueryRequest<'_>, user: &User, kind: StatementKind) -> Result<(), Refusal> {
-    if let Some(text) = req.sql {
-        check_depth(text, req.max_depth)?;
+fn check_rules(
+    req: &QueryRequest<'_>,
+    user: &User,
+    readings: Option<&Readings<'_>>,
+    kind: StatementKind,
+) -> Result<(), Refusal> {
+    if let Some(r) = readings {
+        check_depth(r.depth(), req.max_depth)?;
     }
     let forbid = |why: String| Refusal::new(Kind::Forbidden, why);
-    if restricted(user) && req.body == BodyShape::Opaque {
-        return Err(forbid(format!(
-            "user '{}' has rules on settings, and this body is compressed in a format the gateway cannot read \
-             (decompress=1 with other than LZ4 frames, or an unknown Content-Encoding); send it uncompressed, with \
-             Content-Encoding: gzip, or with decompress=1 and LZ4",
-            user.name
-        )));
-    }
+    check_unread(req, user, readings)?;
     if restricted(user) && req.multipart && !req.form_read {
         return Err(forbid(format!(
             "user '{}' has rules on settings, and the gateway does not read multipart/form-data bodies (their \
@@ -307,15 +404,11 @@ fn check_rules(req: &QueryRequest<'_>, user: &User, kind: StatementKind) -> Resu
             user.name
         )));
     }
-    if req.sql.is_some_and(|q| chstorm_proto::rules::first_keyword(q).eq_ignore_ascii_case("KILL")) {
-        return Err(forbid(
-            "KILL is refused: the gateway's users share one backend login, so it would reach other users' queries; \
-             a query is cancelled when its client disconnects, or replaced by sending its query_id again with \
-             replace_running_query=1"
-                .into(),
-        ));
-    }
-    if user.readonly && kind != StatementKind::Read {
+
+    // KILL is no write: 18.16 runs it under readonly=1. It is the operator rule's.
+    let kill =
+        readings.is_some_and(|r| r.classes().all(|c| matches!(c, Class::Read | Class::Operator(Operator::Kill))));
+    if user.readonly && kind != StatementKind::Read && !kill {
         return Err(Refusal::new(
             Kind::ReadOnly,
             format!(
@@ -324,13 +417,17 @@ fn check_rules(req: &QueryRequest<'_>, user: &User, kind: StatementKind) -> Resu
             ),
         ));
     }
+    if let Some(r) = readings {
+        check_operators(r, user)?;
+        check_drops(r, user, crate::request::current_database(&req.params, req.database))?;
+    }
     if let Some((k, _)) =
         req.params.iter().find(|(k, v)| is_setting(k) && !user.allowed_settings.allows(k) && !stricter(k, v))
     {
         return Err(forbid(format!("setting '{k}' is not allowed for user '{}'", user.name)));
     }
-    if let Some(text) = req.sql {
-        check_sql(text, user)?;
+    if let Some(r) = readings {
+        check_sql(r, user)?;
     }
     if req.body == BodyShape::Streamed && kind == StatementKind::Read {
         return Err(Refusal::new(
@@ -338,6 +435,39 @@ fn check_rules(req: &QueryRequest<'_>, user: &User, kind: StatementKind) -> Resu
             format!(
                 "a query over {} MiB; ClickHouse's max_query_size is far smaller: send less text (data goes after \
                  INSERT ... FORMAT)",
+                MAX_HELD_BODY >> 20
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A body the gateway could not read, or read only in part, where the server reads SQL: refused
+/// for every user, since neither the depth limit nor a user's rules can be checked on text the
+/// gateway has not read. An opaque body (a `Content-Encoding` or a `decompress=1` method the
+/// gateway does not decode) may pass only as an INSERT's data, when the statement in the URL
+/// ends in `FORMAT <name>` of a data format; the rows of an `INSERT ... VALUES` are SQL, so
+/// they must be held whole ([`MAX_HELD_BODY`]).
+fn check_unread(req: &QueryRequest<'_>, user: &User, readings: Option<&Readings<'_>>) -> Result<(), Refusal> {
+    let data = readings.and_then(|r| r.agreed().ok()).map(|r| r.data);
+    let kind = if restricted(user) { Kind::Forbidden } else { Kind::BadRequest };
+    if req.body == BodyShape::Opaque && !matches!(data, Some(InsertData::Format(_))) {
+        return Err(Refusal::new(
+            kind,
+            "this body is compressed in a format the gateway cannot read (a decompress=1 method other than LZ4 \
+             and ZSTD, or an unknown Content-Encoding), and the server would read SQL in it: its depth and its \
+             settings cannot be checked; send it uncompressed, with Content-Encoding gzip or deflate, or with \
+             decompress=1 (LZ4 or ZSTD); an INSERT's data may stay so when the URL's query ends in FORMAT <name>",
+        ));
+    }
+    if req.body == BodyShape::Streamed && matches!(data, Some(InsertData::Values(_))) {
+        return Err(Refusal::new(
+            Kind::TooLarge,
+            format!(
+                "an INSERT ... VALUES over {} MiB: its rows are SQL expressions the server parses, which the \
+                 gateway reads first and holds at most {} MiB of; send larger inserts in a data format (FORMAT \
+                 TSV, CSV, JSONEachRow, RowBinary, Native) or in parts",
+                MAX_HELD_BODY >> 20,
                 MAX_HELD_BODY >> 20
             ),
         ));
@@ -402,7 +532,12 @@ fn backend_params(params: &mut Vec<(String, String)>, user: &User) {
 
 /// A SET that makes the session read-only first takes the settings the gateway sends with
 /// every query, so that they do not break the session's later queries: the new body, if so.
-fn set_readonly_first(req: &mut QueryRequest<'_>, user: &User, session: Option<u64>) -> Option<String> {
+fn set_readonly_first(
+    req: &mut QueryRequest<'_>,
+    user: &User,
+    session: Option<u64>,
+    reading: Option<&Reading<'_>>,
+) -> Option<String> {
     if session.is_none() || req.multipart {
         return None;
     }
@@ -410,7 +545,8 @@ fn set_readonly_first(req: &mut QueryRequest<'_>, user: &User, session: Option<u
     forced.extend(
         req.params.iter().filter(|(k, _)| k == "max_execution_time" && user.max_execution_time.is_some()).cloned(),
     );
-    match (session, req.sql.and_then(|q| set_readonly_with(q, &forced))) {
+    let with = req.sql.zip(reading).and_then(|(q, r)| set_readonly_with(q, r, &forced));
+    match (session, with) {
         (Some(_), Some(text)) if !req.multipart => Some(replace_statement(req.statement_in_url, &mut req.params, text)),
         _ => None,
     }
@@ -423,17 +559,20 @@ fn route(
     req: &mut QueryRequest<'_>,
     cluster: &Cluster,
     kind: StatementKind,
+    grammar: Option<Grammar>,
     session: Option<u64>,
     shard_key: Option<&str>,
     replace_body: &mut Option<String>,
 ) -> Target {
-    match (session, &cluster.routing, req.sql, kind) {
+    match (session, &cluster.routing, req.sql.zip(grammar), kind) {
         (Some(h), _, _, _) => Target::Session(h),
         // A setting that changes a Distributed query's answer (URL, or the native Query packet).
         (None, Some(_), _, _) if req.params.iter().any(|(k, _)| changes_distributed_result(k)) => Target::Any,
-        (None, Some(router), Some(text), StatementKind::Read) if req.body == BodyShape::Held && !req.multipart => {
+        (None, Some(router), Some((text, grammar)), StatementKind::Read)
+            if req.body == BodyShape::Held && !req.multipart =>
+        {
             let database = crate::request::current_database(&req.params, req.database);
-            match router.route(text, shard_key, req.shard_key, database) {
+            match router.route(text, shard_key, req.shard_key, database, grammar) {
                 Ok(r) => {
                     // The rewritten text replaces the whole statement.
                     *replace_body = Some(replace_statement(req.statement_in_url, &mut req.params, r.sql));
@@ -529,6 +668,7 @@ mod tests {
             shard_key: header(crate::request::SHARD_KEY_HEADER),
             database: header("x-clickhouse-database"),
             max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
+            grammars: chstorm_sql::reading::Grammars::ALL,
         }
     }
 
@@ -780,12 +920,49 @@ mod tests {
     }
 
     #[test]
-    fn kill_is_refused_for_every_user() {
-        for q in ["KILL QUERY WHERE user = 'default'", " /* c */ kill query where query_id = 'x' SYNC"] {
+    fn operator_statements_are_refused_unless_allowed_by_kind() {
+        for (q, kind) in [
+            ("KILL QUERY WHERE user = 'default'", "kill"),
+            (" /* c */ kill query where query_id = 'x' SYNC", "kill"),
+            ("# c\nKILL QUERY WHERE 1", "kill"),
+            ("SYSTEM SHUTDOWN", "system"),
+            ("SELECT 1 PARALLEL WITH SYSTEM SHUTDOWN", "system"),
+            ("CREATE USER u", "access"),
+            ("GRANT ALL ON *.* TO u", "access"),
+            ("DROP DATABASE d", "drop"),
+            ("DROP FUNCTION f", "server"),
+        ] {
             let e = run(&user(|_| {}), "", q).unwrap_err();
-            assert_eq!(e.status(), http::StatusCode::FORBIDDEN);
-            assert!(e.message.contains("KILL is refused"), "{e}");
+            assert_eq!(e.status(), http::StatusCode::FORBIDDEN, "{q}");
+            assert!(e.message.contains(&format!("add '{kind}' to the user's operator_statements")), "{q}: {e}");
+            let allowed = user(|u| u.operators.insert(Operator::from_name(kind).unwrap()).then_some(()).unwrap());
+            assert!(run(&allowed, "", q).is_ok(), "{q}");
         }
+    }
+
+    #[test]
+    fn tables_are_dropped_only_in_the_users_own_databases() {
+        let own = user(|u| u.own_databases = crate::config::Names::Only(["app".to_string()].into()));
+        for (params, q, ok) in [
+            ("", "DROP TABLE app.t", true),
+            ("", "DROP TABLE IF EXISTS app.t, app.u", true),
+            ("", "DROP TABLE app.t, other.u", false),
+            ("", "DROP TABLE t", false),
+            ("database=app", "DROP TABLE t", true),
+            ("database=app", "RENAME TABLE t TO other.t", false),
+            ("database=app", "TRUNCATE t", true),
+            ("database=app&database=other", "TRUNCATE t", false),
+            ("", "CREATE OR REPLACE TABLE default.items (x UInt8) ENGINE = Memory", false),
+            ("", "EXCHANGE TABLES app.a AND default.items", false),
+            ("", "DROP TEMPORARY TABLE t", true),
+            ("", "CREATE TABLE t (x UInt8) ENGINE = Memory", true),
+        ] {
+            assert_eq!(run(&own, params, q).is_ok(), ok, "{params} {q}");
+        }
+        let dropper = user(|u| {
+            u.operators.insert(Operator::Drop);
+        });
+        assert!(run(&dropper, "", "DROP TABLE t").is_ok());
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub enum Kind {
     TooLarge,
     /// The request cannot be read: 400, Code 1002.
     BadRequest,
+    /// The statement cannot be read as every server of the cluster reads it: 400, Code 62
+    /// (SYNTAX_ERROR).
+    Syntax,
     /// The gateway's own state cannot serve it (a user's cluster gone by a reload): 500, Code 1002.
     Internal,
     /// ClickHouse's own error, worded as ClickHouse words it (`Code: N, e.displayText() = ...`):
@@ -42,7 +45,7 @@ impl Kind {
             Kind::Overloaded => StatusCode::SERVICE_UNAVAILABLE,
             Kind::TooMany => StatusCode::TOO_MANY_REQUESTS,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Kind::BadRequest | Kind::ClickHouse(_) => StatusCode::BAD_REQUEST,
+            Kind::BadRequest | Kind::Syntax | Kind::ClickHouse(_) => StatusCode::BAD_REQUEST,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -54,6 +57,7 @@ impl Kind {
             Kind::Network => 195,
             Kind::Forbidden => 497,
             Kind::ReadOnly => 164,
+            Kind::Syntax => 62,
             Kind::Overloaded | Kind::TooMany => 202,
             Kind::TooLarge | Kind::BadRequest | Kind::Internal => 1002,
             Kind::ClickHouse(code) => code,

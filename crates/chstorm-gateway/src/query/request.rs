@@ -60,6 +60,9 @@ pub struct QueryRequest<'a> {
     pub database: Option<&'a str>,
     /// `limits.max_query_depth`: a statement nesting deeper is refused (Code 167).
     pub max_depth: usize,
+    /// The grammars of the cluster's replicas, which every rule reads the statement under
+    /// ([`chstorm_sql::reading`]); both until the replicas' versions are known.
+    pub grammars: chstorm_sql::reading::Grammars,
 }
 
 impl<'a> QueryRequest<'a> {
@@ -77,6 +80,7 @@ impl<'a> QueryRequest<'a> {
             shard_key: None,
             database: None,
             max_depth,
+            grammars: chstorm_sql::reading::Grammars::ALL,
         }
     }
 

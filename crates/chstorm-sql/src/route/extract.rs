@@ -4,7 +4,7 @@
 
 use super::shard::KeyValue;
 use super::sql::{ClauseKind, Sql, Statement};
-use crate::lexer::TokenKind;
+use crate::lexer::{Grammar, TokenKind};
 
 /// The URL parameter that carries a shard key. The gateway must remove it
 /// before forwarding the query (ClickHouse rejects unknown parameters as
@@ -31,6 +31,7 @@ pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
     url_param: Option<&str>,
     header: Option<&str>,
     where_column: Option<&str>,
+    grammar: Grammar,
 ) -> Option<KeyValue> {
     if let Some(v) = url_param.filter(|v| !v.is_empty()) {
         return Some(KeyValue::Str(v.to_string()));
@@ -38,7 +39,7 @@ pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
     if let Some(v) = header.filter(|v| !v.is_empty()) {
         return Some(KeyValue::Str(v.to_string()));
     }
-    key_from_where(sql, where_column.filter(|c| !c.is_empty())?)
+    key_from_where(sql, where_column.filter(|c| !c.is_empty())?, grammar)
 }
 
 /// The WHERE rule: the single value `column` is pinned to, when routing the
@@ -85,14 +86,14 @@ pub fn extract_key<S: AsRef<[u8]> + ?Sized>(
 ///   other side would only see the routed shard's rows;
 /// * `col` is also an alias (`x AS col`, `x col`, `WITH 1 AS col`), since
 ///   ClickHouse substitutes aliases in WHERE.
-pub fn key_from_where<S: AsRef<[u8]> + ?Sized>(sql: &S, column: &str) -> Option<KeyValue> {
+pub fn key_from_where<S: AsRef<[u8]> + ?Sized>(sql: &S, column: &str, grammar: Grammar) -> Option<KeyValue> {
     // A text that names the column neither as written nor through an escape (`\x73`, `\N`, the
     // only ways a quoted name can differ from its bytes) pins it to nothing: no parse needed.
     let b = sql.as_ref();
     if !column.is_empty() && !b.contains(&b'\\') && !b.windows(column.len()).any(|w| w == column.as_bytes()) {
         return None;
     }
-    let s = Sql::parse(sql)?;
+    let s = Sql::parse(sql, grammar)?;
     if s.statement == Statement::Other {
         return None;
     }
@@ -300,8 +301,10 @@ fn hex_digits(text: &str) -> Option<&str> {
 mod tests {
     use super::*;
 
+    const G: Grammar = Grammar::V18_16;
+
     fn w(sql: &str) -> Option<KeyValue> {
-        extract_key(sql, None, None, Some("shop_id"))
+        extract_key(sql, None, None, Some("shop_id"), G)
     }
 
     #[test]
@@ -318,7 +321,7 @@ mod tests {
         for sql in ["SELECT 1", "SELECT * FROM items WHERE shop = 5", "SELECT * FROM items WHERE `shop_ id` = 5"] {
             assert_eq!(w(sql), None, "{sql}");
         }
-        assert_eq!(key_from_where("SELECT * FROM items WHERE x = 1", ""), None);
+        assert_eq!(key_from_where("SELECT * FROM items WHERE x = 1", "", G), None);
     }
     fn u(v: u64) -> Option<KeyValue> {
         Some(KeyValue::UInt(v))
@@ -327,14 +330,14 @@ mod tests {
     #[test]
     fn precedence_of_sources() {
         let sql = "SELECT * FROM items WHERE shop_id = 5";
-        assert_eq!(extract_key(sql, Some("007"), Some("9"), Some("shop_id")), Some(KeyValue::Str("007".into())));
-        assert_eq!(extract_key(sql, None, Some("9"), Some("shop_id")), Some(KeyValue::Str("9".into())));
-        assert_eq!(extract_key(sql, Some(""), Some("9"), Some("shop_id")), Some(KeyValue::Str("9".into())));
-        assert_eq!(extract_key(sql, Some(""), Some(""), Some("shop_id")), u(5));
-        assert_eq!(extract_key(sql, None, None, None), None);
-        assert_eq!(extract_key(sql, None, None, Some("")), None);
+        assert_eq!(extract_key(sql, Some("007"), Some("9"), Some("shop_id"), G), Some(KeyValue::Str("007".into())));
+        assert_eq!(extract_key(sql, None, Some("9"), Some("shop_id"), G), Some(KeyValue::Str("9".into())));
+        assert_eq!(extract_key(sql, Some(""), Some("9"), Some("shop_id"), G), Some(KeyValue::Str("9".into())));
+        assert_eq!(extract_key(sql, Some(""), Some(""), Some("shop_id"), G), u(5));
+        assert_eq!(extract_key(sql, None, None, None, G), None);
+        assert_eq!(extract_key(sql, None, None, Some(""), G), None);
         // The parameter wins even over a query that reads another key.
-        assert_eq!(extract_key("SELECT 1", Some("x"), None, None), Some(KeyValue::Str("x".into())));
+        assert_eq!(extract_key("SELECT 1", Some("x"), None, None, G), Some(KeyValue::Str("x".into())));
     }
 
     #[test]
@@ -540,7 +543,7 @@ mod tests {
 
     #[test]
     fn other_columns() {
-        let k = |sql: &str, col: &str| extract_key(sql, None, None, Some(col));
+        let k = |sql: &str, col: &str| extract_key(sql, None, None, Some(col), G);
         assert_eq!(k("SELECT * FROM t WHERE `shop id` = 'x'", "shop id"), Some(KeyValue::Str("x".into())));
         assert_eq!(k("SELECT * FROM t WHERE Shop_Id = 5", "shop_id"), None, "identifiers are case-sensitive");
         assert_eq!(k("SELECT * FROM t WHERE shop_id = 5 AND user_id = 7", "user_id"), u(7));

@@ -73,6 +73,7 @@ mod rewrite;
 mod shard;
 mod sql;
 
+use crate::lexer::Grammar;
 use std::collections::BTreeMap;
 
 pub use extract::{extract_key, key_from_where, SHARD_KEY_HEADER, SHARD_KEY_PARAM};
@@ -171,7 +172,11 @@ pub enum Unrouted {
 /// * `skip_unavailable_shards`: a down shard answers empty instead of an error;
 /// * `max_parallel_replicas`, `parallel_replicas_count`,
 ///   `parallel_replica_offset`: the rows split among replicas by the sampling
-///   key; on a local table the last two read a part of the rows.
+///   key; on a local table the last two read a part of the rows;
+/// * `additional_table_filters` (current releases): a filter per table *name*
+///   (`{'items': 'x > 1'}`), which no longer names the table once the query
+///   reads `items_local`; `parallel_replicas_custom_key` (23.x: a filter key
+///   per table name, likewise).
 ///
 /// Not in the list, as they change how or where a query runs but not its
 /// rows: `prefer_localhost_replica`, `load_balancing`,
@@ -188,6 +193,8 @@ pub const FAN_OUT_SETTINGS: &[&str] = &[
     "max_parallel_replicas",
     "parallel_replicas_count",
     "parallel_replica_offset",
+    "additional_table_filters",
+    "parallel_replicas_custom_key",
 ];
 
 /// True if setting `name` changes what a Distributed query returns ([`FAN_OUT_SETTINGS`]).
@@ -259,9 +266,10 @@ impl Router {
         url_param: Option<&str>,
         header: Option<&str>,
         database: Option<&str>,
+        grammar: Grammar,
     ) -> Result<Routed, Unrouted> {
-        let (shard, key, value, _) = self.decide(sql.as_bytes(), url_param, header)?;
-        let sql = rewrite::rewrite(sql, &self.tables, database)?;
+        let (shard, key, value, _) = self.decide(sql.as_bytes(), url_param, header, grammar)?;
+        let sql = rewrite::rewrite(sql, &self.tables, database, grammar)?;
         Ok(Routed { shard, key, value, sql })
     }
 
@@ -277,8 +285,9 @@ impl Router {
         header: Option<&str>,
         database: Option<&str>,
     ) -> Result<(usize, Vec<u8>), Unrouted> {
-        let (shard, _, _, _) = self.decide(sql, url_param, header)?;
-        Ok((shard, rewrite::rewrite_bytes(sql, &self.tables, database)?))
+        let g = Grammar::V18_16;
+        let (shard, _, _, _) = self.decide(sql, url_param, header, g)?;
+        Ok((shard, rewrite::rewrite_bytes(sql, &self.tables, database, g)?))
     }
 
     /// The key, its value and shard, for `sql`.
@@ -287,16 +296,17 @@ impl Router {
         sql: &[u8],
         url_param: Option<&str>,
         header: Option<&str>,
+        grammar: Grammar,
     ) -> Result<(usize, KeyValue, u64, ()), Unrouted> {
         let from_client = url_param.is_some_and(|v| !v.is_empty()) || header.is_some_and(|v| !v.is_empty());
-        let key = extract_key(sql, url_param, header, self.where_column.as_deref()).ok_or(Unrouted::NoKey)?;
+        let key = extract_key(sql, url_param, header, self.where_column.as_deref(), grammar).ok_or(Unrouted::NoKey)?;
         // A literal from the SQL must be of the column's kind: whether and how a
         // server converts `'42'` for an integer column depends on its version.
         let string_column = self.col_type == ColumnType::String;
         if !from_client && matches!(key, KeyValue::Str(_)) != string_column {
             return Err(Unrouted::LiteralType);
         }
-        match crate::rules::settings_in_sql(sql) {
+        match crate::rules::settings_in_sql(sql, grammar) {
             Ok(set) => {
                 if let Some((name, _)) = set.into_iter().find(|(k, _)| changes_distributed_result(k)) {
                     return Err(Unrouted::Setting(name));
@@ -314,6 +324,8 @@ impl Router {
 mod tests {
     use super::*;
 
+    const G: Grammar = Grammar::V18_16;
+
     fn tables() -> BTreeMap<String, String> {
         [("items".to_string(), "items_local".to_string())].into_iter().collect()
     }
@@ -326,7 +338,8 @@ mod tests {
     #[test]
     fn routes_point_lookups() {
         let r = router();
-        let got = r.route("SELECT * FROM items FINAL WHERE shop_id = 123 AND item_id = 4", None, None, None).unwrap();
+        let got =
+            r.route("SELECT * FROM items FINAL WHERE shop_id = 123 AND item_id = 4", None, None, None, G).unwrap();
         // cityHash64(123) = 12585326385145454095 on 18.16; odd -> shard 1.
         assert_eq!(got.value, 12585326385145454095);
         assert_eq!(got.shard, 1);
@@ -334,18 +347,18 @@ mod tests {
         assert_eq!(got.sql, "SELECT * FROM items_local FINAL WHERE shop_id = 123 AND item_id = 4");
         assert_eq!(r.shard_of(&KeyValue::UInt(123)), Ok(1));
         // The URL parameter gives the same shard for the same value.
-        let by_param = r.route("SELECT * FROM items FINAL WHERE item_id = 4", Some("123"), None, None).unwrap();
+        let by_param = r.route("SELECT * FROM items FINAL WHERE item_id = 4", Some("123"), None, None, G).unwrap();
         assert_eq!(by_param.shard, 1);
     }
 
     #[test]
     fn why_not_routed() {
         let r = router();
-        assert_eq!(r.route("SELECT * FROM items", None, None, None), Err(Unrouted::NoKey));
-        assert_eq!(r.route("SELECT * FROM items WHERE shop_id IN (1, 2)", None, None, None), Err(Unrouted::NoKey));
-        assert!(matches!(r.route("SELECT * FROM items", Some("abc"), None, None), Err(Unrouted::BadKey(_))));
-        assert_eq!(r.route("SELECT * FROM other WHERE shop_id = 1", None, None, None), Err(Unrouted::NoTable));
-        assert_eq!(r.route("SELECT 1", Some("1"), None, None), Err(Unrouted::NoTable));
+        assert_eq!(r.route("SELECT * FROM items", None, None, None, G), Err(Unrouted::NoKey));
+        assert_eq!(r.route("SELECT * FROM items WHERE shop_id IN (1, 2)", None, None, None, G), Err(Unrouted::NoKey));
+        assert!(matches!(r.route("SELECT * FROM items", Some("abc"), None, None, G), Err(Unrouted::BadKey(_))));
+        assert_eq!(r.route("SELECT * FROM other WHERE shop_id = 1", None, None, None, G), Err(Unrouted::NoTable));
+        assert_eq!(r.route("SELECT 1", Some("1"), None, None, G), Err(Unrouted::NoTable));
     }
 
     #[test]
@@ -381,35 +394,38 @@ mod tests {
     fn only_certain_answers_are_routed() {
         let r = router();
         let q = "SELECT count() FROM items FINAL WHERE shop_id = 010";
-        assert_eq!(r.route(q, None, None, None), Err(Unrouted::NoKey), "010 is octal 8 on 18.16");
+        assert_eq!(r.route(q, None, None, None, G), Err(Unrouted::NoKey), "010 is octal 8 on 18.16");
         let q = "SELECT count() FROM items FINAL WHERE shop_id = 42";
-        assert!(r.route(q, None, None, None).is_ok());
-        assert!(r.route(q, None, None, Some("default")).is_ok());
-        assert_eq!(r.route(q, None, None, Some("otherdb")), Err(Unrouted::NoTable));
-        assert_eq!(r.route(q, None, None, Some("")), Err(Unrouted::NoTable));
+        assert!(r.route(q, None, None, None, G).is_ok());
+        assert!(r.route(q, None, None, Some("default"), G).is_ok());
+        assert_eq!(r.route(q, None, None, Some("otherdb"), G), Err(Unrouted::NoTable));
+        assert_eq!(r.route(q, None, None, Some(""), G), Err(Unrouted::NoTable));
         let q = "SELECT count() FROM otherdb.items WHERE shop_id = 42";
-        assert_eq!(r.route(q, None, None, None), Err(Unrouted::NoTable));
+        assert_eq!(r.route(q, None, None, None, G), Err(Unrouted::NoTable));
         let q = "SELECT count() FROM default.items WHERE shop_id = 42";
         assert_eq!(
-            r.route(q, None, None, Some("otherdb")).unwrap().sql,
+            r.route(q, None, None, Some("otherdb"), G).unwrap().sql,
             "SELECT count() FROM default.items_local WHERE shop_id = 42"
         );
         // '42' for a UInt64 column: Code 43 on 18.16, converted by newer servers.
         let q = "SELECT count() FROM items WHERE shop_id = '42'";
-        assert_eq!(r.route(q, None, None, None), Err(Unrouted::LiteralType));
+        assert_eq!(r.route(q, None, None, None, G), Err(Unrouted::LiteralType));
         // The client's own key is text by design, whatever the column.
-        assert!(r.route(q, Some("42"), None, None).is_ok());
-        assert!(r.route(q, None, Some("42"), None).is_ok());
+        assert!(r.route(q, Some("42"), None, None, G).is_ok());
+        assert!(r.route(q, None, Some("42"), None, G).is_ok());
         // A number for a String column.
         let by_name =
             Router::new("cityHash64(name)", ColumnType::String, tables(), None, Some("name".into()), vec![1, 1])
                 .unwrap();
-        assert_eq!(by_name.route("SELECT * FROM items WHERE name = 42", None, None, None), Err(Unrouted::LiteralType));
-        assert!(by_name.route("SELECT * FROM items WHERE name = '42'", None, None, None).is_ok());
+        assert_eq!(
+            by_name.route("SELECT * FROM items WHERE name = 42", None, None, None, G),
+            Err(Unrouted::LiteralType)
+        );
+        assert!(by_name.route("SELECT * FROM items WHERE name = '42'", None, None, None, G).is_ok());
         // A subquery that reads all shards through Distributed (or is refused there: Code 288).
         let q = "SELECT count() FROM items WHERE shop_id = 42 AND item_id IN (SELECT item_id FROM items WHERE shop_id = 42)";
-        assert_eq!(r.route(q, None, None, None), Err(Unrouted::Subquery));
-        assert!(r.route(&q.replace(" IN ", " GLOBAL IN "), None, None, None).is_ok());
+        assert_eq!(r.route(q, None, None, None, G), Err(Unrouted::Subquery));
+        assert!(r.route(&q.replace(" IN ", " GLOBAL IN "), None, None, None, G).is_ok());
         // routing.database
         let shop = Router::new(
             "cityHash64(shop_id)",
@@ -421,8 +437,8 @@ mod tests {
         )
         .unwrap();
         let q = "SELECT count() FROM items WHERE shop_id = 42";
-        assert_eq!(shop.route(q, None, None, None), Err(Unrouted::NoTable));
-        assert!(shop.route(q, None, None, Some("shop")).is_ok());
+        assert_eq!(shop.route(q, None, None, None, G), Err(Unrouted::NoTable));
+        assert!(shop.route(q, None, None, Some("shop"), G).is_ok());
     }
 
     /// This thread's CPU time: unlike the wall clock, it does not grow while the thread waits
@@ -475,10 +491,10 @@ mod tests {
         let r = router();
         let once = |sql: &str| {
             let t = cpu_time();
-            let _ = r.route(sql, None, None, None);
-            let _ = crate::rules::settings_in_sql(sql);
-            let _ = crate::rules::table_functions(sql);
-            let _ = crate::rules::nesting_depth(sql);
+            let _ = r.route(sql, None, None, None, G);
+            let _ = crate::rules::settings_in_sql(sql, G);
+            let _ = crate::rules::table_functions(sql, G);
+            let _ = crate::rules::nesting_depth(sql, G);
             cpu_time() - t
         };
         // CPU time, small and big in turn, the best of each, at 16x the levels: linear steps
@@ -502,7 +518,7 @@ mod tests {
             // What the gateway does with such a query: count its depth, and refuse it (plan).
             let t = cpu_time();
             let flat = matches!(name, "many tables" | "many qualifiers" | "long names" | "many SELECTs");
-            assert!(flat || crate::rules::nesting_depth(&big) > GATEWAY_MAX_QUERY_DEPTH, "{name}");
+            assert!(flat || crate::rules::nesting_depth(&big, G) > GATEWAY_MAX_QUERY_DEPTH, "{name}");
             let refused = cpu_time() - t;
             if !cfg!(debug_assertions) {
                 assert!(refused < std::time::Duration::from_millis(100), "{name}: {refused:?}");
@@ -552,20 +568,21 @@ mod tests {
                 format!("{q} SETTINGS max_threads = 1, `{name}` = 1"),
                 format!("SELECT * FROM (SELECT count() FROM items WHERE shop_id = 42 settings \"{name}\"=1)"),
             ] {
-                assert_eq!(r.route(&sql, None, None, None), Err(Unrouted::Setting(name.to_string())), "{sql}");
+                assert_eq!(r.route(&sql, None, None, None, G), Err(Unrouted::Setting(name.to_string())), "{sql}");
             }
         }
         assert!(r
-            .route(&format!("{q} SETTINGS max_threads = 1, prefer_localhost_replica = 0"), None, None, None)
+            .route(&format!("{q} SETTINGS max_threads = 1, prefer_localhost_replica = 0"), None, None, None, G)
             .is_ok());
         assert!(r
             .route(
                 "SELECT 'SETTINGS distributed_group_by_no_merge = 1' AS s FROM items WHERE shop_id = 42",
                 None,
                 None,
-                None
+                None,
+                G
             )
             .is_ok());
-        assert!(matches!(r.route(&format!("{q} SETTINGS x = (1)"), None, None, None), Err(Unrouted::Setting(_))));
+        assert!(matches!(r.route(&format!("{q} SETTINGS x = (1)"), None, None, None, G), Err(Unrouted::Setting(_))));
     }
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::sql::{ClauseKind, Sql, Statement};
 use super::{RouteError, Unrouted};
+use crate::lexer::Grammar;
 
 /// The database ClickHouse uses when a request names none (the backend user's
 /// default database in the stock `users.xml`).
@@ -80,8 +81,8 @@ impl RoutedTables {
 ///   other statements (`SHOW TABLES FROM items`, DDL, `INSERT ... VALUES`) are
 ///   not touched; only queries (`SELECT`, `WITH`, `(`) and `INSERT ... SELECT`
 ///   are rewritten. The text outside the replaced names is kept byte for byte.
-pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Option<String> {
-    rewrite(sql, tables, current_db).ok()
+pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>, grammar: Grammar) -> Option<String> {
+    rewrite(sql, tables, current_db, grammar).ok()
 }
 
 /// [`rewrite_tables`], saying why nothing was rewritten: [`Unrouted::NoTable`], or
@@ -93,17 +94,27 @@ pub fn rewrite_tables(sql: &str, tables: &RoutedTables, current_db: Option<&str>
 /// the select list: Code 10 `Not found column _subquery...`), while on the
 /// routed replica it would read one shard's local table and answer.
 /// `x IN items` (the table itself as a set) counts too.
-pub(crate) fn rewrite(sql: &str, tables: &RoutedTables, current_db: Option<&str>) -> Result<String, Unrouted> {
-    let out = rewrite_bytes(sql.as_bytes(), tables, current_db)?;
+pub(crate) fn rewrite(
+    sql: &str,
+    tables: &RoutedTables,
+    current_db: Option<&str>,
+    grammar: Grammar,
+) -> Result<String, Unrouted> {
+    let out = rewrite_bytes(sql.as_bytes(), tables, current_db, grammar)?;
     // Text in, text out: only names (text) were spliced into it.
     String::from_utf8(out).map_err(|_| Unrouted::NoTable)
 }
 
 /// [`rewrite`] on bytes: the query need not be UTF-8 (a string literal may
 /// hold any bytes), and every byte outside the replaced names is kept.
-pub(crate) fn rewrite_bytes(sql: &[u8], tables: &RoutedTables, current_db: Option<&str>) -> Result<Vec<u8>, Unrouted> {
+pub(crate) fn rewrite_bytes(
+    sql: &[u8],
+    tables: &RoutedTables,
+    current_db: Option<&str>,
+    grammar: Grammar,
+) -> Result<Vec<u8>, Unrouted> {
     let current_db = current_db.unwrap_or(DEFAULT_DATABASE);
-    let s = Sql::parse(sql).ok_or(Unrouted::NoTable)?;
+    let s = Sql::parse(sql, grammar).ok_or(Unrouted::NoTable)?;
     if s.statement == Statement::Other {
         return Err(Unrouted::NoTable);
     }
@@ -377,12 +388,14 @@ fn quote(name: &str, like: &str) -> String {
 mod tests {
     use super::*;
 
+    const G: Grammar = Grammar::V18_16;
+
     fn map(pairs: &[(&str, &str)]) -> RoutedTables {
         let m: BTreeMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         RoutedTables::new(&m, DEFAULT_DATABASE).unwrap()
     }
     fn rw(sql: &str) -> Option<String> {
-        rewrite_tables(sql, &map(&[("items", "items_local")]), None)
+        rewrite_tables(sql, &map(&[("items", "items_local")]), None, G)
     }
     fn same(sql: &str, want: &str) {
         assert_eq!(rw(sql).as_deref(), Some(want), "{sql}");
@@ -452,7 +465,7 @@ mod tests {
         }
         let m = map(&[("items", "shard.items_local")]);
         assert_eq!(
-            rewrite_tables("SELECT default.items.x, items.y FROM items", &m, None).as_deref(),
+            rewrite_tables("SELECT default.items.x, items.y FROM items", &m, None, G).as_deref(),
             Some("SELECT shard.items_local.x, items_local.y FROM shard.items_local")
         );
         // `items.` could mean another thing: fan out.
@@ -468,7 +481,7 @@ mod tests {
     #[test]
     fn maps_with_databases_and_odd_names() {
         let m = map(&[("items", "shard.items_local"), ("db.orders", "orders_local"), ("x", "odd name")]);
-        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db, G);
         assert_eq!(r("SELECT * FROM default.items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
         assert_eq!(r("SELECT * FROM items", None).as_deref(), Some("SELECT * FROM shard.items_local"));
         assert_eq!(r("SELECT * FROM db.items", None), None, "db.items is another table");
@@ -478,7 +491,7 @@ mod tests {
         assert_eq!(r("SELECT * FROM orders", None), None, "orders is default.orders");
         assert_eq!(r("SELECT * FROM x", None).as_deref(), Some("SELECT * FROM `odd name`"));
         let m = map(&[("items", "it`s")]);
-        assert_eq!(rewrite_tables("SELECT * FROM items", &m, None).as_deref(), Some(r"SELECT * FROM `it\`s`"));
+        assert_eq!(rewrite_tables("SELECT * FROM items", &m, None, G).as_deref(), Some(r"SELECT * FROM `it\`s`"));
     }
 
     /// Only the configured Distributed table in its database is rewritten:
@@ -486,7 +499,7 @@ mod tests {
     #[test]
     fn databases() {
         let m = map(&[("items", "items_local")]);
-        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db);
+        let r = |sql: &str, db: Option<&str>| rewrite_tables(sql, &m, db, G);
         assert_eq!(r("SELECT * FROM items", Some("default")).as_deref(), Some("SELECT * FROM items_local"));
         assert_eq!(r("SELECT * FROM items", Some("otherdb")), None);
         assert_eq!(r("SELECT * FROM otherdb.items", None), None);
@@ -508,16 +521,16 @@ mod tests {
         // routing.database: keys without a database are in it.
         let tables: BTreeMap<String, String> = [("items".to_string(), "items_local".to_string())].into();
         let shop = RoutedTables::new(&tables, "shop").unwrap();
-        assert_eq!(rewrite_tables("SELECT * FROM items", &shop, None), None);
+        assert_eq!(rewrite_tables("SELECT * FROM items", &shop, None, G), None);
         assert_eq!(
-            rewrite_tables("SELECT * FROM items", &shop, Some("shop")).as_deref(),
+            rewrite_tables("SELECT * FROM items", &shop, Some("shop"), G).as_deref(),
             Some("SELECT * FROM items_local")
         );
         assert_eq!(
-            rewrite_tables("SELECT * FROM shop.items", &shop, None).as_deref(),
+            rewrite_tables("SELECT * FROM shop.items", &shop, None, G).as_deref(),
             Some("SELECT * FROM shop.items_local")
         );
-        assert_eq!(rewrite_tables("SELECT * FROM default.items", &shop, None), None);
+        assert_eq!(rewrite_tables("SELECT * FROM default.items", &shop, None, G), None);
     }
 
     #[test]
@@ -598,15 +611,15 @@ mod tests {
             "SELECT 1 UNION ALL (SELECT * FROM items)",
             "SELECT toString((SELECT 1 FROM items))",
         ] {
-            assert_eq!(rewrite(sql, &m, None), Err(Unrouted::Subquery), "{sql}");
-            assert_eq!(rewrite_tables(sql, &m, None), None, "{sql}");
+            assert_eq!(rewrite(sql, &m, None, G), Err(Unrouted::Subquery), "{sql}");
+            assert_eq!(rewrite_tables(sql, &m, None, G), None, "{sql}");
         }
         // Other tables in such subqueries are fine, and so is another database's items.
         same(
             "SELECT * FROM items WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
             "SELECT * FROM items_local WHERE b IN (SELECT x FROM otherdb.items) AND c IN otherdb.items",
         );
-        assert_eq!(rewrite("SELECT * FROM t WHERE b IN (1, 2)", &m, None), Err(Unrouted::NoTable));
+        assert_eq!(rewrite("SELECT * FROM t WHERE b IN (1, 2)", &m, None, G), Err(Unrouted::NoTable));
     }
 
     #[test]

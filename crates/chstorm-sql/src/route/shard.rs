@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use super::RouteError;
 use crate::cityhash::{city_hash64, int_hash64};
-use crate::lexer::{tokenize, TokenKind};
+use crate::lexer::{tokenize, Grammar, TokenKind};
 
 /// A shard key value: from the URL parameter or header (always
 /// [`KeyValue::Str`], the raw text: the column type decides how to read it),
@@ -153,7 +153,8 @@ impl ShardingExpr {
     /// [`RouteError::UnsupportedShardingKey`].
     pub fn parse(s: &str) -> Result<ShardingExpr, RouteError> {
         let unsupported = || RouteError::UnsupportedShardingKey(s.trim().to_string());
-        let toks = tokenize(s);
+        // Config text: the current grammar, which reads every form 18.16 does.
+        let toks = tokenize(s, Grammar::Current);
         let is_ident =
             |i: usize| toks.get(i).is_some_and(|t| matches!(t.kind, TokenKind::Word | TokenKind::QuotedIdent));
         match toks.len() {

@@ -16,7 +16,8 @@
 //! wants an operand, such as `SELECT`, `WHERE`, `AND`) makes [`Sql::parse`]
 //! give up: routing then fans out.
 
-use crate::lexer::{Lexer, Token, TokenKind};
+use crate::lexer::{Grammar, Token, TokenKind};
+use crate::statement::{sql_tokens, InsertData};
 
 /// What kind of statement this is, as far as routing cares.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,26 +86,23 @@ pub(crate) const NO_MATCH: usize = usize::MAX;
 const MAX_NAME_PARTS: usize = 4;
 
 impl<'a> Sql<'a> {
-    /// `None` when the text does not lex, brackets do not balance, or there
-    /// is more than one statement. An `INSERT` stops being read at its
-    /// top-level `VALUES` or `FORMAT` (its data follows), as [`Statement::Other`].
-    pub fn parse<S: AsRef<[u8]> + ?Sized>(sql: &'a S) -> Option<Sql<'a>> {
+    /// `None` when the text does not lex under `grammar`, brackets do not balance, or there
+    /// is more than one statement. An `INSERT` with data (`VALUES`, `FORMAT`) is
+    /// [`Statement::Other`], whatever follows.
+    pub fn parse<S: AsRef<[u8]> + ?Sized>(sql: &'a S, grammar: Grammar) -> Option<Sql<'a>> {
         let mut toks: Vec<Token<'a>> = Vec::new();
         let mut close = Vec::new();
         let mut depth = Vec::new();
         let mut parent = Vec::new();
         let mut stack: Vec<usize> = Vec::new();
-        let mut insert = false;
         let mut semicolon = false;
-        for t in Lexer::new(sql) {
+        let (all, data) = sql_tokens(sql, grammar);
+        if data != InsertData::None {
+            return Some(Sql::other());
+        }
+        for t in all {
             if t.kind == TokenKind::Error || semicolon {
                 return None;
-            }
-            if toks.is_empty() && t.is_kw("INSERT") {
-                insert = true;
-            }
-            if insert && stack.is_empty() && (t.is_kw("VALUES") || t.is_kw("FORMAT")) {
-                return Some(Sql::other());
             }
             let i = toks.len();
             let closes = t.is_punct(")") || t.is_punct("]");
@@ -393,6 +391,8 @@ fn keyword_used_as_name(prev: &Token<'_>, t: &Token<'_>) -> bool {
 mod tests {
     use super::*;
 
+    const G: Grammar = Grammar::V18_16;
+
     fn clause_kinds(sql: &Sql<'_>, b: usize) -> Vec<ClauseKind> {
         sql.bodies[b].clauses.iter().map(|c| c.kind).collect()
     }
@@ -402,6 +402,7 @@ mod tests {
         use ClauseKind::*;
         let s = Sql::parse(
             "SELECT a FROM t FINAL PREWHERE x WHERE y GROUP BY a HAVING z ORDER BY a LIMIT 1 SETTINGS m=1 FORMAT JSON;",
+            G,
         )
         .unwrap();
         assert_eq!(s.statement, Statement::Query);
@@ -411,8 +412,8 @@ mod tests {
             [Select, From, Prewhere, Where, GroupBy, Having, OrderBy, Limit, Settings, Format]
         );
 
-        let s =
-            Sql::parse("SELECT extract(DAY FROM d) FROM (SELECT 1 UNION ALL SELECT 2) WHERE q IN (SELECT 3)").unwrap();
+        let s = Sql::parse("SELECT extract(DAY FROM d) FROM (SELECT 1 UNION ALL SELECT 2) WHERE q IN (SELECT 3)", G)
+            .unwrap();
         assert_eq!(s.bodies.len(), 4);
         assert_eq!(clause_kinds(&s, 0), [Select, From, Where]);
         assert_eq!(clause_kinds(&s, 1), [Select]);
@@ -425,19 +426,22 @@ mod tests {
 
     #[test]
     fn statements() {
-        assert_eq!(Sql::parse("WITH 1 AS x SELECT x").unwrap().statement, Statement::Query);
-        assert_eq!(Sql::parse("(SELECT 1)").unwrap().statement, Statement::Query);
-        assert_eq!(Sql::parse("INSERT INTO t (a) SELECT 1").unwrap().statement, Statement::InsertSelect);
+        assert_eq!(Sql::parse("WITH 1 AS x SELECT x", G).unwrap().statement, Statement::Query);
+        assert_eq!(Sql::parse("(SELECT 1)", G).unwrap().statement, Statement::Query);
+        assert_eq!(Sql::parse("INSERT INTO t (a) SELECT 1", G).unwrap().statement, Statement::InsertSelect);
         // The data after VALUES / FORMAT is not read at all.
-        assert_eq!(Sql::parse("INSERT INTO t VALUES ('unterminated").unwrap().statement, Statement::Other);
-        assert_eq!(Sql::parse("insert into t format TSV\n1\tSELECT x FROM items").unwrap().statement, Statement::Other);
-        assert_eq!(Sql::parse("SHOW TABLES FROM items").unwrap().statement, Statement::Other);
-        assert!(Sql::parse("SELECT 1; SELECT 2").is_none());
-        assert!(Sql::parse("SELECT (1").is_none());
-        assert!(Sql::parse("SELECT 1)").is_none());
-        assert!(Sql::parse("SELECT [1)").is_none());
-        assert!(Sql::parse("SELECT 'x").is_none());
-        assert!(Sql::parse("SELECT 1;").is_some());
+        assert_eq!(Sql::parse("INSERT INTO t VALUES ('unterminated", G).unwrap().statement, Statement::Other);
+        assert_eq!(
+            Sql::parse("insert into t format TSV\n1\tSELECT x FROM items", G).unwrap().statement,
+            Statement::Other
+        );
+        assert_eq!(Sql::parse("SHOW TABLES FROM items", G).unwrap().statement, Statement::Other);
+        assert!(Sql::parse("SELECT 1; SELECT 2", G).is_none());
+        assert!(Sql::parse("SELECT (1", G).is_none());
+        assert!(Sql::parse("SELECT 1)", G).is_none());
+        assert!(Sql::parse("SELECT [1)", G).is_none());
+        assert!(Sql::parse("SELECT 'x", G).is_none());
+        assert!(Sql::parse("SELECT 1;", G).is_some());
     }
 
     /// 18.16 accepts keywords as names; the clauses would be misread, so
@@ -456,7 +460,7 @@ mod tests {
             "SELECT * FROM t WHERE a AND union",
             "SELECT 1 AS final FROM t",
         ] {
-            assert!(Sql::parse(sql).is_none(), "{sql}");
+            assert!(Sql::parse(sql, G).is_none(), "{sql}");
         }
         for sql in [
             "SELECT * FROM items FINAL WHERE shop_id = 5 SETTINGS max_threads = 1 FORMAT JSON",
@@ -468,13 +472,13 @@ mod tests {
             "INSERT INTO t SELECT * FROM u",
             "SELECT * FROM t LIMIT 10 OFFSET 5 SETTINGS a = 1",
         ] {
-            assert!(Sql::parse(sql).is_some(), "{sql}");
+            assert!(Sql::parse(sql, G).is_some(), "{sql}");
         }
     }
 
     #[test]
     fn compound_identifiers() {
-        let s = Sql::parse("SELECT db.t.`c`, x, y.1").unwrap();
+        let s = Sql::parse("SELECT db.t.`c`, x, y.1", G).unwrap();
         assert_eq!(s.compound_ident(1, s.toks.len()), Some((6, 5)));
         assert_eq!(s.compound_ident(7, s.toks.len()), Some((8, 7)));
         assert_eq!(s.compound_ident(9, s.toks.len()), Some((10, 9)), "y.1 is a tuple element");
