@@ -159,3 +159,102 @@ fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_refused()
     assert_eq!(up3.iter().filter(|u| **u).count(), 1, "exactly one server died: {up3:?}");
     drop(gw);
 }
+
+/// Kills (SIGKILL) every server of `urls` (pids `pids`) that runs a query holding `marker`,
+/// polling every 20 ms until `stop`; the count of kills.
+fn watcher(
+    urls: Vec<String>,
+    pids: Vec<u32>,
+    marker: &'static str,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    std::thread::spawn(move || {
+        let mut killed = vec![false; urls.len()];
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            for (i, url) in urls.iter().enumerate() {
+                if killed[i] {
+                    continue;
+                }
+                let sql = format!(
+                    "SELECT count() FROM system.processes WHERE query LIKE '%{marker}%' AND query NOT LIKE '%system.processes%'"
+                );
+                let (status, _, body) = curl(&["--max-time", "1", "--data-binary", &sql, url]);
+                if status == 200 && body.trim() != "0" {
+                    let _ = std::process::Command::new("kill").args(["-9", &pids[i].to_string()]).status();
+                    killed[i] = true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        killed.iter().filter(|k| **k).count()
+    })
+}
+
+/// The read of the deadly-literal test: about 3 s, its literal in its shape's place.
+fn marked_read(literal: &str, tail: &str) -> String {
+    format!("SELECT count() FROM numbers(100000000) WHERE sipHash64(number) % 7 = 1 AND '{literal}' != ''{tail}")
+}
+
+/// A crash that depends on a value, in a shape that ran fine: a watcher kills any server that
+/// runs the marked literal. The read goes to one replica, which dies; it is resent once to
+/// another, which dies too; then it is a query of death: the third replica never receives it,
+/// and its shape is refused, over HTTP and over the native port.
+#[test]
+fn a_deadly_literal_in_a_known_shape_kills_at_most_two_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = ClusterSpec::new(dir.path().join("cluster"), 1, 3);
+    spec.die_with_parent = true;
+    let mut cluster = LocalCluster::start(spec).unwrap();
+    let urls: Vec<String> = cluster.topology().nodes.iter().map(|n| n.http_url.clone()).collect();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gw = rt.block_on(chstorm_gateway::Gateway::start(gateway_config(&cluster, dir.path()))).unwrap();
+    let url = format!("http://{}/?max_threads=1", gw.addr);
+    let native = gw.native_addr.expect("the generated config has listen_native");
+    let native_target = chstorm_proto::target::Target::parse(&format!("clickhouse://default@{native}")).unwrap();
+    let native_read = |sql: String| {
+        rt.block_on(async {
+            let connector =
+                chstorm_proto::stream::Connector::new(&native_target, &Default::default(), Duration::from_secs(5))
+                    .unwrap();
+            let mut c = chstorm_proto::native::NativeConn::connect(&connector, &native_target, Duration::from_secs(5))
+                .await
+                .unwrap();
+            c.query("", &format!("{sql} SETTINGS max_threads = 1"), Duration::from_secs(60)).await.map(|_| ())
+        })
+    };
+    for (protocol, marker, tail) in [("http", "qod-marker-http", ""), ("native", "qod-marker-native", " AND 1 = 1")] {
+        // The shape runs fine with a harmless literal.
+        match protocol {
+            "http" => assert_eq!(post(&url, &marked_read("harmless", tail)).0, 200),
+            _ => native_read(marked_read("harmless", tail)).unwrap(),
+        }
+        let pids: Vec<u32> = (1..=3).map(|r| cluster.node(1, r).pid()).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let kills = watcher(urls.clone(), pids, marker, stop.clone());
+        let deadly = marked_read(marker, tail);
+        let answer = match protocol {
+            "http" => post(&url, &deadly).1,
+            _ => native_read(deadly).expect_err("no answer").to_string(),
+        };
+        eprintln!("{protocol}: the deadly literal: {}", answer.trim());
+        assert!(answer.contains("died while running this query"), "{protocol}: {answer}");
+        // The same shape, another literal: refused, and the last replica lives.
+        let again = match protocol {
+            "http" => post(&url, &marked_read(&format!("{marker}-2"), tail)),
+            _ => (0, native_read(marked_read(&format!("{marker}-2"), tail)).expect_err("refused").to_string()),
+        };
+        assert!(again.1.contains("limits.query_of_death_ttl"), "{protocol}: {again:?}");
+        std::thread::sleep(Duration::from_millis(500));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let killed = kills.join().unwrap();
+        let up: Vec<bool> = urls.iter().map(|u| alive(u)).collect();
+        assert_eq!((killed, up.iter().filter(|u| **u).count()), (2, 1), "{protocol}: two replicas died: {up:?}");
+        for (r, alive) in up.iter().enumerate() {
+            if !alive {
+                cluster.restart(1, r + 1).unwrap();
+                wait_alive(&urls[r]);
+            }
+        }
+    }
+    drop(gw);
+}

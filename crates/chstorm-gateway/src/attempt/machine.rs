@@ -60,8 +60,12 @@ pub(super) struct Machine<'a, 'c, T: Transport> {
     transport: &'a mut T,
     ctx: &'a Ctx<'c>,
     policy: Policy,
-    /// A read's shape, for the quarantine of queries of death.
+    /// A held statement's shape (a read's, or a write's out of a session), for the quarantine
+    /// of queries of death.
     shape: Option<u64>,
+    /// A replica already died while running this request (a read of a known shape, resent
+    /// once): a second death makes it a query of death.
+    killed_one: bool,
     running: Vec<Running<T::Head>>,
     /// Replicas not to pick again: one that refused a connection, went down or was busy; one
     /// whose (perhaps pooled, stale) connection broke a second time.
@@ -81,7 +85,7 @@ pub(super) struct Machine<'a, 'c, T: Transport> {
 
 impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     pub(super) fn new(plan: &'a Plan, transport: &'a mut T, ctx: &'a Ctx<'c>, policy: Policy) -> Self {
-        let shape = if plan.latitude.retry { transport.shape() } else { None };
+        let shape = if plan.latitude.resend_unsent { transport.shape() } else { None };
         let window = policy.hedge_after.unwrap_or_default();
         let deadline = super::watch::after(plan.head_timeout);
         Machine {
@@ -90,6 +94,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             ctx,
             policy,
             shape,
+            killed_one: false,
             running: Vec::with_capacity(2),
             tried: Vec::new(),
             lost_once: Vec::new(),
@@ -493,13 +498,10 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             self.went_down(&replica, &e.message);
         }
         let detail = format!("replica {} ({}) failed: {}", replica.label(), replica.addr.base, e);
-        // Its replica died while running it: a query of death, unless its shape ran fine lately
-        // (then the replica died of something else).
         let ctx = self.ctx;
-        if let Some(fp) =
-            self.shape.filter(|fp| !e.connect && !a.streamed && a.sent_healthy && !ctx.quarantine.known_good(*fp))
-        {
-            if ctx.backend.alive(&replica.addr, DEATH_PROBE).await == Probe::Dead {
+        if let Some(fp) = self.shape.filter(|_| !e.connect && !a.streamed && a.sent_healthy) {
+            // Its replica died while running it ([`super::quarantine`] has the rule).
+            if self.died_of(fp, &replica).await {
                 for l in self.running.drain(..) {
                     l.cancel("replica_down");
                 }
@@ -508,6 +510,27 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         }
         let failure = if e.connect { Failure::Unsent(e.message) } else { Failure::Lost(e.message) };
         ControlFlow::Continue((failure, detail))
+    }
+
+    /// The request's connection to `replica` broke after it was sent: is it a query of death?
+    /// Only when the replica is gone (a ping right after finds it dead); then yes for a shape
+    /// that has not run fine within the TTL, for a read that a replica already died running
+    /// (it was resent once), and for a write of a shape struck before; a read of a known shape
+    /// is resent once, and a write's known shape takes a strike.
+    async fn died_of(&mut self, fp: u64, replica: &Replica) -> bool {
+        let q = &self.ctx.quarantine;
+        if self.ctx.backend.alive(&replica.addr, DEATH_PROBE).await != Probe::Dead {
+            return false;
+        }
+        let read = self.plan.kind == chstorm_sql::statement::StatementKind::Read;
+        if !q.known_good(fp) || self.killed_one || (!read && q.struck(fp)) {
+            return true;
+        }
+        self.killed_one = true;
+        if !read {
+            q.strike(fp);
+        }
+        false
     }
 
     /// The last running attempt failed: retry elsewhere if the policy, the budget and the

@@ -1,18 +1,29 @@
-//! Queries of death: a read whose replica died while running it is not sent anywhere else, and
-//! reads of the same shape are refused for `limits.query_of_death_ttl` (default 5 min; `0s`
-//! turns it off).
+//! Queries of death: a statement that killed the replicas running it is not sent anywhere
+//! else, and statements of the same shape are refused for `limits.query_of_death_ttl` (default
+//! 5 min; `0s` turns it off), over both protocols.
 //!
-//! 18.16 crashes on some queries (about 1,000 nested parentheses overflow its parser's stack):
-//! resent by retries and hedges, one such request killed both replicas of its shard, and a
-//! fan-out one all four servers. The attempt loop ([`crate::attempt`]) holds a read to be the
-//! cause of its replica's death when all of these hold: its connection broke after the query
-//! was sent (not a refused connection), its replica was healthy when it was sent, the replica
-//! refuses a new connection right after (its process is gone: a `GET /ping` finds it dead), and
-//! no read of the same shape succeeded within the TTL. The last condition tells a query of death
-//! from the innocent reads that were in flight when a replica died for another reason (`kill
-//! -9`, the OOM killer, a power cut): a shape that ran fine a moment ago did not kill it, and
-//! those reads are retried elsewhere as before. A query of death never succeeds, so its shape is
-//! never known good.
+//! 18.16 crashes on some queries (about 1,000 nested parentheses overflow its parser's stack),
+//! and a crash that depends on a value is the common kind: resent by retries and hedges, one such
+//! request killed both replicas of its shard, and a fan-out one all four servers. A statement
+//! (a read, or a write held whole and out of a session) is a *suspect* when its connection broke
+//! after it was sent (not a refused connection), its replica was healthy when it was sent, and
+//! the replica refuses a new connection right after (its process is gone: a `GET /ping` finds it
+//! dead). A suspect is a query of death, and its shape is refused:
+//!
+//! * when no statement of its shape succeeded within the TTL (a query of death never succeeds,
+//!   so a shape that only ever killed is never known good): one replica dies;
+//! * for a read of a known shape, when the one replica it is resent to dies running it too: the
+//!   innocent reads in flight on a replica that died of something else (`kill -9`, the OOM
+//!   killer, a power cut, a restart) are resent once and answered, as before; a deadly literal
+//!   in a known shape kills two replicas, and no third receives it;
+//! * for a write of a known shape (writes are never resent), when a write of the same shape
+//!   killed its replica before, within the TTL: its *strike*; so a series of deadly writes of
+//!   one shape, new literals each, kills at most two replicas.
+//!
+//! The cost: a shape that ran fine for others (the point lookup of every client, say) is refused
+//! for the TTL once one of its literals killed two replicas, and a write of a known shape that
+//! was in flight on a replica that died for another reason leaves a strike, so a second such
+//! death within the TTL refuses that shape too.
 //!
 //! A shape is the query's fingerprint: its text with literals out (numbers and quoted strings
 //! become `?`), comments dropped, whitespace collapsed and ASCII letters lowercased, hashed with
@@ -26,7 +37,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Most shapes remembered per table (known good, refused): 16,384.
+/// Most shapes remembered per table (known good, refused, struck): 16,384.
 pub const MAX_SHAPES: usize = 16 << 10;
 
 /// A query's shape: FNV-1a 64 over its normalised text.
@@ -118,6 +129,8 @@ struct Tables {
     good: HashMap<u64, Instant, ahash::RandomState>,
     /// Shape -> (refused until, the replica it killed).
     refused: HashMap<u64, (Instant, String), ahash::RandomState>,
+    /// Shape -> when a write of it killed its replica.
+    struck: HashMap<u64, Instant, ahash::RandomState>,
 }
 
 /// The known-good and refused shapes of one gateway.
@@ -162,7 +175,30 @@ impl Quarantine {
         self.tables().good.get(&fp).is_some_and(|at| at.elapsed() < self.ttl)
     }
 
-    /// A read of shape `fp` killed `replica`: refuse the shape for the TTL. False when the
+    /// A write of shape `fp`, known good, killed its replica: a second death of the shape within
+    /// the TTL makes it a query of death.
+    pub fn strike(&self, fp: u64) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        let mut t = self.tables();
+        if t.struck.len() >= MAX_SHAPES && !t.struck.contains_key(&fp) {
+            let ttl = self.ttl;
+            t.struck.retain(|_, at| now.duration_since(*at) < ttl);
+            if t.struck.len() >= MAX_SHAPES {
+                t.struck.clear();
+            }
+        }
+        t.struck.insert(fp, now);
+    }
+
+    /// Was shape `fp` struck within the TTL?
+    pub fn struck(&self, fp: u64) -> bool {
+        self.tables().struck.get(&fp).is_some_and(|at| at.elapsed() < self.ttl)
+    }
+
+    /// A statement of shape `fp` killed `replica`: refuse the shape for the TTL. False when the
     /// quarantine is off.
     pub fn refuse(&self, fp: u64, replica: &str) -> bool {
         if self.ttl.is_zero() {

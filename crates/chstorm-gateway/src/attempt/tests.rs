@@ -886,6 +886,83 @@ async fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_ref
     }
 }
 
+/// The failure's message, or a panic.
+fn failed(o: Outcome) -> (StatusCode, String) {
+    match o {
+        Outcome::Failed { status, message, .. } => (status, message),
+        Outcome::Answer(_) => panic!("answered"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_read_of_a_known_shape_that_kills_the_replica_it_is_resent_to_is_a_query_of_death() {
+    // The shape ran fine; then a literal that kills any replica running it (its ping refused).
+    let fake = Fake::with(&[
+        (R21, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+        (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n")),
+    ]);
+    let w = World::new(&fake);
+    answered(&mut w.run(&w.plan(ROUTED_READ, BodyShape::Held), held()).await);
+    let death = Behave::Reset(Duration::from_millis(10));
+    for r in [R21, R22] {
+        fake.behave.lock().unwrap().insert(r, death);
+        fake.ping_finds(r, Probe::Dead);
+    }
+    let before = fake.sent_to().len();
+    let (status, message) =
+        failed(w.run(&w.plan("SELECT * FROM items WHERE shop_id = 123", BodyShape::Held), held()).await);
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    assert!(message.contains("died while running this query"), "{message}");
+    assert_eq!(fake.sent_to().len() - before, 2, "resent once, to the other replica, and no further");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 1);
+    // The shape is refused now, before any replica.
+    let (status, _) = failed(w.run(&w.plan("SELECT * FROM items WHERE shop_id = 7", BodyShape::Held), held()).await);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(fake.sent_to().len() - before, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_that_kill_their_replicas_are_queries_of_death_by_the_second() {
+    const WRITE: &str = "INSERT INTO t VALUES (1)";
+    let all = [R11, R12, R21, R22];
+    // A new shape: the first death refuses it.
+    let fake = Fake::with(&all.map(|r| (r, Behave::Reset(Duration::from_millis(10)))));
+    all.iter().for_each(|r| fake.ping_finds(r, Probe::Dead));
+    let w = World::new(&fake);
+    let (_, message) = failed(w.run(&w.plan(WRITE, BodyShape::Held), held()).await);
+    assert!(message.contains("died while running this query"), "{message}");
+    let (status, _) = failed(w.run(&w.plan("INSERT INTO t VALUES (2)", BodyShape::Held), held()).await);
+    assert_eq!((status, fake.sent_to().len()), (StatusCode::SERVICE_UNAVAILABLE, 1), "refused before any replica");
+
+    // A known shape: the first death is a strike (and the write is not resent), the second of the
+    // shape a query of death, the third refused: two replicas at most.
+    let fake = Fake::with(&all.map(|r| (r, Behave::Answer(Duration::from_millis(1), 200, ""))));
+    let w = World::new(&fake);
+    let (_, ok) = answered_or(w.run(&w.plan(WRITE, BodyShape::Held), held()).await);
+    assert!(ok);
+    all.iter().for_each(|r| {
+        fake.behave.lock().unwrap().insert(r, Behave::Reset(Duration::from_millis(10)));
+        fake.ping_finds(r, Probe::Dead);
+    });
+    let (_, message) = failed(w.run(&w.plan("INSERT INTO t VALUES (2)", BodyShape::Held), held()).await);
+    assert!(!message.contains("died while running this query"), "{message}");
+    assert_eq!(w.metrics.attempt.query_deaths.get(), 0);
+    let (_, message) = failed(w.run(&w.plan("INSERT INTO t VALUES (3)", BodyShape::Held), held()).await);
+    assert!(message.contains("died while running this query"), "{message}");
+    let (status, _) = failed(w.run(&w.plan("INSERT INTO t VALUES (4)", BodyShape::Held), held()).await);
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(fake.sent_to().len(), 3, "one good write, then two replicas killed, then none reached");
+}
+
+/// Whether the outcome is an answer (its KILL guard disarmed).
+fn answered_or(mut o: Outcome) -> (Outcome, bool) {
+    let ok = matches!(o, Outcome::Answer(_));
+    if let Outcome::Answer(a) = &mut o {
+        a.won.guard.disarm();
+    }
+    (o, ok)
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_read_of_a_shape_known_good_is_resent_when_its_replica_dies() {
     // A replica killed by something else (kill -9) with lookups in flight: they go elsewhere.
