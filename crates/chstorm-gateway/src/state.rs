@@ -27,6 +27,8 @@ pub struct ClusterRt {
     native_head_times: Vec<HeadTimes>,
     /// Shapes of reads that killed a replica, refused for a while (`crate::attempt::quarantine`).
     pub quarantine: crate::attempt::quarantine::Quarantine,
+    /// The HTTP sessions, their homes and what can be carried of them (`crate::http::session`).
+    pub sessions: crate::http::session::Sessions,
 }
 
 impl ClusterRt {
@@ -135,8 +137,16 @@ impl State {
             let (head_times, native_head_times) = (routes(), routes());
             let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
             let balancer = Arc::new(Balancer::new(c));
-            let rt =
-                ClusterRt { cfg: c.clone(), balancer, auth, budget: None, head_times, native_head_times, quarantine };
+            let rt = ClusterRt {
+                cfg: c.clone(),
+                balancer,
+                auth,
+                budget: None,
+                head_times,
+                native_head_times,
+                quarantine,
+                sessions: Default::default(),
+            };
             clusters.insert(name.clone(), rt);
         }
         let users = config.users.iter().map(|(n, u)| (n.clone(), Arc::new(UserRt::new(u)))).collect();

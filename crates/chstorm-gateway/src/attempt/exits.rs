@@ -46,6 +46,7 @@ pub(super) fn query_of_death<H>(
         ),
         replica: Some(replica.clone()),
         retries,
+        unsent: false,
     }
 }
 
@@ -67,6 +68,7 @@ pub(super) fn refused_shape<H>(plan: &Plan, r: &Refusal, ttl: Duration) -> Outco
         ),
         replica: None,
         retries: 0,
+        unsent: true,
     }
 }
 
@@ -81,6 +83,7 @@ pub(super) fn no_replica<H>(plan: &Plan, replica: Option<Arc<Replica>>, attempts
         message: format!("Code: 279. chstorm gateway: no replica left to try{shard} after {attempts} attempts"),
         replica,
         retries,
+        unsent: attempts == 0,
     }
 }
 
@@ -94,5 +97,6 @@ pub(super) fn timed_out<H>(plan: &Plan, replica: Option<Arc<Replica>>, retries: 
         ),
         replica,
         retries,
+        unsent: false,
     }
 }

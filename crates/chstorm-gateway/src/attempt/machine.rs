@@ -66,6 +66,8 @@ pub(super) struct Machine<'a, 'c, T: Transport> {
     /// A replica already died while running this request (a read of a known shape, resent
     /// once): a second death makes it a query of death.
     killed_one: bool,
+    /// An attempt's query may have reached a server: its connection was made.
+    sent_any: bool,
     running: Vec<Running<T::Head>>,
     /// Replicas not to pick again: one that refused a connection, went down or was busy; one
     /// whose (perhaps pooled, stale) connection broke a second time.
@@ -95,6 +97,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
             policy,
             shape,
             killed_one: false,
+            sent_any: false,
             running: Vec::with_capacity(2),
             tried: Vec::new(),
             lost_once: Vec::new(),
@@ -487,6 +490,7 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         a.guard.disarm();
         let replica = a.inflight.replica().clone();
         let id = (replica.shard, replica.index);
+        self.sent_any |= !e.connect;
         if e.connect || self.lost_once.contains(&id) {
             self.tried.push(id);
         } else {
@@ -537,7 +541,9 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     /// replicas allow, else give the failure to the client.
     async fn retry_after(&mut self, failure: Failure, detail: String, replica: Arc<Replica>) -> Step<T::Head> {
         let (status, retries) = (failure.status(), self.retries);
-        let give_up = |message: String| Outcome::Failed { status, message, replica: Some(replica.clone()), retries };
+        let unsent = !self.sent_any;
+        let give_up =
+            |message: String| Outcome::Failed { status, message, replica: Some(replica.clone()), retries, unsent };
         if self.policy.retry(&failure, self.attempts) == Decision::Stop {
             return ControlFlow::Break(give_up(failure.message(&detail)));
         }

@@ -170,7 +170,9 @@ pub enum Outcome<H = HttpHead> {
     /// connection's last query.
     Answer(Box<Answered<H>>),
     /// No answer: the status and the one-line message for the client.
-    Failed { status: StatusCode, message: String, replica: Option<Arc<Replica>>, retries: u32 },
+    /// `unsent`: no attempt reached a server (each connection was refused, or none was made), so
+    /// the query surely did not run.
+    Failed { status: StatusCode, message: String, replica: Option<Arc<Replica>>, retries: u32, unsent: bool },
 }
 
 /// Runs the attempts for `plan` over HTTP, each a `parts` request carrying `body`.

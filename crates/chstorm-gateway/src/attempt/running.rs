@@ -69,7 +69,10 @@ pub(super) async fn start<T: Transport>(
 ) -> Option<Running<T::Head>> {
     let hedge = hedge_to.is_some();
     let inflight = match (plan.target, hedge_to) {
-        (Target::Session(h), _) => ctx.balancer.pick_sticky(h, exclude),
+        (Target::Session(h), _) => match plan.pinned {
+            Some(at) => ctx.balancer.pick_at(at, exclude),
+            None => ctx.balancer.pick_sticky(h, exclude),
+        },
         (t, Some(ok)) => ctx.balancer.pick_healthy_where(t.shard(), exclude, ok),
         (t, None) => ctx.balancer.pick(t.shard(), exclude),
     }?;

@@ -148,6 +148,32 @@ impl Balancer {
         Some(InFlight::new(self.shards[s][i].clone()))
     }
 
+    /// The replica at (shard, index), if there is one.
+    pub fn replica_at(&self, (s, i): (usize, usize)) -> Option<Arc<Replica>> {
+        self.shards.get(s).and_then(|v| v.get(i)).cloned()
+    }
+
+    /// The healthy replica other than `not` that a session of `hash` moves to: its rendezvous
+    /// choice among the healthy replicas.
+    pub fn sticky_other(&self, hash: u64, not: (usize, usize)) -> Option<Arc<Replica>> {
+        let snap = self.snapshot.load();
+        snap.healthy
+            .iter()
+            .enumerate()
+            .flat_map(|(s, v)| v.iter().map(move |&i| (s, i)))
+            .filter(|c| *c != not)
+            .max_by_key(|&(s, i)| rendezvous(hash, &self.shards[s][i].addr.base))
+            .map(|(s, i)| self.shards[s][i].clone())
+    }
+
+    /// The replica at (shard, index), counted as outstanding: a session's home.
+    pub fn pick_at(&self, at: (usize, usize), exclude: &[(usize, usize)]) -> Option<InFlight> {
+        if exclude.contains(&at) {
+            return None;
+        }
+        self.replica_at(at).map(InFlight::new)
+    }
+
     /// True when a healthy replica of `shard` (any shard when None) is not in `exclude`.
     pub fn has_healthy(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> bool {
         self.healthy_where(shard, exclude, |_| true)

@@ -21,4 +21,5 @@ pub mod ids;
 pub mod read;
 pub mod respond;
 pub mod service;
+pub mod session;
 pub mod wire;

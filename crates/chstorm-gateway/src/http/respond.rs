@@ -44,7 +44,7 @@ impl Answer<'_, '_> {
         body_deadline: Option<Duration>,
     ) -> Served {
         match outcome {
-            Outcome::Failed { status, message, replica, retries } => {
+            Outcome::Failed { status, message, replica, retries, .. } => {
                 self.record(status, route);
                 log(
                     "warn",

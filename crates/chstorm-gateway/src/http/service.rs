@@ -189,6 +189,9 @@ where
         }
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
+    if plan.session.is_some() {
+        return crate::out_of_line::boxed(|| in_session(&state, cluster, &exit, plan, http, body)).await;
+    }
     let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = fin.filter(|_| plan.kind == StatementKind::Read);
@@ -206,6 +209,108 @@ where
     };
     let query_id = std::mem::take(&mut plan.client_query_id);
     Answer { exit: &exit, fin }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline)
+}
+
+/// A query in an HTTP session ([`super::session`]): to the session's home, checked there
+/// (`session_check=1`), the session moved first when its home is down, or after the home
+/// restarted (Code 372, SESSION_NOT_FOUND) and the request is sent again; a session that cannot
+/// be carried fails in one line. A session's query is never retried nor hedged, so the client's
+/// FIN does not abandon it either.
+async fn in_session(
+    state: &State,
+    cluster: &crate::state::ClusterRt,
+    exit: &Exit<'_>,
+    mut plan: crate::query::plan::Plan,
+    http: crate::attempt::HttpParts,
+    body: SendBody,
+) -> Served {
+    use super::session::{Replay, Route};
+    let Some(s) = plan.session.clone() else { unreachable!("in_session takes a session's plan") };
+    let replay = Replay { backend: &state.backend, auth: cluster.auth.header.clone(), timeout: s.timeout.clone() };
+    let again = match &body {
+        SendBody::Held(b) => Some(b.clone()),
+        SendBody::Once(_) => None,
+    };
+    let mut body = Some(body);
+    let (mut restarted, mut tries) = (false, 0);
+    loop {
+        let route = match cluster.sessions.route(&s.id, &cluster.balancer, &replay, restarted).await {
+            Ok(r) => r,
+            Err(why) => return refused(exit, &Refusal::new(Kind::SessionLost, why)).into(),
+        };
+        let mut attempt_plan = plan.clone();
+        if let Route::Home(at) | Route::Moved { to: at, .. } = &route {
+            attempt_plan.pinned = Some(*at);
+            attempt_plan.push_param("session_check", "1");
+        }
+        let ctx = cluster.attempt_ctx(state, cluster.head_times(attempt_plan.target));
+        let Some(send) = body.take().or_else(|| again.clone().map(SendBody::Held)) else {
+            unreachable!("a streamed body is sent once")
+        };
+        let mut outcome = crate::attempt::run(&attempt_plan, http.clone(), send, &ctx).await;
+        let at_home = matches!(route, Route::Home(_)) && again.is_some() && tries < 2;
+        tries += 1;
+        if at_home && session_not_found(&mut outcome).await {
+            // The home restarted: carried back to it.
+            restarted = true;
+            continue;
+        }
+        if at_home && home_gone(&outcome, plan.kind, &route, &cluster.balancer) {
+            // The home died under this request, which surely did not run there (or is a read):
+            // the session moves, and the request goes with it.
+            restarted = false;
+            continue;
+        }
+        if let crate::attempt::Outcome::Answer(a) = &mut outcome {
+            if a.head.resp.status().is_success() {
+                let timeout =
+                    s.timeout.as_deref().and_then(|t| t.trim().parse::<u64>().ok()).map(std::time::Duration::from_secs);
+                cluster.sessions.answered(&s.id, (a.won.replica.shard, a.won.replica.index), timeout, &s.effect);
+            }
+            if let Route::Moved { from, .. } = &route {
+                let to = a.won.replica.label().to_string();
+                if let Ok(v) = http::HeaderValue::from_str(&format!("{from} -> {to}")) {
+                    a.head.resp.headers_mut().insert("x-chstorm-session-moved", v);
+                }
+            }
+        }
+        let query_id = std::mem::take(&mut plan.client_query_id);
+        return Answer { exit, fin: None }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline);
+    }
+}
+
+/// Whether a session's request failed because its home went down (it is not healthy now), in a
+/// way that lets it be sent again: it never reached the server, or it is a read.
+fn home_gone(
+    outcome: &crate::attempt::Outcome,
+    kind: StatementKind,
+    route: &super::session::Route,
+    balancer: &crate::cluster::balancer::Balancer,
+) -> bool {
+    let super::session::Route::Home(at) = route else { return false };
+    let crate::attempt::Outcome::Failed { unsent, .. } = outcome else { return false };
+    let down = balancer.replica_at(*at).is_some_and(|r| !r.is_healthy());
+    down && (*unsent || kind == StatementKind::Read)
+}
+
+/// Whether `outcome` is a server's SESSION_NOT_FOUND (Code 372): the session's home lost it.
+/// The error answer, read whole already, is left as it was.
+async fn session_not_found(outcome: &mut crate::attempt::Outcome) -> bool {
+    let crate::attempt::Outcome::Answer(a) = outcome else { return false };
+    if a.head.resp.status().is_success() || a.head.whole.is_none() {
+        return false;
+    }
+    let resp = std::mem::replace(&mut a.head.resp, Response::new(crate::cluster::upstream::empty()));
+    let (parts, body) = resp.into_parts();
+    let text = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
+    let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
+    let code = chstorm_proto::rules::http_exception_code(header, &text);
+    a.head.resp = Response::from_parts(parts, crate::cluster::upstream::full(text));
+    if code == Some(372) {
+        a.won.guard.disarm();
+        return true;
+    }
+    false
 }
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's

@@ -71,6 +71,30 @@ pub struct Latitude {
     pub hedge: bool,
 }
 
+/// What a successful statement of an HTTP session leaves in it, for the gateway to carry the
+/// session to another replica (`crate::http::session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionEffect {
+    /// Nothing that stays in the session.
+    None,
+    /// `SET`: these settings, as SQL literals, as sent.
+    Set(Vec<(String, String)>),
+    /// `USE db`.
+    Use(String),
+    /// State the gateway cannot carry: what it is.
+    Bound(&'static str),
+}
+
+/// A query in an HTTP session: the session's backend id and timeout, and what the statement
+/// leaves in it.
+#[derive(Debug, Clone)]
+pub struct SessionPlan {
+    pub id: String,
+    /// The `session_timeout` parameter, when the client gave one.
+    pub timeout: Option<String>,
+    pub effect: SessionEffect,
+}
+
 /// The decision for one request.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -102,6 +126,11 @@ pub struct Plan {
     pub latitude: Latitude,
     /// A read, or anything else (what a client's FIN does to it: `crate::http::client_fin`).
     pub kind: StatementKind,
+    /// The session the query runs in, when it has a `session_id`.
+    pub session: Option<SessionPlan>,
+    /// The replica a session's query must go to (its home, `crate::http::session`), set by the
+    /// HTTP front after the plan; None: the session's rendezvous choice.
+    pub pinned: Option<(usize, usize)>,
 }
 
 impl Plan {
@@ -111,6 +140,17 @@ impl Plan {
         let mut out = String::new();
         self.path_and_query_into(&mut out, threads);
         out
+    }
+
+    /// Adds the parameter `k=v` before the parts each attempt adds (`session_check=1`).
+    pub fn push_param(&mut self, k: &str, v: &str) {
+        if self.path_and_params.is_empty() {
+            return;
+        }
+        if !self.path_and_params.ends_with('?') {
+            self.path_and_params.push('&');
+        }
+        encode_param_into(&mut self.path_and_params, k, v);
     }
 
     /// [`Self::path_and_query`], appended to `out`. (A plan made with no path, a native query's,
@@ -354,7 +394,7 @@ fn check_depth(depth: usize, max_depth: usize) -> Result<(), Refusal> {
 }
 
 /// The hash of a session id that picks its replica.
-fn session_hash(id: &str) -> u64 {
+pub(crate) fn session_hash(id: &str) -> u64 {
     // FNV-1a: stable across processes and gateway instances (std's hasher is randomly seeded).
     id.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
@@ -380,7 +420,73 @@ pub fn plan(
     // A statement the grammars read apart is never routed: it goes to any replica as it came.
     let grammar = agreed.map(|r| r.grammar);
     let target = route(&mut req, cluster, kind, grammar, ids.session, ids.shard_key.as_deref(), &mut replace_body);
-    Ok(assemble(req, user, kind, ids, target, replace_body, max_per_query))
+    let session = ids.session.map(|_| session_plan(&req.params, readings.as_ref(), replace_body.as_deref()));
+    let mut plan = assemble(req, user, kind, ids, target, replace_body, max_per_query);
+    plan.session = session;
+    Ok(plan)
+}
+
+/// The session of a query with a `session_id` (namespaced already), and what its statement
+/// leaves in it: the settings of a `SET` (as sent: `replaced`, the rewritten text, when the plan
+/// rewrote it), a `USE`, or state the gateway cannot carry (a temporary table, a transaction, a
+/// statement the cluster's grammars read apart).
+fn session_plan(params: &[(String, String)], readings: Option<&Readings<'_>>, replaced: Option<&str>) -> SessionPlan {
+    let id = params.iter().find(|(k, _)| k == "session_id").map(|(_, v)| v.clone()).unwrap_or_default();
+    let timeout = params.iter().find(|(k, _)| k == "session_timeout").map(|(_, v)| v.clone());
+    let effect = match readings.map(Readings::agreed) {
+        None => SessionEffect::Bound("a statement the gateway could not read"),
+        Some(Err(_)) => SessionEffect::Bound("a statement the cluster's releases read differently"),
+        Some(Ok(r)) => session_effect(r, replaced),
+    };
+    SessionPlan { id, timeout, effect }
+}
+
+fn session_effect(r: &Reading<'_>, replaced: Option<&str>) -> SessionEffect {
+    let word = |i: usize| r.tokens.get(i).filter(|t| t.kind == chstorm_sql::lexer::TokenKind::Word);
+    match r.classes.as_slice() {
+        [Class::Set] => {
+            let text = replaced
+                .and_then(|t| chstorm_sql::reading::read(t, chstorm_sql::reading::Grammars::of(r.grammar)).ok());
+            let tokens = text.as_ref().map_or(&r.tokens, |t| &t.tokens);
+            match settings_of(tokens) {
+                Ok(pairs) => SessionEffect::Set(pairs.into_iter().map(|(k, v)| (k, sql_literal(&v))).collect()),
+                Err(_) => SessionEffect::Bound("a SET the gateway could not read"),
+            }
+        }
+        [Class::Use] => match r.tokens.get(1).and_then(|t| t.ident()) {
+            Some(db) => SessionEffect::Use(db),
+            None => SessionEffect::Bound("a USE the gateway could not read"),
+        },
+        [Class::Write]
+            if word(0).is_some_and(|w| w.is_kw("CREATE")) && r.tokens.iter().take(4).any(|t| t.is_kw("TEMPORARY")) =>
+        {
+            SessionEffect::Bound("a temporary table")
+        }
+        [Class::Write]
+            if word(0).is_some_and(|w| ["BEGIN", "COMMIT", "ROLLBACK"].iter().any(|k| w.is_kw(k)))
+                || (word(0).is_some_and(|w| w.is_kw("SET")) && word(1).is_some_and(|w| w.is_kw("TRANSACTION"))) =>
+        {
+            SessionEffect::Bound("a transaction")
+        }
+        [Class::Operator(Operator::Access)] if word(0).is_some_and(|w| w.is_kw("SET")) => {
+            SessionEffect::Bound("a role")
+        }
+        _ => SessionEffect::None,
+    }
+}
+
+/// A setting's value as a SQL literal: a number, `NULL`, `true` or `false` as it is; anything
+/// else quoted.
+fn sql_literal(v: &str) -> String {
+    let bare = v.parse::<i64>().is_ok()
+        || v.parse::<u64>().is_ok()
+        || v.parse::<f64>().is_ok_and(f64::is_finite)
+        || ["NULL", "TRUE", "FALSE"].iter().any(|k| v.eq_ignore_ascii_case(k));
+    if bare {
+        v.to_string()
+    } else {
+        format!("'{}'", v.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
 }
 
 /// The user's rules, and the gateway's, on the request as it came: depth, bodies the rules
@@ -638,6 +744,8 @@ fn assemble(
             hedge: held_read,
         },
         kind,
+        session: None,
+        pinned: None,
     }
 }
 

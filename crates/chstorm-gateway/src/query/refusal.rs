@@ -29,6 +29,9 @@ pub enum Kind {
     /// The statement cannot be read as every server of the cluster reads it: 400, Code 62
     /// (SYNTAX_ERROR).
     Syntax,
+    /// The client's HTTP session is gone with its replica and cannot be carried to another:
+    /// 500, Code 372 (SESSION_NOT_FOUND), as the server answers a session it does not have.
+    SessionLost,
     /// The gateway's own state cannot serve it (a user's cluster gone by a reload): 500, Code 1002.
     Internal,
     /// ClickHouse's own error, worded as ClickHouse words it (`Code: N, e.displayText() = ...`):
@@ -46,7 +49,7 @@ impl Kind {
             Kind::TooMany => StatusCode::TOO_MANY_REQUESTS,
             Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::BadRequest | Kind::Syntax | Kind::ClickHouse(_) => StatusCode::BAD_REQUEST,
-            Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Kind::Internal | Kind::SessionLost => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -58,6 +61,7 @@ impl Kind {
             Kind::Forbidden => 497,
             Kind::ReadOnly => 164,
             Kind::Syntax => 62,
+            Kind::SessionLost => 372,
             Kind::Overloaded | Kind::TooMany => 202,
             Kind::TooLarge | Kind::BadRequest | Kind::Internal => 1002,
             Kind::ClickHouse(code) => code,
