@@ -276,6 +276,8 @@ mod tests {
             max_errors: None,
             seed: 1,
             threads: 1,
+            segment: Default::default(),
+            start_at: None,
         };
         let mut meta = RunMeta {
             target: placeholder.to_string(),

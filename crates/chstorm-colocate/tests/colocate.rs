@@ -41,6 +41,8 @@ fn bench(url: &str, query: &str, concurrency: usize, duration: Duration) -> (Loa
         max_errors: None,
         seed: 1,
         threads: 1,
+        segment: Default::default(),
+        start_at: None,
     };
     let meta = RunMeta {
         target: target.to_string(),

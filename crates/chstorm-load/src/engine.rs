@@ -14,6 +14,7 @@
 
 use crate::executor::{Executor, QueryIds};
 use crate::schedule::Schedule;
+use crate::segment::CONNECT_LEAD;
 use crate::spec::{LoadSpec, Work};
 use crate::template::Renderer;
 use crate::LoadError;
@@ -40,16 +41,25 @@ const MAX_CONNECT_BACKOFF: Duration = Duration::from_millis(500);
 /// case, finish within it and cost no KILL QUERY; their results are not recorded either way.
 pub const END_GRACE: Duration = Duration::from_millis(200);
 
-/// Lets another thread (a Ctrl-C handler) stop a run; what was measured is kept.
+/// Lets another thread (a Ctrl-C handler, a threshold check) stop a run; what was measured is
+/// kept.
 #[derive(Clone, Default)]
 pub struct StopHandle {
     token: CancellationToken,
     interrupted: Arc<AtomicBool>,
+    aborted: Arc<AtomicBool>,
+    /// A child handle also stops when its parent does.
+    parent: Option<Box<StopHandle>>,
 }
 
 impl StopHandle {
     pub fn new() -> Self {
         Self::default()
+    }
+    /// A handle that stops with this one, and can be stopped alone (runs started together,
+    /// stopped together when one of them cannot start).
+    pub fn child(&self) -> StopHandle {
+        StopHandle { token: self.token.child_token(), parent: Some(Box::new(self.clone())), ..Default::default() }
     }
     /// Stops the run as an interruption (Ctrl-C).
     pub fn interrupt(&self) {
@@ -57,7 +67,25 @@ impl StopHandle {
         self.token.cancel();
     }
     pub fn is_interrupted(&self) -> bool {
-        self.interrupted.load(Ordering::SeqCst)
+        self.interrupted.load(Ordering::SeqCst) || self.parent.as_ref().is_some_and(|p| p.is_interrupted())
+    }
+    /// Stops the run because a threshold can no longer be met (`--abort-on-fail`).
+    pub fn abort(&self) {
+        self.aborted.store(true, Ordering::SeqCst);
+        self.token.cancel();
+    }
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst) || self.parent.as_ref().is_some_and(|p| p.is_aborted())
+    }
+    /// Why this handle stopped a run, if it did.
+    fn reason(&self) -> Option<StopReason> {
+        if self.is_interrupted() {
+            Some(StopReason::Interrupted)
+        } else if self.is_aborted() {
+            Some(StopReason::Threshold)
+        } else {
+            None
+        }
     }
 }
 
@@ -68,6 +96,8 @@ pub enum StopReason {
     Requests,
     MaxErrors,
     Interrupted,
+    /// A threshold with `--abort-on-fail` could no longer be met.
+    Threshold,
 }
 
 impl StopReason {
@@ -77,6 +107,7 @@ impl StopReason {
             StopReason::Requests => "requests",
             StopReason::MaxErrors => "max_errors",
             StopReason::Interrupted => "interrupted",
+            StopReason::Threshold => "threshold",
         }
     }
 }
@@ -117,6 +148,9 @@ pub struct RunResult {
     /// server; and how many of those cancellations failed or timed out.
     pub cancelled: u64,
     pub cancel_failures: u64,
+    /// With `start_at`: how long after it the clock started (the connections took longer to
+    /// open than the lead they had, or the process came late). Zero when on time.
+    pub late_start: Duration,
 }
 
 impl RunResult {
@@ -174,6 +208,13 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     .flatten()
     .last();
     let run_id = chstorm_proto::cancel::new_run_id();
+    if !spec.segment.is_whole() {
+        if let Work::Queries { templates, .. } = &mut spec.work {
+            for t in templates.iter_mut() {
+                *t = t.for_segment(spec.segment).map_err(|e| LoadError::Invalid(e.to_string()))?;
+            }
+        }
+    }
     // Native settings travel as a SETTINGS clause inside the query text (portable to every
     // server version); HTTP settings are URL parameters, see `RequestHead::query`.
     if !spec.target.protocol.is_http() {
@@ -205,6 +246,17 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
         Err(_) => None,
     };
 
+    // With a start instant, the connections open shortly before it, so kept-alive ones are not
+    // closed as idle by the server while they wait.
+    if let Some(at) = spec.start_at {
+        let wait = at.duration_since(SystemTime::now()).unwrap_or_default().saturating_sub(CONNECT_LEAD);
+        rt.block_on(async {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = stop.token.cancelled() => {}
+            }
+        });
+    }
     let connector = Connector::new(&spec.target, &spec.tls, spec.timeout)?;
     let threads = spec.threads.min(spec.concurrency).max(1);
     let shared = Arc::new(Shared {
@@ -242,16 +294,18 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
     drop(tx);
 
     let result = rt.block_on(async {
-        // Every connection is open (or failed to open): start the clock.
+        // Every connection is open (or failed to open): start the clock, at the start instant
+        // when there is one (in the past when the connections came late: an open loop's due
+        // times still count from it, so segments on several machines stay one schedule).
         ready.wait().await;
-        let t0 = Instant::now();
+        let (t0, late_start) = start_instant(shared.spec.start_at, &stop.token).await;
         let _ = shared.t0.set(t0);
         let measure_start = t0 + shared.spec.warmup;
         let _ = shared.measure_start.set(measure_start);
         let deadline = shared.spec.duration.map(|d| measure_start + d);
         let _ = shared.deadline.set(deadline);
         shared.start_gate.cancel();
-        let started_at = SystemTime::now() + shared.spec.warmup;
+        let started_at = shared.spec.start_at.unwrap_or_else(SystemTime::now) + shared.spec.warmup;
 
         let mut per_second: Vec<Option<Interval>> = Vec::new();
         let mut total = Interval::default();
@@ -291,30 +345,32 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
                 _ = tokio::time::sleep_until(dl.into()), if !shared.cancel.is_cancelled() => {
                     shared.stop(StopReason::Duration);
                 }
-                _ = shared.cancel.cancelled(), if shared.stop_reason.get().is_none() && stop.is_interrupted() => {
-                    let _ = shared.stop_reason.set(StopReason::Interrupted);
+                _ = shared.cancel.cancelled(), if shared.stop_reason.get().is_none() && stop.reason().is_some() => {
+                    if let Some(why) = stop.reason() {
+                        let _ = shared.stop_reason.set(why);
+                    }
                 }
             }
         }
         let end = Instant::now();
         let end = deadline.map_or(end, |d| end.min(d));
-        (total, per_second, end.saturating_duration_since(measure_start), started_at, t0)
+        (total, per_second, end.saturating_duration_since(measure_start), started_at, t0, late_start)
     });
     for h in handles {
         let _ = h.join();
     }
-    let (total, per_second, elapsed, started_at, t0) = result;
-    let stop_reason = if stop.is_interrupted() {
-        StopReason::Interrupted
-    } else {
+    let (total, per_second, elapsed, started_at, t0, late_start) = result;
+    let stop_reason = match stop.reason() {
+        Some(StopReason::Interrupted) => StopReason::Interrupted,
         // Every stop sets its reason; a run whose loops all ended without one ran out of sends.
-        shared.stop_reason.get().copied().unwrap_or(StopReason::Requests)
+        why => shared.stop_reason.get().copied().or(why).unwrap_or(StopReason::Requests),
     };
     let spec = &shared.spec;
     let dropped = if spec.schedule.is_open() {
         let window_end = (shared.measure_start.get().copied().unwrap_or(t0) + elapsed).saturating_duration_since(t0);
-        let due = spec.schedule.due_before(window_end)
-            - spec.schedule.due_before(spec.warmup).min(spec.schedule.due_before(window_end));
+        // This segment's share of the whole schedule's sends.
+        let due_before = |t: Duration| spec.segment.share_of(spec.schedule.due_before(t));
+        let due = due_before(window_end) - due_before(spec.warmup).min(due_before(window_end));
         let due = spec.requests.map_or(due, |n| due.min(n));
         due.saturating_sub(shared.sent_measured.load(Ordering::Relaxed))
     } else {
@@ -341,7 +397,24 @@ pub fn run(spec: LoadSpec, stop: &StopHandle, mut on_progress: impl FnMut(&Progr
         run_id: shared.run_id.clone(),
         cancelled: shared.cancelled.load(Ordering::Relaxed),
         cancel_failures: shared.cancel_failures.load(Ordering::Relaxed),
+        late_start,
     })
+}
+
+/// When the clock starts: now, or at `start_at` (waited for; an interruption starts it at once,
+/// and the loops then end before sending). Also how late the start is against `start_at`.
+async fn start_instant(start_at: Option<SystemTime>, stop: &CancellationToken) -> (Instant, Duration) {
+    let now = Instant::now();
+    let Some(at) = start_at else { return (now, Duration::ZERO) };
+    match at.duration_since(SystemTime::now()) {
+        Ok(ahead) => {
+            tokio::select! {
+                _ = tokio::time::sleep_until((now + ahead).into()) => (now + ahead, Duration::ZERO),
+                _ = stop.cancelled() => (Instant::now(), Duration::ZERO),
+            }
+        }
+        Err(late) => (now.checked_sub(late.duration()).unwrap_or(now), late.duration()),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -445,8 +518,9 @@ async fn load_loop(id: usize, shared: &Shared, stats: &RefCell<Interval>, mut ex
         let due = match spec.schedule {
             Schedule::Closed => Instant::now(),
             _ => {
+                // This segment's k-th send is the whole schedule's send I + N k.
                 let k = shared.next_tick.fetch_add(1, Ordering::Relaxed);
-                let Some(off) = spec.schedule.offset_of(k) else { break };
+                let Some(off) = spec.schedule.offset_of(spec.segment.global(k)) else { break };
                 let due = t0 + off;
                 if deadline.is_some_and(|d| due >= d) {
                     // The next send falls after the deadline: -d ends this run.

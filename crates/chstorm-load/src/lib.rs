@@ -8,7 +8,8 @@
 //!
 //! # Boundaries
 //!
-//! This crate owns the load loop, schedules, query templates and the run's statistics. It builds
+//! This crate owns the load loop, schedules, segments and the common start, query templates,
+//! thresholds on a run's figures, and the run's statistics. It builds
 //! on `chstorm-proto` and `chstorm-stats`; it must not import the outputs, reports, sweeps, the
 //! gateway or the CLI, and uses the local harness only in its tests.
 
@@ -16,14 +17,18 @@ pub mod engine;
 mod executor;
 pub mod probe;
 pub mod schedule;
+pub mod segment;
 pub mod spec;
 pub mod template;
+pub mod threshold;
 mod timer;
 
 pub use engine::{run, Progress, RunResult, StopHandle, StopReason};
 pub use schedule::Schedule;
+pub use segment::Segment;
 pub use spec::{LoadSpec, Work};
 pub use template::{Renderer, Template, TemplateError};
+pub use threshold::{Figures, Threshold};
 
 /// Errors that prevent a run from starting.
 #[derive(Debug, thiserror::Error)]

@@ -1,10 +1,11 @@
 //! What a run does.
 
 use crate::schedule::Schedule;
+use crate::segment::Segment;
 use crate::template::Template;
 use chstorm_proto::{Target, TlsOptions};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Longest measured run (`--duration`) and ramp (`--ramp-over`): 7 days.
 pub const MAX_DURATION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -68,9 +69,63 @@ pub struct LoadSpec {
     pub seed: u64,
     /// Worker threads (each a single-threaded runtime). Default: min(cores, concurrency).
     pub threads: usize,
+    /// Which part of the workload this process runs (see [`crate::segment`]); `concurrency`
+    /// and `requests` are already this segment's share ([`LoadSpec::segmented`]), `schedule`
+    /// is the whole workload's. Default: the whole.
+    pub segment: Segment,
+    /// Start the clock at this wall-clock instant instead of as soon as the connections are
+    /// open: the connections open [`crate::segment::CONNECT_LEAD`] before it. None: at once.
+    pub start_at: Option<SystemTime>,
 }
 
 impl LoadSpec {
+    /// The most queries this workload will send after warm-up, when that is known before the
+    /// run: `--requests`, or an open loop's sends due within `--duration` (the smaller when both
+    /// are given). None for a closed loop with a duration alone. Ask the whole workload, before
+    /// [`LoadSpec::segmented`], for the figure of all segments together.
+    pub fn planned_sends(&self) -> Option<u64> {
+        let due = match (self.schedule.is_open(), self.duration) {
+            (true, Some(d)) => {
+                let (w, end) = (self.warmup, self.warmup + d);
+                Some(self.schedule.due_before(end).saturating_sub(self.schedule.due_before(w)))
+            }
+            _ => None,
+        };
+        match (self.requests, due) {
+            (Some(n), Some(d)) => Some(n.min(d)),
+            (n, d) => n.or(d),
+        }
+    }
+
+    /// This spec cut down to `segment`'s share of the connections and of `--requests`; the
+    /// schedule stays the whole one (the engine makes this segment's sends of it). Refuses a
+    /// split that leaves the segment no connection or no query.
+    pub fn segmented(mut self, segment: Segment) -> Result<LoadSpec, String> {
+        if segment.is_whole() {
+            return Ok(self);
+        }
+        let n = segment.count;
+        let connections = segment.share_of(self.concurrency as u64) as usize;
+        if connections == 0 {
+            return Err(format!(
+                "--segment {segment}: -c {} split in {n} segments leaves this one no connection; give -c of at least {n}",
+                self.concurrency
+            ));
+        }
+        if let Some(r) = self.requests {
+            if segment.share_of(r) == 0 {
+                return Err(format!(
+                    "--segment {segment}: -n {r} split in {n} segments leaves this one no query; give -n of at least {n}"
+                ));
+            }
+            self.requests = Some(segment.share_of(r));
+        }
+        self.concurrency = connections;
+        self.threads = self.threads.min(connections).max(1);
+        self.segment = segment;
+        Ok(self)
+    }
+
     /// Checks the numbers before anything is started.
     pub fn validate(&self) -> Result<(), String> {
         if self.concurrency == 0 {
@@ -124,6 +179,9 @@ impl LoadSpec {
             if templates.is_empty() {
                 return Err("no queries to send: give --query, --queries FILE or --ping".into());
             }
+        }
+        if let Some(at) = self.start_at {
+            crate::segment::check_start_at(at, SystemTime::now())?;
         }
         self.schedule.validate()
     }

@@ -38,15 +38,25 @@ pub struct TemplateError {
 
 #[derive(Debug)]
 enum Gen {
-    Uniform { lo: i64, hi: i64 },
-    UniformF { lo: f64, hi: f64 },
+    Uniform {
+        lo: i64,
+        hi: i64,
+    },
+    UniformF {
+        lo: f64,
+        hi: f64,
+    },
     Zipf(rand_distr::Zipf<f64>),
-    Seq(AtomicI64),
+    /// The next value, and the step between values (the number of segments).
+    Seq {
+        next: AtomicI64,
+        step: i64,
+    },
     Choice(Vec<String>),
 }
 
 #[derive(Debug)]
-enum Segment {
+enum Piece {
     Lit(String),
     /// Index into the template's generators.
     Var(usize),
@@ -57,8 +67,10 @@ enum Segment {
 pub struct Template {
     source: String,
     base_dir: std::path::PathBuf,
-    segments: Vec<Segment>,
+    segments: Vec<Piece>,
     gens: Vec<(String, Gen)>,
+    /// The part of the workload whose `seq` values this template sends.
+    part: crate::segment::Segment,
 }
 
 /// Per-connection rendering state: the RNG and scratch space for this request's values.
@@ -80,6 +92,16 @@ impl Renderer {
 impl Template {
     /// Parses `sql`. Relative `choice(file)` paths are resolved against `base_dir`.
     pub fn parse(sql: &str, base_dir: &Path) -> Result<Arc<Template>, TemplateError> {
+        Template::parse_part(sql, base_dir, crate::segment::Segment::WHOLE)
+    }
+
+    /// The same query as sent by `part` of the workload: its `seq(a)` placeholders give
+    /// `a+I, a+I+N, ...` for segment I of N (see [`crate::segment`]).
+    pub fn for_segment(&self, part: crate::segment::Segment) -> Result<Arc<Template>, TemplateError> {
+        Template::parse_part(&self.source, &self.base_dir, part)
+    }
+
+    fn parse_part(sql: &str, base_dir: &Path, part: crate::segment::Segment) -> Result<Arc<Template>, TemplateError> {
         let mut segments = Vec::new();
         let mut gens: Vec<(String, Gen)> = Vec::new();
         let mut lit = String::new();
@@ -112,7 +134,7 @@ impl Template {
                 break;
             };
             let inner = &after[..close];
-            match parse_placeholder(inner, &gens, base_dir, strict)? {
+            match parse_placeholder(inner, &gens, base_dir, strict, part)? {
                 Some(Placeholder::New(name, gen)) => {
                     if gens.iter().any(|(n, _)| *n == name) {
                         return Err(err(
@@ -122,11 +144,11 @@ impl Template {
                     }
                     flush(&mut lit, &mut segments);
                     gens.push((name, gen));
-                    segments.push(Segment::Var(gens.len() - 1));
+                    segments.push(Piece::Var(gens.len() - 1));
                 }
                 Some(Placeholder::Ref(idx)) => {
                     flush(&mut lit, &mut segments);
-                    segments.push(Segment::Var(idx));
+                    segments.push(Piece::Var(idx));
                 }
                 None => {
                     lit.push('{');
@@ -138,13 +160,13 @@ impl Template {
         }
         lit.push_str(rest);
         flush(&mut lit, &mut segments);
-        Ok(Arc::new(Template { source: sql.to_string(), base_dir: base_dir.to_path_buf(), segments, gens }))
+        Ok(Arc::new(Template { source: sql.to_string(), base_dir: base_dir.to_path_buf(), segments, gens, part }))
     }
 
     /// Re-parses a changed query text (for instance with a SETTINGS clause appended), keeping
-    /// the directory that `choice(file)` paths are relative to.
+    /// the directory that `choice(file)` paths are relative to and the segment.
     pub fn with_source(&self, sql: &str) -> Result<Arc<Template>, TemplateError> {
-        Template::parse(sql, &self.base_dir)
+        Template::parse_part(sql, &self.base_dir, self.part)
     }
 
     /// The query as written.
@@ -169,8 +191,8 @@ impl Template {
         }
         for seg in &self.segments {
             match seg {
-                Segment::Lit(s) => out.extend_from_slice(s.as_bytes()),
-                Segment::Var(i) => {
+                Piece::Lit(s) => out.extend_from_slice(s.as_bytes()),
+                Piece::Var(i) => {
                     let (a, b) = r.values[*i];
                     out.extend_from_slice(&r.scratch[a..b]);
                 }
@@ -190,7 +212,9 @@ impl Gen {
                 let _ = write!(out, "{}", rng.gen_range(*lo..=*hi));
             }
             Gen::Zipf(z) => out.extend_from_slice(ib.format(z.sample(rng) as u64).as_bytes()),
-            Gen::Seq(next) => out.extend_from_slice(ib.format(next.fetch_add(1, Ordering::Relaxed)).as_bytes()),
+            Gen::Seq { next, step } => {
+                out.extend_from_slice(ib.format(next.fetch_add(*step, Ordering::Relaxed)).as_bytes())
+            }
             Gen::Choice(values) => out.extend_from_slice(values[rng.gen_range(0..values.len())].as_bytes()),
         }
     }
@@ -205,9 +229,9 @@ fn err(p: &str, reason: impl Into<String>) -> TemplateError {
     TemplateError { placeholder: format!("{{{p}}}"), reason: reason.into() }
 }
 
-fn flush(lit: &mut String, segments: &mut Vec<Segment>) {
+fn flush(lit: &mut String, segments: &mut Vec<Piece>) {
     if !lit.is_empty() {
-        segments.push(Segment::Lit(std::mem::take(lit)));
+        segments.push(Piece::Lit(std::mem::take(lit)));
     }
 }
 
@@ -341,6 +365,7 @@ fn parse_placeholder(
     gens: &[(String, Gen)],
     base_dir: &Path,
     strict: bool,
+    part: crate::segment::Segment,
 ) -> Result<Option<Placeholder>, TemplateError> {
     let inner_t = inner.trim();
     if is_ident(inner_t) {
@@ -414,7 +439,8 @@ fn parse_placeholder(
         "seq" => {
             want(1, "seq(a) with an integer start a")?;
             let a = args[0].parse::<i64>().map_err(|_| err(inner, "expected seq(a) with an integer start a"))?;
-            Gen::Seq(AtomicI64::new(a))
+            let first = a.saturating_add(i64::from(part.index));
+            Gen::Seq { next: AtomicI64::new(first), step: i64::from(part.count) }
         }
         _ => {
             want(1, "choice(file) naming a file with one value per line")?;
@@ -511,6 +537,24 @@ mod tests {
         assert_eq!(got, vec!["a=5 b=5 c=5", "a=6 b=6 c=6", "a=7 b=7 c=7"]);
         // The sequence continues across renderers (connections).
         assert_eq!(render_n(&t, 1, 2)[0], "a=8 b=8 c=8");
+    }
+
+    #[test]
+    fn segments_send_their_share_of_seq_values() {
+        let t = Template::parse("v={k:seq(10)} again={k}", here()).unwrap();
+        let mut all = Vec::new();
+        for index in 0..3 {
+            let part = t.for_segment(crate::segment::Segment { index, count: 3 }).unwrap();
+            let got = render_n(&part, 4, 1);
+            assert_eq!(got[0], format!("v={} again={}", 10 + index, 10 + index));
+            all.extend(got.iter().map(|g| g[2..].split(' ').next().unwrap().parse::<i64>().unwrap()));
+        }
+        all.sort_unstable();
+        assert_eq!(all, (10..22).collect::<Vec<_>>(), "three segments of 4 send what one sends in 12");
+        // A re-parsed text keeps its segment.
+        let part = t.for_segment(crate::segment::Segment { index: 1, count: 2 }).unwrap();
+        let again = part.with_source("SELECT {k:seq(0)}").unwrap();
+        assert_eq!(render_n(&again, 2, 1), vec!["SELECT 1", "SELECT 3"]);
     }
 
     #[test]

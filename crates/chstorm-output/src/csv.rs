@@ -1,7 +1,9 @@
 //! One CSV row per run.
 //!
 //! The first 18 columns are those of Altinity's clickhouse-sts results file (latencies in
-//! seconds), so existing spreadsheets keep working; chstorm's own columns follow.
+//! seconds), so existing spreadsheets keep working; chstorm's own columns follow. A run of
+//! several scenarios writes a row per scenario (its name in `scenario`) and one for the total
+//! (`scenario` = `total`); `verdict` is the thresholds' (`pass`, `fail`, `pending`, or empty).
 
 use crate::report::BenchReport;
 use crate::OutputError;
@@ -11,7 +13,8 @@ use std::path::{Path, PathBuf};
 /// The header line, without newline.
 pub const HEADER: &str = "test_name,test_subtype1,test_subtype2,test_subtype3,protocol,http_keepalive,concurrency,QPS,num_queries,MiBPS_result,\
 latency_0percentile,latency_20percentile,latency_50percentile,latency_80percentile,latency_90percentile,latency_95percentile,latency_99percentile,latency_999percentile,\
-errors,mode,rate,duration_s,latency_mean,latency_9999percentile,latency_max,late,dropped,stop_reason,server_version,chstorm_version,started_at,target,settings";
+errors,mode,rate,duration_s,latency_mean,latency_9999percentile,latency_max,late,dropped,stop_reason,server_version,chstorm_version,started_at,target,settings,\
+scenario,verdict";
 
 fn quote(s: &str) -> String {
     if s.contains([',', '"', '\n']) {
@@ -69,8 +72,20 @@ pub fn row(r: &BenchReport) -> String {
         r.started_at.clone(),
         quote(&r.target),
         quote(&settings.join(";")),
+        quote(r.scenario.as_deref().unwrap_or("")),
+        r.verdict.clone().unwrap_or_default(),
     ];
     fields.join(",")
+}
+
+/// The rows of `r`: one, or with scenarios one per scenario and then the total's.
+pub fn rows(r: &BenchReport) -> Vec<String> {
+    if r.scenarios.is_empty() {
+        return vec![row(r)];
+    }
+    let mut total = r.clone();
+    total.scenario = Some("total".into());
+    r.scenarios.iter().map(row).chain(std::iter::once(row(&total))).collect()
 }
 
 /// Bytes of an existing file read to check its header: the header line and its line break.

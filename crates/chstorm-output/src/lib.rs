@@ -4,7 +4,9 @@
 //!   (`schemas/chstorm.bench.v1.json` in the repository).
 //! * [`text`]: the final summary, laid out like clickhouse-benchmark's.
 //! * [`csv`]: one row per run; the columns are Altinity clickhouse-sts's, then ours.
-//! * [`merge`]: combines runs made at the same time from several machines.
+//! * [`merge`]: combines runs made at the same time from several machines (the segments of one
+//!   run, checked to be all there once each), and the scenarios of one run into their total.
+//! * [`judge`]: thresholds judged on a report, and its verdict.
 //! * [`file`]: output files opened (and checked) before a run.
 //!
 //! # Boundaries
@@ -15,6 +17,7 @@
 
 pub mod csv;
 pub mod file;
+pub mod judge;
 pub mod merge;
 pub mod omission;
 pub mod report;
@@ -39,4 +42,7 @@ pub enum OutputError {
     Duplicate { path: String, other: String, run_id: String },
     #[error("{path}: {field} is {value}, but {first_value} in {first}; merge runs of one workload, or give --allow-mixed to add them up anyway")]
     Mixed { path: String, first: String, field: &'static str, first_value: String, value: String },
+    /// Segments of a run that do not make up the run (missing, twice, of different runs).
+    #[error("{0}")]
+    Segments(String),
 }

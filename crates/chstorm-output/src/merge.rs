@@ -8,9 +8,14 @@
 //! Before anything is added up, [`check`] refuses what would make the sum a lie: the same run
 //! twice (by `run_id`, or for files without one by start time and histogram), runs of
 //! different workloads, modes, protocols, keep-alive modes or settings (unless `allow_mixed`),
-//! and a file whose counts disagree with its own histogram (hand-edited or damaged).
+//! a file whose counts disagree with its own histogram (hand-edited or damaged), segments
+//! (`--segment I/N`) that are not all the segments of one run once each, and runs whose
+//! scenarios differ. Runs of several scenarios merge scenario by scenario.
+//!
+//! [`total`] adds up the scenarios of one run in one process: its QPS is over the run's wall
+//! time, since scenarios may start and end at different times.
 
-use crate::report::BenchReport;
+use crate::report::{BenchReport, SegmentInfo, MIXED};
 use crate::OutputError;
 use chstorm_stats::LatencyHistogram;
 use std::collections::BTreeMap;
@@ -94,6 +99,16 @@ pub fn check(reports: &[(String, BenchReport)], allow_mixed: bool) -> Result<(),
                 return Err(OutputError::Duplicate { path: path.clone(), other: other.to_string(), run_id: id });
             }
         }
+        let names =
+            |r: &BenchReport| r.scenarios.iter().map(|s| s.scenario.clone().unwrap_or_default()).collect::<Vec<_>>();
+        if names(r) != names(first) {
+            let list = |v: Vec<String>| if v.is_empty() { "none".to_string() } else { v.join(", ") };
+            return Err(bad(format!(
+                "its scenarios are {}, but {first_path}'s are {}: merge runs of one scenario file",
+                list(names(r)),
+                list(names(first))
+            )));
+        }
         if !allow_mixed {
             for ((field, a), (_, b)) in shape(first).iter().zip(shape(r).iter()) {
                 if a != b {
@@ -108,11 +123,167 @@ pub fn check(reports: &[(String, BenchReport)], allow_mixed: bool) -> Result<(),
             }
         }
     }
+    check_segments(reports)?;
+    for (i, sc) in first.scenarios.iter().enumerate() {
+        let name = sc.scenario.as_deref().unwrap_or("?");
+        let part: Vec<(String, BenchReport)> =
+            reports.iter().map(|(p, r)| (format!("{p} (scenario {name})"), r.scenarios[i].clone())).collect();
+        check(&part, allow_mixed)?;
+    }
+    Ok(())
+}
+
+/// Segments must be all of one run's, each once: the same count and `--start-at`, every index
+/// from 0 to N-1. Runs without segments pass.
+fn check_segments(reports: &[(String, BenchReport)]) -> Result<(), OutputError> {
+    let Some((first_path, first)) = reports.iter().find_map(|(p, r)| r.segment.as_ref().map(|s| (p, s))) else {
+        return Ok(());
+    };
+    let err = |m: String| Err(OutputError::Segments(m));
+    let start = |s: &SegmentInfo| s.start_at.clone().unwrap_or_else(|| "none".into());
+    let mut seen: BTreeMap<u32, &str> = BTreeMap::new();
+    for (path, r) in reports {
+        let Some(s) = &r.segment else {
+            return err(format!(
+                "{path} is a whole run, but {first_path} is segment {}/{}: merge the segments of one run without other runs",
+                first.index, first.count
+            ));
+        };
+        if s.count != first.count {
+            return err(format!(
+                "{path} is segment {}/{}, but {first_path} is {}/{}: segments of one run share N",
+                s.index, s.count, first.index, first.count
+            ));
+        }
+        if s.start_at != first.start_at {
+            return err(format!(
+                "{path} started at {} (--start-at), but {first_path} at {}: segments of different runs; give the same --start-at to every segment of a run",
+                start(s),
+                start(first)
+            ));
+        }
+        if let Some(other) = seen.insert(s.index, path) {
+            return err(format!(
+                "{path} and {other} are both segment {}/{}: give each segment of the run once",
+                s.index, s.count
+            ));
+        }
+    }
+    let missing: Vec<String> =
+        (0..first.count).filter(|i| !seen.contains_key(i)).map(|i| format!("{i}/{}", first.count)).collect();
+    if !missing.is_empty() {
+        return err(format!(
+            "segment{} {} of the run {} missing: merge all {} segments (one file each), or none is counted",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", "),
+            if missing.len() > 1 { "are" } else { "is" },
+            first.count
+        ));
+    }
     Ok(())
 }
 
 /// Merges `reports` (at least one) into one report. Call [`check`] first.
 pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputError> {
+    let Some((_, first)) = reports.first() else {
+        return Err(OutputError::BadReport { path: "-".into(), reason: "nothing to merge".into() });
+    };
+    let mut out = add_up(reports)?;
+    // Mixed runs (--allow-mixed) keep the first run's labels; the note says what differed.
+    let mut mixed = Vec::new();
+    for (i, (field, a)) in shape(first).iter().enumerate() {
+        let mut values = vec![a.clone()];
+        for (_, r) in reports {
+            let v = shape(r)[i].1.clone();
+            if !values.contains(&v) {
+                values.push(v);
+            }
+        }
+        if values.len() > 1 && *field != "workload" {
+            mixed.push(format!("{field} ({})", values.join(" / ")));
+        }
+    }
+    if !mixed.is_empty() {
+        out.latency_note = format!(
+            "{} Merged with --allow-mixed: the runs differ in {}; labels are the first run's.",
+            out.latency_note,
+            mixed.join(", ")
+        );
+    }
+    if reports.len() > 1 {
+        let merged_from: Vec<String> = reports.iter().flat_map(|(_, r)| ids(r)).collect();
+        out.run_id = Some(format!("merge-{}", fnv(&merged_from.join(","))));
+        out.merged_from = merged_from;
+    }
+    // The segments make up the whole run again.
+    out.segment = None;
+    // Each input's thresholds, once; `judge` gives them their verdicts over the merged figures.
+    for (_, r) in reports {
+        for t in &r.thresholds {
+            if !out.thresholds.iter().any(|have| have.threshold == t.threshold) {
+                out.thresholds.push(t.clone());
+            }
+        }
+    }
+    for (i, sc) in first.scenarios.iter().enumerate() {
+        let name = sc.scenario.as_deref().unwrap_or("?");
+        let part: Vec<(String, BenchReport)> =
+            reports.iter().map(|(p, r)| (format!("{p} (scenario {name})"), r.scenarios[i].clone())).collect();
+        out.scenarios[i] = merge(&part)?;
+    }
+    Ok(out)
+}
+
+/// The total of one run's scenarios (`--scenarios`), which ran side by side in one process for
+/// `window_s` seconds of wall time in all: counts and histograms add up, QPS is over the
+/// window, and each scenario's per-second points move by its start offset.
+pub fn total(scenarios: &[BenchReport], window_s: f64) -> Result<BenchReport, OutputError> {
+    let named: Vec<(String, BenchReport)> = scenarios
+        .iter()
+        .map(|r| {
+            let shift = r.start_offset_s.unwrap_or(0.0).round() as u64;
+            let mut r = r.clone();
+            r.per_second.iter_mut().for_each(|p| p.t += shift);
+            (r.scenario.clone().unwrap_or_default(), r)
+        })
+        .collect();
+    let mut out = add_up(&named)?;
+    let all_same = |f: fn(&BenchReport) -> String| scenarios.iter().all(|r| f(r) == f(&scenarios[0]));
+    if !all_same(|r| r.mode.clone()) {
+        out.mode = MIXED.into();
+    }
+    if !all_same(|r| r.protocol.clone()) {
+        out.protocol = MIXED.into();
+    }
+    if !all_same(|r| format!("{:?}", r.settings)) {
+        out.settings.clear();
+    }
+    out.ramp = None;
+    out.duration_s = window_s;
+    out.qps = if window_s > 0.0 { out.queries as f64 / window_s } else { 0.0 };
+    let names: Vec<&str> = scenarios.iter().filter_map(|r| r.scenario.as_deref()).collect();
+    out.latency_note = format!(
+        "total of the scenarios {}: percentiles over all their queries (the sum of their histograms), QPS over the run's {window_s:.2} s of wall time; each scenario's note says what its latencies include.",
+        names.join(", ")
+    );
+    for why in ["interrupted", "threshold", "max_errors"] {
+        if scenarios.iter().any(|r| r.stop_reason == why) {
+            out.stop_reason = why.into();
+            break;
+        }
+    }
+    let ids: Vec<String> = scenarios.iter().flat_map(ids).collect();
+    out.run_id = Some(format!("scenarios-{}", fnv(&ids.join(","))));
+    out.scenario = None;
+    out.start_offset_s = None;
+    out.thresholds.clear();
+    out.verdict = None;
+    out.scenarios = scenarios.to_vec();
+    Ok(out)
+}
+
+/// Counts, histograms, rates and connections of `reports` added up; labels are the first's.
+fn add_up(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputError> {
     let Some((_, first)) = reports.first() else {
         return Err(OutputError::BadReport { path: "-".into(), reason: "nothing to merge".into() });
     };
@@ -189,32 +360,6 @@ pub fn merge(reports: &[(String, BenchReport)]) -> Result<BenchReport, OutputErr
             }
         }
     }
-    // Mixed runs (--allow-mixed) keep the first run's labels; the note says what differed.
-    let mut mixed = Vec::new();
-    for (i, (field, a)) in shape(first).iter().enumerate() {
-        let mut values = vec![a.clone()];
-        for (_, r) in reports {
-            let v = shape(r)[i].1.clone();
-            if !values.contains(&v) {
-                values.push(v);
-            }
-        }
-        if values.len() > 1 && *field != "workload" {
-            mixed.push(format!("{field} ({})", values.join(" / ")));
-        }
-    }
-    if !mixed.is_empty() {
-        out.latency_note = format!(
-            "{} Merged with --allow-mixed: the runs differ in {}; labels are the first run's.",
-            out.latency_note,
-            mixed.join(", ")
-        );
-    }
-    if reports.len() > 1 {
-        let merged_from: Vec<String> = reports.iter().flat_map(|(_, r)| ids(r)).collect();
-        out.run_id = Some(format!("merge-{}", fnv(&merged_from.join(","))));
-        out.merged_from = merged_from;
-    }
     Ok(out)
 }
 
@@ -255,6 +400,7 @@ mod tests {
             run_id: id.into(),
             cancelled: 0,
             cancel_failures: 0,
+            late_start: Duration::ZERO,
         };
         BenchReport::new(&meta, &result)
     }
@@ -328,6 +474,61 @@ mod tests {
                 assert_eq!(m.workload.len(), 2);
             }
         }
+    }
+
+    fn segment(id: &str, index: u32, count: u32, start: &str) -> BenchReport {
+        let mut r = run(id, "SELECT 1", "http", Some(100.0), &[100 + u64::from(index)]);
+        r.segment = Some(SegmentInfo { index, count, start_at: Some(start.into()) });
+        r
+    }
+
+    #[test]
+    fn segments_must_be_all_of_one_run_once_each() {
+        let t = "2030-01-01T00:00:00.000Z";
+        let all = named(&[segment("a", 0, 3, t), segment("b", 1, 3, t), segment("c", 2, 3, t)]);
+        check(&all, false).unwrap();
+        let m = merge(&all).unwrap();
+        assert_eq!((m.queries, m.segment.clone(), m.rate), (3, None, Some(300.0)));
+        for (inputs, needle) in [
+            (vec![segment("a", 0, 3, t), segment("c", 2, 3, t)], "segment 1/3 of the run is missing: merge all 3"),
+            (vec![segment("a", 0, 4, t)], "segments 1/4, 2/4, 3/4 of the run are missing"),
+            (
+                vec![segment("a", 0, 2, t), segment("b", 0, 2, t), segment("c", 1, 2, t)],
+                "b.json and a.json are both segment 0/2: give each segment of the run once",
+            ),
+            (vec![segment("a", 0, 2, t), segment("b", 1, 3, t)], "b.json is segment 1/3, but a.json is 0/2"),
+            (
+                vec![segment("a", 0, 2, t), segment("b", 1, 2, "2030-01-01T00:05:00.000Z")],
+                "segments of different runs; give the same --start-at",
+            ),
+            (vec![segment("a", 0, 2, t), run("b", "SELECT 1", "http", Some(100.0), &[1])], "b.json is a whole run"),
+        ] {
+            let e = check(&named(&inputs), false).unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn scenarios_merge_by_name_and_add_up_in_a_total() {
+        let scen = |id: &str, name: &str, us: &[u64]| {
+            let mut r = run(id, name, "http", None, us);
+            r.scenario = Some(name.into());
+            r
+        };
+        let total_a = total(&[scen("a1", "look", &[100, 100]), scen("a2", "scan", &[5000])], 2.0).unwrap();
+        assert_eq!((total_a.queries, total_a.errors), (3, 2));
+        assert!((total_a.qps - 1.5).abs() < 1e-9, "QPS over the wall time: {}", total_a.qps);
+        assert_eq!(total_a.scenarios.len(), 2);
+        let total_b = total(&[scen("b1", "look", &[200]), scen("b2", "scan", &[6000])], 2.0).unwrap();
+        let both = named(&[total_a.clone(), total_b]);
+        check(&both, false).unwrap();
+        let m = merge(&both).unwrap();
+        assert_eq!((m.queries, m.scenarios[0].queries, m.scenarios[1].queries), (5, 3, 2));
+        assert_eq!(m.scenarios[0].merged_from, vec!["a1", "b1"]);
+        let other = total(&[scen("c1", "look", &[1])], 1.0).unwrap();
+        let e = check(&named(&[total_a, other]), false).unwrap_err().to_string();
+        assert!(e.contains("its scenarios are look, but a.json's are look, scan"), "{e}");
     }
 
     #[test]

@@ -97,6 +97,7 @@ mod tests {
             run_id: String::new(),
             cancelled: 0,
             cancel_failures: 0,
+            late_start: Duration::ZERO,
         };
         let mut r = BenchReport::new(&meta, &run);
         r.queries = queries;

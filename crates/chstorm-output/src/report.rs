@@ -40,6 +40,38 @@ pub struct Ramp {
     pub over_s: f64,
 }
 
+/// A threshold's verdict (`--threshold`), as the JSON records it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ThresholdVerdict {
+    /// The expression as given, e.g. `p99<5ms`.
+    pub threshold: String,
+    /// Given with `--abort-on-fail`: the run stops as soon as it can no longer be met.
+    pub abort_on_fail: bool,
+    /// The figure's value (seconds for latencies, a fraction for `error_rate`); null when there
+    /// is none (no successful query) or, in a segment, none judged yet.
+    pub value: Option<f64>,
+    /// `pass`, `fail`, or `pending`: a segment's threshold that `chstorm merge` judges over all
+    /// segments together.
+    pub verdict: String,
+}
+
+/// Which part of a run this file is (`--segment I/N`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SegmentInfo {
+    /// From 0 to `count - 1`.
+    pub index: u32,
+    pub count: u32,
+    /// The run's common start (`--start-at`), RFC 3339 UTC; null when it was not given.
+    pub start_at: Option<String>,
+}
+
+/// Verdict words.
+pub const PASS: &str = "pass";
+pub const FAIL: &str = "fail";
+pub const PENDING: &str = "pending";
+/// The `mode` (and `protocol`) of a total over scenarios that differ in it.
+pub const MIXED: &str = "mixed";
+
 /// One run. Every latency is in seconds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BenchReport {
@@ -99,6 +131,25 @@ pub struct BenchReport {
     /// interval, in seconds. Absent in raw runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub co_correction_interval_s: Option<f64>,
+    /// Within `scenarios`: the scenario's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scenario: Option<String>,
+    /// Within `scenarios`: seconds from the common start to the scenario's own start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_offset_s: Option<f64>,
+    /// `--segment I/N`: which part of the run this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment: Option<SegmentInfo>,
+    /// Each threshold with its value and verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub thresholds: Vec<ThresholdVerdict>,
+    /// Over every threshold here and in `scenarios`: `fail` when one failed, else `pending`
+    /// when one waits for merge, else `pass`. Absent without thresholds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<String>,
+    /// `--scenarios`: each scenario's own report; the figures around them are the total.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scenarios: Vec<BenchReport>,
 }
 
 /// What a closed loop's latencies leave out.
@@ -145,7 +196,18 @@ impl BenchReport {
             histogram: r.total.hist.to_base64(),
             latency_note: if meta.rate.is_some() { OPEN_LOOP_NOTE } else { CLOSED_LOOP_NOTE }.into(),
             co_correction_interval_s: None,
+            scenario: None,
+            start_offset_s: None,
+            segment: None,
+            thresholds: Vec::new(),
+            verdict: None,
+            scenarios: Vec::new(),
         }
+    }
+
+    /// Every report within this one: itself, then its scenarios.
+    pub fn all(&self) -> impl Iterator<Item = &BenchReport> {
+        std::iter::once(self).chain(self.scenarios.iter())
     }
 
     /// Pretty JSON text.

@@ -13,9 +13,57 @@ use std::fmt::Write;
 /// 50.000%     0.000950 sec.
 /// ...
 /// ```
+///
+/// A run of several scenarios (`--scenarios`) shows each scenario, then the total; thresholds
+/// follow the figures they judge, and the run's verdict comes last.
 pub fn summary(r: &BenchReport) -> String {
     let mut s = String::new();
+    for sc in &r.scenarios {
+        let offset = sc.start_offset_s.filter(|o| *o > 0.0).map(|o| format!(", started at +{o} s")).unwrap_or_default();
+        let _ = writeln!(s, "== scenario {}{offset}", sc.scenario.as_deref().unwrap_or("?"));
+        s.push_str(&one(sc));
+        s.push('\n');
+    }
+    if !r.scenarios.is_empty() {
+        let names: Vec<&str> = r.scenarios.iter().filter_map(|sc| sc.scenario.as_deref()).collect();
+        let _ = writeln!(s, "== total of {} scenarios ({})", r.scenarios.len(), names.join(", "));
+    }
+    s.push_str(&one(r));
+    if let Some(v) = &r.verdict {
+        let all: Vec<&crate::report::ThresholdVerdict> = r.all().flat_map(|x| x.thresholds.iter()).collect();
+        let failed = all.iter().filter(|t| t.verdict == crate::report::FAIL).count();
+        let pending = all.iter().filter(|t| t.verdict == crate::report::PENDING).count();
+        let _ = match v.as_str() {
+            crate::report::FAIL => writeln!(s, "\nverdict: FAIL ({failed} of {} thresholds failed)", all.len()),
+            crate::report::PENDING => writeln!(
+                s,
+                "\nverdict: pending ({pending} of {} thresholds are judged by chstorm merge over all segments)",
+                all.len()
+            ),
+            _ => writeln!(s, "\nverdict: pass ({} thresholds met)", all.len()),
+        };
+    }
+    s
+}
+
+/// How a threshold's value reads: latencies in ms, an error rate in percent.
+fn shown_value(threshold: &str, v: f64) -> String {
+    use chstorm_load::threshold::Figure;
+    match chstorm_load::Threshold::parse(threshold).map(|t| t.figure) {
+        Ok(Figure::ErrorRate) => format!("{:.4}%", v * 100.0),
+        Ok(Figure::Errors) => format!("{v}"),
+        Ok(Figure::Qps) => format!("{v:.1}"),
+        _ => format!("{:.3} ms", v * 1e3),
+    }
+}
+
+/// One report's figures and thresholds.
+fn one(r: &BenchReport) -> String {
+    let mut s = String::new();
     let mode = match (r.rate, r.ramp) {
+        _ if r.mode == crate::report::MIXED => {
+            format!("open and closed loops, {} connections, {} QPS of open loops", r.concurrency, r.rate.unwrap_or(0.0))
+        }
         (_, Some(ramp)) => format!(
             "open loop ramping from {} to {} QPS over {} s then holding, at most {} in flight",
             ramp.from_qps, ramp.to_qps, ramp.over_s, r.concurrency
@@ -66,5 +114,18 @@ pub fn summary(r: &BenchReport) -> String {
         }
     }
     let _ = writeln!(s, "\nnote: {}", r.latency_note);
+    if !r.thresholds.is_empty() {
+        let _ = writeln!(s, "\nthresholds:");
+        let width = r.thresholds.iter().map(|t| t.threshold.len()).max().unwrap_or(0);
+        for t in &r.thresholds {
+            let value = match t.value {
+                Some(v) => shown_value(&t.threshold, v),
+                None if t.verdict == crate::report::PENDING => "judged by chstorm merge".into(),
+                None => "no value (no query succeeded)".into(),
+            };
+            let abort = if t.abort_on_fail { "  (abort-on-fail)" } else { "" };
+            let _ = writeln!(s, "  {:<7} {:<width$}  {value}{abort}", t.verdict.to_uppercase(), t.threshold);
+        }
+    }
     s
 }

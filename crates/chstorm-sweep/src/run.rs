@@ -95,6 +95,8 @@ fn load_spec(p: &PointPlan, opts: &SweepOptions) -> Result<(LoadSpec, RunMeta, P
         max_errors: None,
         seed: opts.seed,
         threads: cores.min(p.concurrency),
+        segment: Default::default(),
+        start_at: None,
     };
     let mut settings = target.settings.clone();
     settings.extend(p.settings.iter().cloned());

@@ -80,6 +80,8 @@ pub fn build_spec(args: &BenchArgs) -> anyhow::Result<(LoadSpec, RunMeta)> {
         max_errors: args.max_errors,
         seed: args.seed,
         threads: args.threads.unwrap_or_else(|| cores.min(args.concurrency.max(1))),
+        segment: Default::default(),
+        start_at: None,
         target: target.clone(),
     };
     spec.validate().map_err(anyhow::Error::msg)?;

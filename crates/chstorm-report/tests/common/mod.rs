@@ -91,6 +91,12 @@ pub fn bench(scenario: &str, variant: &str, c: u64, peak: f64, workload: &str) -
         histogram: String::new(),
         latency_note: CLOSED_LOOP_NOTE.into(),
         co_correction_interval_s: None,
+        scenario: None,
+        start_offset_s: None,
+        segment: None,
+        thresholds: Vec::new(),
+        verdict: None,
+        scenarios: Vec::new(),
     }
 }
 
