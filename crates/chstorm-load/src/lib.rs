@@ -16,12 +16,14 @@
 pub mod engine;
 mod executor;
 pub mod probe;
+pub mod scenario;
 pub mod schedule;
 pub mod segment;
 pub mod spec;
 pub mod template;
 pub mod threshold;
 mod timer;
+pub mod together;
 
 pub use engine::{run, Progress, RunResult, StopHandle, StopReason};
 pub use schedule::Schedule;
@@ -29,6 +31,7 @@ pub use segment::Segment;
 pub use spec::{LoadSpec, Work};
 pub use template::{Renderer, Template, TemplateError};
 pub use threshold::{Figures, Threshold};
+pub use together::run_together;
 
 /// Errors that prevent a run from starting.
 #[derive(Debug, thiserror::Error)]

@@ -99,7 +99,7 @@ impl Segment {
 /// Checks a `--start-at` instant against `now`: at most [`START_AT_GRACE`] in the past and
 /// [`MAX_START_AHEAD`] ahead.
 pub fn check_start_at(at: SystemTime, now: SystemTime) -> Result<(), String> {
-    let shown = |d: Duration| humantime::format_duration(Duration::from_millis(d.as_millis() as u64)).to_string();
+    let shown = |d: Duration| humantime::format_duration(Duration::from_secs(d.as_secs().max(1))).to_string();
     match at.duration_since(now) {
         Ok(ahead) if ahead > MAX_START_AHEAD => Err(format!(
             "--start-at is {} ahead, more than {}, the furthest chstorm waits; give a nearer time or +DURATION",

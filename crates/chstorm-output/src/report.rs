@@ -159,15 +159,20 @@ would have waited for a free connection is not included (coordinated omission). 
 pub const OPEN_LOOP_NOTE: &str = "open loop: each latency runs from the query's intended send time to the last byte \
 of the answer, so waiting for a free connection (a stall) is included.";
 
+/// An instant as RFC 3339 in UTC with milliseconds, as every report writes times.
+pub fn rfc3339(t: std::time::SystemTime) -> String {
+    let t: chrono::DateTime<chrono::Utc> = t.into();
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
 impl BenchReport {
     pub fn new(meta: &RunMeta, r: &RunResult) -> BenchReport {
-        let started: chrono::DateTime<chrono::Utc> = r.started_at.into();
         BenchReport {
             schema: SCHEMA_ID.into(),
             chstorm_version: env!("CARGO_PKG_VERSION").into(),
             run_id: Some(r.run_id.clone()).filter(|id| !id.is_empty()),
             merged_from: Vec::new(),
-            started_at: started.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            started_at: rfc3339(r.started_at),
             label: meta.label.clone(),
             target: meta.target.clone(),
             protocol: meta.protocol.clone(),

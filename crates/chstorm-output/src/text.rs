@@ -46,14 +46,21 @@ pub fn summary(r: &BenchReport) -> String {
     s
 }
 
-/// How a threshold's value reads: latencies in ms, an error rate in percent.
-fn shown_value(threshold: &str, v: f64) -> String {
+/// How a figure's value reads: latencies in ms, an error rate in percent.
+pub fn figure_value(figure: chstorm_load::threshold::Figure, v: f64) -> String {
     use chstorm_load::threshold::Figure;
-    match chstorm_load::Threshold::parse(threshold).map(|t| t.figure) {
-        Ok(Figure::ErrorRate) => format!("{:.4}%", v * 100.0),
-        Ok(Figure::Errors) => format!("{v}"),
-        Ok(Figure::Qps) => format!("{v:.1}"),
+    match figure {
+        Figure::ErrorRate => format!("{:.4}%", v * 100.0),
+        Figure::Errors => format!("{v}"),
+        Figure::Qps => format!("{v:.1}"),
         _ => format!("{:.3} ms", v * 1e3),
+    }
+}
+
+fn shown_value(threshold: &str, v: f64) -> String {
+    match chstorm_load::Threshold::parse(threshold) {
+        Ok(t) => figure_value(t.figure, v),
+        Err(_) => format!("{v}"),
     }
 }
 

@@ -3,9 +3,10 @@
 use chstorm_load::spec::{
     describe_limit, MAX_CONCURRENCY, MAX_DURATION, MAX_RATE, MAX_REQUESTS, MAX_THREADS, MAX_TIMEOUT, MAX_WARMUP,
 };
+use chstorm_load::{Segment, Threshold};
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// A storm of small queries against ClickHouse, measured honestly.
 #[derive(Parser, Debug)]
@@ -78,9 +79,19 @@ Limits: --duration and --ramp-over up to 7d, --warmup and --timeout up to 1d, -c
 -n up to 10^12, --rate up to 10000000, --threads up to 1024. Every output (--json, --csv) is
 opened before the run, so a bad path fails at once instead of after it.
 
+Thresholds (CI): --threshold 'p99<5ms' --threshold 'error_rate<0.1%' --abort-on-fail 'max<1s'
+judge the run; the summary and the JSON give each one's value and verdict.
+
+One test from many machines: the same command on N machines with --segment I/N (I = 0..N-1)
+and one --start-at, each writing --json; then `chstorm merge *.json --threshold ...` checks
+that every segment is there once and judges the whole run (docs/BENCH.md, deploy/kubernetes/).
+  chstorm bench -q 'SELECT {i:seq(1)}' --rate 20000 -c 64 -d 1m --segment 0/4 \
+                --start-at 2030-01-01T12:00:00Z --json seg0.json
+
 Exit status: 0 done, 1 stopped by --max-errors, 2 bad input or cannot start, 3 no query succeeded
-(every one failed or none finished; the first error of each kind is printed), 130 Ctrl-C (the
-results measured so far are still printed and written).";
+(every one failed or none finished; the first error of each kind is printed), 4 a threshold
+failed (or, with --abort-on-fail, could no longer be met), 130 Ctrl-C (the results measured so
+far are still printed and written).";
 
 /// Parses a duration such as `500ms`, `10s`, `2m`.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -135,6 +146,37 @@ pub fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, String> {
     }
 }
 
+fn parse_threshold(s: &str) -> Result<Threshold, String> {
+    Threshold::parse(s)
+}
+
+fn parse_abort_on_fail(s: &str) -> Result<Threshold, String> {
+    Threshold::parse(s).map(Threshold::aborting)
+}
+
+fn parse_segment(s: &str) -> Result<Segment, String> {
+    Segment::parse(s)
+}
+
+/// `--start-at`: RFC 3339 (`2030-01-01T12:00:00Z`, an offset such as `+02:00` too) or
+/// `+DURATION` from now (`+30s`); at most a few seconds in the past and 1 day ahead.
+pub fn parse_start_at(s: &str) -> Result<SystemTime, String> {
+    let now = SystemTime::now();
+    let at = match s.trim().strip_prefix('+') {
+        Some(d) => now + parse_duration(d.trim())?,
+        None => match chrono::DateTime::parse_from_rfc3339(s.trim()) {
+            Ok(t) => SystemTime::from(t),
+            Err(e) => {
+                return Err(format!(
+                    "'{s}' is not a time ({e}); write RFC 3339 such as 2030-01-01T12:00:00Z, or +30s from now"
+                ))
+            }
+        },
+    };
+    chstorm_load::segment::check_start_at(at, now)?;
+    Ok(at)
+}
+
 fn parse_setting(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
@@ -175,6 +217,15 @@ pub struct BenchArgs {
     /// Pick each query at random instead of in turn.
     #[arg(long)]
     pub randomize: bool,
+
+    /// Run the named workloads of a YAML scenario file at the same time in one process, each
+    /// with its own queries, target, loop, start, length and thresholds (docs/BENCH.md,
+    /// "Scenarios"); the report has each scenario and the total. --url and --seed are the
+    /// scenarios' defaults, --threshold judges the total.
+    #[arg(long, value_name = "FILE", conflicts_with_all = [
+        "queries", "queries_file", "ping", "randomize", "settings", "concurrency", "rate", "ramp_to", "ramp_over",
+        "no_keepalive", "duration", "requests", "warmup", "timeout", "max_errors", "threads"])]
+    pub scenarios: Option<PathBuf>,
 
     /// Seed for placeholders and --randomize.
     #[arg(long, default_value_t = 1)]
@@ -229,6 +280,33 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 
+    /// A pass/fail limit on the run's figures, repeatable: FIGURE<VALUE with <, <=, > or >=;
+    /// figures p50, p90, p99, p99.9 (any pN), min, mean, max (with us, ms or s), qps,
+    /// error_rate (0.001 or 0.1%), errors. E.g. 'p99<5ms', 'qps>=20000', 'error_rate<0.1%'.
+    /// A run that fails one exits 4.
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
+    pub thresholds: Vec<Threshold>,
+
+    /// A threshold that also stops the run as soon as it can no longer be met (the run exits 4
+    /// and says so): 'max<100ms' or 'errors<10' at once; a percentile or error_rate limit when
+    /// the number of queries is known (-n, or --rate with -d). Repeatable.
+    #[arg(long = "abort-on-fail", value_name = "EXPR", value_parser = parse_abort_on_fail)]
+    pub abort_on_fail: Vec<Threshold>,
+
+    /// Run the I-th of N equal parts of the workload (I from 0 to N-1, as Kubernetes'
+    /// JOB_COMPLETION_INDEX): its share of the connections, of -n, of the open loop's sends and
+    /// of seq values, so that N segments together send what one process would. Thresholds wait
+    /// for `chstorm merge` of all segments, unless this segment alone fails one.
+    #[arg(long, value_name = "I/N", value_parser = parse_segment)]
+    pub segment: Option<Segment>,
+
+    /// Start the clock at this instant, so segments on several machines begin together:
+    /// RFC 3339 (2030-01-01T12:00:00Z) or +DURATION from now (+30s). Connections open 2 s
+    /// before it. At most 5 s in the past (then the run starts at once, its schedule still
+    /// counted from that instant) and 1 day ahead.
+    #[arg(long, value_name = "TIME", value_parser = parse_start_at)]
+    pub start_at: Option<SystemTime>,
+
     /// Client worker threads (1 to 1024). Default: the smaller of the CPU count and --concurrency.
     #[arg(long, value_parser = parse_threads)]
     pub threads: Option<usize>,
@@ -279,6 +357,10 @@ pub struct MergeArgs {
     /// settings. Without it such runs are refused: their sum would be labelled as the first.
     #[arg(long)]
     pub allow_mixed: bool,
+    /// A threshold judged on the merged run (the exact sum of the histograms), repeatable, as
+    /// bench's --threshold; the inputs' own thresholds are judged on it too. Exit 4 if one fails.
+    #[arg(long = "threshold", value_name = "EXPR", value_parser = parse_threshold)]
+    pub thresholds: Vec<Threshold>,
 }
 
 /// An expected interval: `auto` (from the run) or a fixed duration.

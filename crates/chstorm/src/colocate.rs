@@ -186,6 +186,7 @@ pub fn run(args: ColocateArgs, stop: &StopHandle) -> anyhow::Result<i32> {
 /// Runs `chstorm colocate` with `burner_exe` as the chstorm binary that runs `burn` (tests that
 /// run in-process pass the real binary here).
 pub fn run_with(mut args: ColocateArgs, stop: &StopHandle, burner_exe: &Path) -> anyhow::Result<i32> {
+    crate::bench::refuse_bench_only(&args.bench, "chstorm colocate")?;
     let b = &mut args.bench;
     if b.queries.is_empty() && b.queries_file.is_none() && !b.ping {
         b.queries = vec![chstorm_colocate::SEED_QUERY.to_string()];

@@ -2,7 +2,8 @@
 //! program in-process.
 //!
 //! Exit codes: 0 the command did its job; 1 the run ended early on `--max-errors`;
-//! 2 bad input or the run could not start; 130 interrupted by Ctrl-C (results still written).
+//! 2 bad input or the run could not start; 3 (bench) no query succeeded; 4 (bench, merge) a
+//! threshold failed or stopped the run; 130 interrupted by Ctrl-C (results still written).
 //!
 //! # Boundaries
 //!
@@ -25,6 +26,7 @@ pub mod isolate;
 mod local;
 mod merge;
 mod progress;
+mod scenarios;
 pub mod sweep_cmd;
 
 use chstorm_load::StopHandle;

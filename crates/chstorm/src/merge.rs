@@ -1,7 +1,8 @@
 //! `chstorm merge`: combine bench JSON files from several client machines, and optionally
 //! re-weight a closed loop's latencies for coordinated omission (`--correct-omission`).
-//! Incompatible runs, the same run twice and files whose counts disagree with their histogram
-//! are refused (see `chstorm_output::merge::check`).
+//! Incompatible runs, the same run twice, files whose counts disagree with their histogram and
+//! segments that do not make up one run are refused (see `chstorm_output::merge::check`); the
+//! inputs' thresholds and `--threshold` are judged on the merged run (exit 4 if one fails).
 
 use crate::cli::{Interval, MergeArgs};
 use chstorm_output::file::JsonOut;
@@ -23,6 +24,8 @@ pub fn run(args: MergeArgs) -> anyhow::Result<i32> {
         };
         chstorm_output::omission::correct_omission(&mut merged, fixed)?;
     }
+    // One verdict for the whole run: the inputs' thresholds and --threshold, on the merged figures.
+    chstorm_output::judge::judge_merged(&mut merged, &args.thresholds)?;
     let summary = chstorm_output::text::summary(&merged);
     if json.as_ref().is_some_and(JsonOut::is_stdout) {
         eprint!("{summary}");
@@ -32,5 +35,5 @@ pub fn run(args: MergeArgs) -> anyhow::Result<i32> {
     if let Some(json) = json {
         json.write(&merged.to_json())?;
     }
-    Ok(0)
+    Ok(if chstorm_output::judge::failed(&merged) { crate::bench::EXIT_THRESHOLD } else { 0 })
 }

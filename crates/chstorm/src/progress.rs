@@ -10,7 +10,8 @@ pub struct ProgressSink {
     bar: Option<ProgressBar>,
 }
 
-fn line(p: &Progress) -> String {
+/// A second's line: QPS, totals, percentiles.
+pub fn line(p: &Progress) -> String {
     let t = &p.total;
     format!(
         "qps {:.1}  queries {}  errors {}  p50 {:.3} ms  p99 {:.3} ms",
