@@ -68,6 +68,51 @@ fn real_runs_match_the_schema() {
 }
 
 #[test]
+fn thresholds_segments_and_scenarios_match_the_schema() {
+    let s = chstorm_local::shared_server();
+    let (_, seg) = bench(&[
+        "--url",
+        s.http_url(),
+        "-q",
+        "SELECT {i:seq(1)}",
+        "--rate",
+        "100",
+        "-c",
+        "2",
+        "-n",
+        "20",
+        "--segment",
+        "1/2",
+        "--start-at",
+        "+1s",
+        "--threshold",
+        "p99<1s",
+        "--abort-on-fail",
+        "max<60s",
+    ]);
+    let v = serde_json::to_value(&seg).unwrap();
+    assert_valid(&v);
+    assert_eq!(v["segment"]["count"], 2);
+    assert_eq!(v["thresholds"][1]["abort_on_fail"], true);
+    assert_eq!(v["verdict"], "pending");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("s.yaml");
+    std::fs::write(
+        &file,
+        "thresholds: [\"errors<1\"]\nscenarios:\n  - name: a\n    ping: true\n    requests: 20\n  - name: b\n    queries: [\"SELECT 1\"]\n    rate: 50\n    requests: 10\n    thresholds: [\"error_rate<50%\"]\n",
+    )
+    .unwrap();
+    let (_, both) = bench(&["--url", s.native_url(), "--scenarios", file.to_str().unwrap()]);
+    let v = serde_json::to_value(&both).unwrap();
+    assert_valid(&v);
+    assert_eq!((v["mode"].as_str(), v["scenarios"][1]["scenario"].as_str()), (Some("mixed"), Some("b")));
+    // A scenario's report is checked as strictly as the total.
+    let mut bad = v.clone();
+    bad["scenarios"][0]["latency_s"]["p99"] = serde_json::json!("fast");
+    assert!(!jsonschema::validator_for(&schema()).unwrap().is_valid(&bad));
+}
+
+#[test]
 fn merge_adds_counts_and_merges_histograms() {
     let s = chstorm_local::shared_server();
     let dir = tempfile::tempdir().unwrap();
