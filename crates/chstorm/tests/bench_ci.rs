@@ -151,6 +151,8 @@ fn bad_input_is_one_line_before_any_query() {
     std::fs::write(&file, "scenarios:\n  - name: a\n    queries: [\"SELECT {x:unifrom(1,2)}\"]\n").unwrap();
     assert_refused(&["bench", "--url", u, "--scenarios", f], "s.yaml: line 2: scenario a: ");
     assert_refused(&["bench", "--url", u, "--scenarios", f, "-c", "4"], "cannot be used with");
+    // Commands that take bench's flags refuse the ones only bench acts on.
+    assert_refused(&["colocate", "--url", u, "--threshold", "p99<1s"], "chstorm colocate does not take --threshold");
     assert!(listener.accept().is_err(), "a connection reached the server");
 }
 
