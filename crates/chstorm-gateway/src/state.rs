@@ -3,13 +3,13 @@
 
 use crate::attempt::hedge::HeadTimes;
 use crate::cluster::balancer::Balancer;
+use crate::cluster::login::{BackendLogin, Logins};
 use crate::cluster::upstream::{Backend, Upstream};
-use crate::config::{Cluster, Config};
+use crate::config::{Cluster, Config, User};
 use crate::metrics::Metrics;
 use crate::query::admission::Limiter;
 pub use crate::query::admission::UserRt;
 use crate::query::plan::Target;
-use base64::Engine as _;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use tower::retry::budget::TpsBudget;
@@ -17,8 +17,9 @@ use tower::retry::budget::TpsBudget;
 pub struct ClusterRt {
     pub cfg: Cluster,
     pub balancer: Arc<Balancer>,
-    /// `Authorization` header value for the backends.
-    pub auth: crate::attempt::BackendAuth,
+    /// The cluster's own login: the thread budget's polls, and the queries of users without a
+    /// `backend`.
+    pub login: Arc<BackendLogin>,
     /// The thread budget, when the cluster has a `threads` section.
     pub budget: Option<Arc<crate::cluster::budget::ClusterBudget>>,
     /// Recent answer-head times per route: one per shard, then fan-out and sessions.
@@ -48,14 +49,20 @@ impl ClusterRt {
         route_times(&self.native_head_times, target)
     }
 
-    /// What the attempt loop needs of this cluster and `state`, with `head_times` the route's
-    /// answer-head times ([`ClusterRt::head_times`] or [`ClusterRt::native_head_times`]).
-    pub fn attempt_ctx<'a>(&'a self, state: &'a State, head_times: &'a HeadTimes) -> crate::attempt::Ctx<'a> {
+    /// What the attempt loop needs of this cluster and `state` for a query that runs as `login`
+    /// (its user's, [`State::login`]), with `head_times` the route's answer-head times
+    /// ([`ClusterRt::head_times`] or [`ClusterRt::native_head_times`]).
+    pub fn attempt_ctx<'a>(
+        &'a self,
+        state: &'a State,
+        login: &'a Arc<BackendLogin>,
+        head_times: &'a HeadTimes,
+    ) -> crate::attempt::Ctx<'a> {
         crate::attempt::Ctx {
             backend: &state.backend,
             balancer: &self.balancer,
             threads: self.budget.as_ref(),
-            auth: &self.auth,
+            login,
             retry_budget: &state.retry_budget,
             metrics: &state.metrics,
             hedging: &state.config.hedging,
@@ -78,6 +85,8 @@ pub struct State {
     pub clusters: BTreeMap<String, ClusterRt>,
     /// Resolved once per request by authentication, then carried in the request's extensions.
     pub users: BTreeMap<String, Arc<UserRt>>,
+    /// The login of each user with a `backend` (the others run as their cluster's).
+    user_logins: BTreeMap<String, Arc<BackendLogin>>,
     pub global: Limiter,
     /// What clients' buffered bytes may take, all connections together
     /// (`limits.max_buffered_mib`).
@@ -101,6 +110,13 @@ impl Drop for State {
 }
 
 impl State {
+    /// The ClickHouse login `user`'s queries run as on the replicas of `cluster` (its cluster):
+    /// its own `backend`, else the cluster's. The one answer to "as whom" for both fronts: the
+    /// attempts (HTTP and native), their KILL guards, and the native port's connections.
+    pub fn login<'a>(&'a self, user: &User, cluster: &'a ClusterRt) -> &'a Arc<BackendLogin> {
+        self.user_logins.get(&user.name).unwrap_or(&cluster.login)
+    }
+
     /// A new client connection's memory account (`limits.max_client_buffer_mib`, within
     /// `limits.max_buffered_mib`).
     pub fn client_mem(&self) -> chstorm_proto::mem::Mem {
@@ -118,6 +134,7 @@ impl State {
             config.pool.max_idle(config.limits.max_concurrency),
             &replicas,
             config.workers,
+            Logins::new(&config).len(),
         )?);
         let mut state = State::new(config, metrics, upstream.clone(), upstream);
         state.start().await;
@@ -127,12 +144,10 @@ impl State {
     /// The state of `config`, sending to the replicas through `backend`, with no task started
     /// and no thread budget: [`State::start`] adds them. Every replica starts up.
     pub fn new(config: Config, metrics: Arc<Metrics>, upstream: Arc<Upstream>, backend: Arc<dyn Backend>) -> State {
+        let logins = Logins::new(&config);
         let mut clusters = BTreeMap::new();
         for (name, c) in &config.clusters {
-            let auth = crate::attempt::BackendAuth::new(&format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.user, c.password))
-            ));
+            let login = logins.get(&c.login());
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
             let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
@@ -140,7 +155,7 @@ impl State {
             let rt = ClusterRt {
                 cfg: c.clone(),
                 balancer,
-                auth,
+                login,
                 budget: None,
                 head_times,
                 native_head_times,
@@ -150,6 +165,8 @@ impl State {
             clusters.insert(name.clone(), rt);
         }
         let users = config.users.iter().map(|(n, u)| (n.clone(), Arc::new(UserRt::new(u)))).collect();
+        let user_logins =
+            config.users.iter().filter_map(|(n, u)| Some((n.clone(), logins.get(u.backend.as_ref()?)))).collect();
         let l = &config.limits;
         State {
             global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
@@ -162,6 +179,7 @@ impl State {
             config,
             clusters,
             users,
+            user_logins,
             backend,
             upstream,
             metrics,
@@ -186,11 +204,11 @@ impl State {
             self.health_tasks.push(task.abort_handle());
             if let Some(t) = self.config.threads.get(name) {
                 let b = Arc::new(crate::cluster::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
-                let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.auth.text).await;
+                let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.login.auth).await;
                 self.health_tasks.extend(crate::cluster::budget::probe::spawn(
                     &b,
                     &self.upstream,
-                    &rt.auth.text,
+                    &rt.login.auth,
                     facts,
                 ));
                 rt.budget = Some(b);

@@ -42,8 +42,10 @@ pub struct Http<'a> {
     pub(super) parts: HttpParts,
     pub(super) body: SendBody,
     pub(super) backend: Arc<dyn Backend>,
-    /// The gateway's own `Authorization` ([`super::Ctx::auth`]).
+    /// The `Authorization` of the query's login ([`super::Ctx::login`]).
     pub(super) auth: http::HeaderValue,
+    /// That login's pools ([`crate::cluster::login::BackendLogin::slot`]).
+    pub(super) pool: usize,
     /// How long a successful answer is held after its head ([`super::held`]); None for a
     /// `HEAD` request, whose answer has no body.
     pub(super) hold_for: Option<Duration>,
@@ -83,6 +85,7 @@ impl Transport for Http<'_> {
             target,
             headers: self.parts.headers.clone(),
             auth: Some(self.auth.clone()),
+            pool: self.pool,
             empty_post,
             body: req_body,
         };

@@ -11,27 +11,15 @@ use crate::cluster::upstream::Backend;
 use crate::metrics::{KillLabel, Metrics};
 use std::sync::Arc;
 
-/// The backends' `Authorization` header value, as text (for `KILL QUERY`) and as a header value
-/// (for every attempt), both made once per config.
-#[derive(Clone, Debug)]
-pub struct BackendAuth {
-    pub text: Arc<str>,
-    pub header: http::HeaderValue,
-}
-
-impl BackendAuth {
-    pub fn new(text: &str) -> BackendAuth {
-        let header = http::HeaderValue::from_str(text).unwrap_or(http::HeaderValue::from_static(""));
-        BackendAuth { text: Arc::from(text), header }
-    }
-}
-
 /// Sends `KILL QUERY` for `query_id` on `replica` if dropped while armed.
 pub struct KillGuard {
     pub armed: bool,
     pub reason: &'static str,
     pub query_id: Arc<str>,
     pub replica: Arc<Replica>,
+    /// The `Authorization` of the login that ran the query ([`crate::cluster::login`]): a user
+    /// may always kill its own queries, on 18.16 (even a `readonly` one) and on current releases
+    /// (without the `KILL QUERY` grant).
     pub auth: Arc<str>,
     pub backend: Arc<dyn Backend>,
     pub metrics: Arc<Metrics>,

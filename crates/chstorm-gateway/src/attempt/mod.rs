@@ -57,7 +57,6 @@
 mod exits;
 mod http_transport;
 mod kill;
-pub use kill::BackendAuth;
 mod machine;
 mod policy;
 mod running;
@@ -73,6 +72,7 @@ pub use kill::KillGuard;
 
 use crate::cluster::balancer::Balancer;
 use crate::cluster::budget::{ClusterBudget, Grant};
+use crate::cluster::login::BackendLogin;
 use crate::cluster::replica::{InFlight, Replica};
 use crate::cluster::upstream::{Backend, BackendError, BoxFuture};
 use crate::config::Hedging;
@@ -91,8 +91,9 @@ pub struct Ctx<'a> {
     pub backend: &'a Arc<dyn Backend>,
     pub balancer: &'a Balancer,
     pub threads: Option<&'a Arc<ClusterBudget>>,
-    /// The backends' `Authorization` header value.
-    pub auth: &'a BackendAuth,
+    /// The login the query runs as ([`crate::state::State::login`]): its attempts' and their
+    /// kills' `Authorization`, and its pools.
+    pub login: &'a Arc<BackendLogin>,
     pub retry_budget: &'a TpsBudget,
     pub metrics: &'a Arc<Metrics>,
     pub hedging: &'a Hedging,
@@ -180,9 +181,9 @@ pub async fn run(plan: &Plan, parts: HttpParts, body: SendBody, ctx: &Ctx<'_>) -
     // A successful answer is held for at most the per-try deadline after its head.
     let hold_for = (parts.method != ::http::Method::HEAD)
         .then(|| ctx.head_times.deadline(ctx.hedging).unwrap_or(ctx.hedging.max_delay.0));
-    // The gateway's own credentials, the same for every attempt.
-    let auth = ctx.auth.header.clone();
-    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth, hold_for };
+    // The login's credentials and pools, the same for every attempt.
+    let (auth, pool) = (ctx.login.header.clone(), ctx.login.slot);
+    let mut http = Http { plan, parts, body, backend: ctx.backend.clone(), auth, pool, hold_for };
     attempts(plan, &mut http, ctx).await
 }
 

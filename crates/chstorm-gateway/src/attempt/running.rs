@@ -97,7 +97,7 @@ pub(super) async fn start<T: Transport>(
         reason: "client_gone",
         query_id: plan.query_id.clone(),
         replica: replica.clone(),
-        auth: ctx.auth.text.clone(),
+        auth: ctx.login.auth.clone(),
         backend: ctx.backend.clone(),
         metrics: ctx.metrics.clone(),
     };

@@ -46,6 +46,9 @@ struct Fake {
     behave: Mutex<HashMap<&'static str, Behave>>,
     sent: Mutex<Vec<(String, String)>>,
     kills: Mutex<Vec<(String, String)>>,
+    /// Each send's `Authorization` and pool slot, and each kill's `Authorization`.
+    logins: Mutex<Vec<(String, usize)>>,
+    kill_auths: Mutex<Vec<String>>,
     resets: Mutex<Vec<String>>,
     /// What a `/ping` finds, where it differs from what the replica's behaviour implies.
     probe: Mutex<HashMap<&'static str, Probe>>,
@@ -121,6 +124,8 @@ impl Backend for Fake {
         req: crate::cluster::upstream::BackendRequest,
     ) -> BoxFuture<Result<Response<GBody>, BackendError>> {
         self.sent.lock().unwrap().push((replica.base.clone(), req.target));
+        let auth = req.auth.as_ref().map(|a| a.to_str().unwrap_or("?").to_string()).unwrap_or_default();
+        self.logins.lock().unwrap().push((auth, req.pool));
         let b = self.behave.lock().unwrap().get(replica.base.as_str()).copied().unwrap_or(Behave::Hang);
         Box::pin(async move {
             match b {
@@ -145,7 +150,8 @@ impl Backend for Fake {
             }
         })
     }
-    fn kill(&self, replica: &crate::config::ReplicaAddr, _auth: &str, query_id: &str) -> BoxFuture<bool> {
+    fn kill(&self, replica: &crate::config::ReplicaAddr, auth: &str, query_id: &str) -> BoxFuture<bool> {
+        self.kill_auths.lock().unwrap().push(auth.to_string());
         self.kills.lock().unwrap().push((replica.base.clone(), query_id.to_string()));
         Box::pin(async { true })
     }
@@ -180,9 +186,11 @@ impl Backend for Fake {
 }
 
 /// The backends' credentials in these tests.
-fn test_auth() -> &'static BackendAuth {
-    static AUTH: std::sync::LazyLock<BackendAuth> = std::sync::LazyLock::new(|| BackendAuth::new("Basic x"));
-    &AUTH
+fn test_login() -> &'static Arc<BackendLogin> {
+    static LOGIN: std::sync::LazyLock<Arc<BackendLogin>> = std::sync::LazyLock::new(|| {
+        Arc::new(BackendLogin::new(&crate::config::Login { user: "x".into(), password: String::new() }, 0))
+    });
+    &LOGIN
 }
 
 struct World {
@@ -214,7 +222,7 @@ impl World {
     fn known_good(&self, plan: &Plan) {
         let backend = self.backend.clone();
         let auth = http::HeaderValue::from_static("Basic Og==");
-        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, auth, hold_for: None };
+        let http = Http { plan, parts: HttpParts::default(), body: held(), backend, auth, pool: 0, hold_for: None };
         self.quarantine.succeeded(http.shape().expect("a held read has a shape"));
     }
 
@@ -228,11 +236,16 @@ impl World {
     }
 
     async fn run(&self, plan: &Plan, body: SendBody) -> Outcome {
+        self.run_as(plan, body, test_login()).await
+    }
+
+    /// [`World::run`] as `login`.
+    async fn run_as(&self, plan: &Plan, body: SendBody, login: &Arc<BackendLogin>) -> Outcome {
         let ctx = Ctx {
             backend: &self.backend,
             balancer: &self.balancer,
             threads: None,
-            auth: test_auth(),
+            login,
             retry_budget: &self.budget,
             metrics: &self.metrics,
             hedging: &self.cfg.hedging,
@@ -265,6 +278,28 @@ async fn settle() {
 
 fn held() -> SendBody {
     SendBody::Held(Bytes::new())
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_attempt_and_the_losers_kill_go_as_the_querys_login() {
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
+    let w = World::new(&fake);
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
+    let tenant = Arc::new(BackendLogin::new(&crate::config::Login { user: "t".into(), password: "p".into() }, 2));
+    let run = w.run_as(&p, held(), &tenant);
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!("nothing answers yet"), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    let other = if first == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+    let mut o = run.await;
+    assert_eq!(answered(&mut o), (other.to_string(), true), "hedged to the other replica");
+    settle().await;
+    let sent = fake.logins.lock().unwrap().clone();
+    assert_eq!(sent, vec![("Basic dDpw".to_string(), 2); 2], "both attempts: the login's header, its pools");
+    assert_eq!(fake.kills().len(), 1);
+    assert_eq!(*fake.kill_auths.lock().unwrap(), ["Basic dDpw"], "the loser's KILL as the login that ran it");
 }
 
 #[tokio::test(start_paused = true)]
@@ -734,7 +769,7 @@ impl World {
             backend: &self.backend,
             balancer: &self.balancer,
             threads: None,
-            auth: test_auth(),
+            login: test_login(),
             retry_budget: &self.budget,
             metrics: &self.metrics,
             hedging: &self.cfg.hedging,

@@ -72,8 +72,11 @@ pub struct BackendRequest {
     pub target: String,
     /// The client's headers that go on, shared by the query's attempts.
     pub headers: std::sync::Arc<http::HeaderMap>,
-    /// The gateway's own `Authorization`, written after them.
+    /// The gateway's own `Authorization`, written after them: the login's the query runs as.
     pub auth: Option<http::HeaderValue>,
+    /// That login's slot ([`super::login::BackendLogin::slot`]): the request goes on a connection
+    /// of that login's pool only.
+    pub pool: usize,
     /// The body is empty and says so with `Content-Length: 0`: 18.16 answers a POST with neither
     /// `Content-Length` nor `Transfer-Encoding` with 411 (Code 381).
     pub empty_post: bool,
@@ -89,6 +92,7 @@ impl BackendRequest {
             target: target.into(),
             headers: Default::default(),
             auth: None,
+            pool: 0,
             empty_post: false,
             body,
         }

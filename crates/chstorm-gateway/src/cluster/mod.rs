@@ -10,7 +10,8 @@
 //!   [`h1`], the gateway's own HTTP/1 client, for `http://` replicas; hyper's for `https://`
 //!   ones, whose connections are [`backend_io`]'s. Both reset a connection dropped
 //!   mid-exchange, so a server never takes a cut-short body for a whole one. [`worker`]: the index of the worker thread running the
-//!   caller, which the per-worker pools key on.
+//!   caller, which the per-worker pools key on. [`login`]: the ClickHouse logins of a config,
+//!   which the pools key on too.
 //!
 //! This layer names only the layers below it (`config`, `metrics`, `log`), never the query
 //! path that uses it.
@@ -20,6 +21,7 @@ pub mod balancer;
 pub mod budget;
 pub mod h1;
 pub mod health;
+pub mod login;
 pub mod message;
 pub mod replica;
 pub mod upstream;

@@ -1,6 +1,9 @@
 //! Backend connections, behind the [`Backend`] trait so the attempt logic runs against a fake
-//! in unit tests: for each `http://` replica and worker thread a pool of the gateway's own
-//! HTTP/1 client ([`super::h1`]); for `https://` replicas a hyper client per replica and worker.
+//! in unit tests: for each `http://` replica, login and worker thread a pool of the gateway's own
+//! HTTP/1 client ([`super::h1`]); for `https://` replicas a hyper client per replica, login and
+//! worker. A request goes on its login's pool only ([`BackendRequest::pool`],
+//! [`super::login`]), so a connection opened for one ClickHouse user never carries another's
+//! query; `KILL QUERY` goes on a connection of its own.
 //! A replica marked down gets its pools emptied ([`Backend::reset_pool`]): connections to a
 //! server that is shutting down or hung are not handed out again.
 //!
@@ -41,7 +44,8 @@ pub trait Backend: Send + Sync + 'static {
         req: BackendRequest,
     ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>>;
     /// `KILL QUERY WHERE query_id = '...' ASYNC` on `replica`, authenticated by `auth` (an
-    /// `Authorization` header value); true when the server accepted it. Bounded by 5 s.
+    /// `Authorization` header value: the login that ran the query), on a new connection; true
+    /// when the server accepted it. Bounded by 5 s.
     fn kill(&self, replica: &ReplicaAddr, auth: &str, query_id: &str) -> BoxFuture<bool>;
     /// Forgets the idle pooled connections to `replica` (it went down).
     fn reset_pool(&self, replica: &ReplicaAddr);
@@ -76,20 +80,24 @@ pub enum Probe {
 }
 
 pub struct Upstream {
-    /// The `http://` replicas' pools per base URL: one per worker thread
-    /// ([`super::worker::current`]), so a connection stays on one thread.
+    /// The `http://` replicas' pools per base URL: one per login and worker thread, the login's
+    /// slot times `workers` plus the worker ([`super::worker::current`]), so a connection stays
+    /// with one login and on one thread.
     h1: HashMap<String, Vec<Arc<super::h1::pool::Pool>>, ahash::RandomState>,
-    /// For KILL QUERY and the thread budget's polls.
+    /// For the thread budget's polls (the clusters' logins) and the keep-alive lookup (none).
     client: HttpsClient,
-    /// The `https://` replicas' pools per base URL: one per worker thread
-    /// ([`super::worker::current`]), so a pooled connection's task runs on the thread of the
-    /// requests that use it. Each is swapped for a fresh one when the replica goes down.
+    /// The `https://` replicas' pools per base URL, indexed as `h1`'s, so a pooled connection's
+    /// task runs on the thread of the requests that use it. Each is swapped for a fresh one when
+    /// the replica goes down.
     pools: HashMap<String, Vec<ArcSwap<HttpsClient>>, ahash::RandomState>,
+    /// Worker threads: the stride of a login's pools.
+    workers: usize,
     /// Builds a fresh per-replica client.
     make_pool: Box<dyn Fn() -> HttpsClient + Send + Sync>,
-    /// For health probes: no pooling, so every probe tests the replica's listener. A server in
-    /// graceful shutdown closes its listener but still answers on open connections; a probe over
-    /// a pooled connection would call it healthy.
+    /// For health probes and kills: no pooling, so every probe tests the replica's listener (a
+    /// server in graceful shutdown closes its listener but still answers on open connections; a
+    /// probe over a pooled connection would call it healthy), and a kill's login keeps no
+    /// connection.
     probe_client: HttpsClient,
     /// The last probe of each replica, for [`Backend::alive_shared`].
     probes: std::sync::Mutex<HashMap<String, SharedProbe>>,
@@ -119,15 +127,17 @@ fn webpki_roots_list() -> Vec<rustls::pki_types::TrustAnchor<'static>> {
 }
 
 impl Upstream {
-    /// `workers` pools for each of `replicas`, each keeping at most `max_idle` idle connections,
-    /// plus the shared client for kills and budget polls.
+    /// `logins` x `workers` pools for each of `replicas` (`logins`: [`super::login::Logins::len`]),
+    /// each keeping at most `max_idle` idle connections, plus the shared client for budget polls.
     pub fn new(
         cfg: &PoolCfg,
         idle_timeout: Duration,
         max_idle: usize,
         replicas: &[ReplicaAddr],
         workers: usize,
+        logins: usize,
     ) -> Result<Upstream, String> {
+        let (workers, per_replica) = (workers.max(1), workers.max(1) * logins.max(1));
         let mut http = HttpConnector::new();
         http.set_nodelay(true);
         http.set_connect_timeout(Some(cfg.connect_timeout.0));
@@ -154,13 +164,13 @@ impl Upstream {
             .filter(|r| !r.https)
             .map(|r| {
                 let pool = || super::h1::pool::Pool::new(&r.base, idle_timeout, max_idle, cfg.connect_timeout.0);
-                Ok((r.base.clone(), (0..workers.max(1)).map(|_| pool().map(Arc::new)).collect::<Result<_, _>>()?))
+                Ok((r.base.clone(), (0..per_replica).map(|_| pool().map(Arc::new)).collect::<Result<_, _>>()?))
             })
             .collect::<Result<_, String>>()?;
         let pools = replicas
             .iter()
             .filter(|r| r.https)
-            .map(|r| (r.base.clone(), (0..workers.max(1)).map(|_| ArcSwap::from_pointee(make_pool())).collect()))
+            .map(|r| (r.base.clone(), (0..per_replica).map(|_| ArcSwap::from_pointee(make_pool())).collect()))
             .collect();
         let probe_client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
@@ -169,6 +179,7 @@ impl Upstream {
             h1,
             client,
             pools,
+            workers,
             make_pool: Box::new(make_pool),
             probe_client,
             probes: Default::default(),
@@ -181,7 +192,7 @@ impl Upstream {
         match cfg.idle_timeout {
             IdleTimeout::Fixed(d) => d,
             IdleTimeout::Auto => {
-                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), 1, &[], 1) else { return FALLBACK_IDLE };
+                let Ok(probe) = Upstream::new(cfg, Duration::from_secs(1), 1, &[], 1, 1) else { return FALLBACK_IDLE };
                 let mut learned: Option<Duration> = None;
                 for r in replicas {
                     if let Some(t) = probe.keepalive_timeout(r).await {
@@ -226,13 +237,26 @@ impl Upstream {
         self.client.request(req).await
     }
 
-    /// This worker's pool of `replica` (the shared client for a replica not in the config).
-    fn pool(&self, replica: &ReplicaAddr) -> HttpsClient {
+    /// The index of this worker's pool of the login at `slot` among a replica's pools.
+    fn pool_index(&self, slot: usize) -> usize {
+        slot.saturating_mul(self.workers).saturating_add(super::worker::current() % self.workers)
+    }
+
+    /// This worker's pool of `replica` for the login at `slot`: None for a slot the config has
+    /// not (no other login's pool stands in).
+    fn pool(&self, replica: &ReplicaAddr, slot: usize) -> Option<HttpsClient> {
+        let i = self.pool_index(slot);
         match self.pools.get(&replica.base) {
-            Some(p) => HttpsClient::clone(&p[super::worker::current() % p.len()].load()),
-            None => self.client.clone(),
+            Some(p) => p.get(i).map(|c| HttpsClient::clone(&c.load())),
+            None => Some(self.client.clone()).filter(|_| slot == 0),
         }
     }
+}
+
+/// The exchange of a request whose login has no pool here.
+fn no_pool(replica: &ReplicaAddr, slot: usize) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>> {
+    let message = format!("replica {}: no connection pool for login slot {slot}", replica.base);
+    Box::pin(std::future::ready(Err(BackendError { connect: true, message })))
 }
 
 impl Backend for Upstream {
@@ -242,9 +266,12 @@ impl Backend for Upstream {
         req: BackendRequest,
     ) -> BoxFuture<Result<hyper::Response<GBody>, BackendError>> {
         if let Some(p) = self.h1.get(&replica.base) {
-            return Box::pin(super::h1::send(p[super::worker::current() % p.len()].clone(), req));
+            return match p.get(self.pool_index(req.pool)) {
+                Some(pool) => Box::pin(super::h1::send(pool.clone(), req)),
+                None => no_pool(replica, req.pool),
+            };
         }
-        let pool = self.pool(replica);
+        let Some(pool) = self.pool(replica, req.pool) else { return no_pool(replica, req.pool) };
         let req = req.into_hyper(&replica.base);
         Box::pin(async move {
             match pool.request(req?).await {
@@ -265,7 +292,7 @@ impl Backend for Upstream {
         let sql =
             format!("KILL QUERY WHERE query_id = '{}' ASYNC", query_id.replace('\\', "\\\\").replace('\'', "\\'"));
         let req = hyper::Request::post(format!("{}/", replica.base)).header("authorization", auth).body(full(sql));
-        let client = self.client.clone();
+        let client = self.probe_client.clone();
         Box::pin(async move {
             let Ok(req) = req else { return false };
             match tokio::time::timeout(Duration::from_secs(5), client.request(req)).await {
@@ -354,10 +381,89 @@ mod tests {
         (addr, n)
     }
 
+    /// A keep-alive replica that answers every request `1\n`, recording each connection's
+    /// `authorization` values, by connection.
+    async fn recording_replica() -> (ReplicaAddr, Arc<std::sync::Mutex<Vec<Vec<String>>>>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = ReplicaAddr { base: format!("http://{}", l.local_addr().unwrap()), https: false };
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<Vec<String>>::new()));
+        let record = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let conn = {
+                    let mut all = record.lock().unwrap();
+                    all.push(Vec::new());
+                    all.len() - 1
+                };
+                let record = record.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut chunk).await {
+                        if n == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                            buf.drain(..end + 4);
+                            let auth = head.lines().find_map(|l| l.strip_prefix("authorization: ")).unwrap_or("");
+                            record.lock().unwrap()[conn].push(auth.to_string());
+                            // Slow enough that requests in flight at once need more connections.
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n1\n").await;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, seen)
+    }
+
+    #[tokio::test]
+    async fn a_connection_opened_for_one_login_never_carries_another_logins_request() {
+        let (r, seen) = recording_replica().await;
+        // Two workers, three logins: six pools for the replica.
+        let up =
+            Upstream::new(&PoolCfg::default(), Duration::from_secs(10), 8, std::slice::from_ref(&r), 2, 3).unwrap();
+        let up = Arc::new(up);
+        let auths = ["Basic YTo=", "Basic Yjo=", "Basic Yzo="];
+        let send = |slot: usize| {
+            let mut req = BackendRequest::new(http::Method::GET, "/?query=SELECT%201", empty());
+            (req.auth, req.pool) = (Some(http::HeaderValue::from_static(auths[slot])), slot);
+            let (up, r) = (up.clone(), r.clone());
+            async move {
+                let resp = Backend::send(&*up, &r, req).await.unwrap();
+                assert_eq!(resp.into_body().collect().await.unwrap().to_bytes(), "1\n");
+            }
+        };
+        // Rounds of requests of every login at once, interleaved, on both workers.
+        for round in 0..6 {
+            super::super::worker::set_current(round % 2);
+            let batch: Vec<_> = (0..12).map(|i| send((i * 7 + round) % 3)).collect();
+            futures_util::future::join_all(batch).await;
+        }
+        let seen = seen.lock().unwrap().clone();
+        let used: Vec<_> = seen.iter().filter(|c| !c.is_empty()).collect();
+        assert!(used.iter().any(|c| c.len() > 1), "connections were reused: {seen:?}");
+        for c in &used {
+            assert!(c.iter().all(|a| a == &c[0]), "one connection carried two logins: {c:?}");
+        }
+        for a in auths {
+            assert!(used.iter().any(|c| c[0] == a.to_ascii_lowercase()), "{a} was sent");
+        }
+        assert!(
+            Backend::send(&*up, &r, BackendRequest { pool: 3, ..BackendRequest::new(http::Method::GET, "/", empty()) })
+                .await
+                .is_err(),
+            "a slot with no pool borrows none"
+        );
+    }
+
     #[tokio::test]
     async fn reads_silent_at_once_share_one_ping_and_the_query_of_death_test_gets_its_own() {
         let (r, connections) = replica().await;
-        let up = Upstream::new(&PoolCfg::default(), Duration::from_secs(1), 1, std::slice::from_ref(&r), 1).unwrap();
+        let up = Upstream::new(&PoolCfg::default(), Duration::from_secs(1), 1, std::slice::from_ref(&r), 1, 1).unwrap();
         let t = Duration::from_millis(500);
         // The ten reads fall silent within one instant: the clock stands still while they ask.
         tokio::time::pause();

@@ -46,8 +46,8 @@ fn default_key_type() -> String {
 pub(super) struct RawCluster {
     #[serde(default = "default_user")]
     user: String,
-    #[serde(default)]
-    password: String,
+    password: Option<String>,
+    password_env: Option<String>,
     shards: Vec<RawShard>,
     routing: Option<RawRouting>,
     /// The thread budget (`crate::cluster::budget`); absent: no budget.
@@ -77,6 +77,9 @@ pub struct Shard {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     pub name: String,
+    /// The cluster's login (`user`, and `password` or `password_env`): what the gateway's own
+    /// work runs as (KILL guards aside, which go as the query's user), and the queries of users
+    /// without a `backend`.
     pub user: String,
     pub password: String,
     pub shards: Vec<Shard>,
@@ -85,6 +88,13 @@ pub struct Cluster {
     /// Each replica's native TCP address (`HOST:PORT`) by its [`ReplicaAddr::base`]: from the
     /// shards' `native` lists; every replica has one when `listen_native` is set.
     pub native: BTreeMap<String, String>,
+}
+
+impl Cluster {
+    /// The cluster's own login.
+    pub fn login(&self) -> super::Login {
+        super::Login { user: self.user.clone(), password: self.password.clone() }
+    }
 }
 
 /// The clusters and their thread budgets, by cluster name.
@@ -118,7 +128,9 @@ pub(super) fn parse(ctx: &Ctx, raw: BTreeMap<String, RawCluster>, native_needed:
             let known = |base: &str| shards.iter().any(|s| s.replicas.iter().any(|r| r.base == base));
             budgets.insert(name.clone(), threads::parse(ctx, &name, t, &known)?);
         }
-        clusters.insert(name.clone(), Cluster { name, user: c.user, password: c.password, shards, routing, native });
+        let place = super::login::Place { at: &format!("{name}:"), field: &format!("clusters.{name}") };
+        let password = super::login::password(ctx, &place, c.password.as_deref(), c.password_env.as_deref())?;
+        clusters.insert(name.clone(), Cluster { name, user: c.user, password, shards, routing, native });
     }
     Ok((clusters, budgets))
 }

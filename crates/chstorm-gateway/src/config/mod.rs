@@ -10,7 +10,9 @@
 //! * [`backend`]: `health`, `retries`, `hedging` and `pool` (how replicas are used);
 //! * [`clusters`]: `clusters` (shards, replicas, native addresses, routing), each cluster's
 //!   `threads` in [`threads`];
-//! * [`users`]: `users` (passwords, networks, admission, settings rules).
+//! * [`users`]: `users` (passwords, networks, admission, settings rules, the ClickHouse user
+//!   each runs as);
+//! * [`login`]: the logins the gateway uses on the replicas (a cluster's, a user's `backend`).
 //!
 //! [`Config::parse`] runs them in that order, so that the first error in the file's order of
 //! sections is the one reported.
@@ -19,6 +21,7 @@ mod backend;
 mod clusters;
 mod limits;
 mod listen;
+mod login;
 #[cfg(test)]
 mod tests;
 mod threads;
@@ -33,6 +36,7 @@ pub use clusters::{Cluster, ReplicaAddr, Shard};
 pub use limits::{Limits, DEFAULT_MAX_QUERY_DEPTH, MIN_CLIENT_TIMEOUT};
 #[allow(unused_imports)]
 pub use listen::{auto_workers, Shutdown, TlsFiles, MAX_WORKERS};
+pub use login::Login;
 pub use threads::{ThreadMode, ThreadTotal, Threads};
 #[allow(unused_imports)]
 pub use users::{check_user_name, AllowedSettings, Names, User, MAX_USER_NAME};
@@ -60,6 +64,8 @@ pub use chstorm_yaml::Dur;
 struct Ctx<'a> {
     file: String,
     text: &'a str,
+    /// The environment variables `password_env` names are read from.
+    env: &'a dyn Fn(&str) -> Option<String>,
 }
 
 impl Ctx<'_> {
@@ -143,13 +149,22 @@ impl Config {
 
     /// Parses and validates config text, section by section (see the module doc).
     pub fn parse(text: &str, source: &Path) -> Result<Config, ConfigError> {
+        Config::parse_with_env(text, source, &|name| std::env::var(name).ok())
+    }
+
+    /// [`Config::parse`], with the variables `password_env` names read from `env`.
+    pub fn parse_with_env(
+        text: &str,
+        source: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let file = source.display().to_string();
         let raw: RawConfig = chstorm_yaml::parse(text).map_err(|e| ConfigError {
             file: file.clone(),
             line: e.line,
             message: e.message,
         })?;
-        let ctx = Ctx { file, text };
+        let ctx = Ctx { file, text, env };
         let addrs = listen::parse(&ctx, &raw)?;
         limits::check(&ctx, &raw.limits)?;
         backend::check(&ctx, &raw.health, &raw.retries, &raw.hedging)?;

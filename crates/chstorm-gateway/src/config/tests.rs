@@ -263,3 +263,47 @@ fn idle_connections_per_pool_are_auto_or_a_count() {
         assert!(e.contains("max_idle_per_replica") || e.contains("not auto or a number of connections"), "{v}: {e}");
     }
 }
+
+#[test]
+fn each_user_may_run_as_its_own_clickhouse_user() {
+    let env = |name: &str| (name == "READER_PW").then(|| "from-env".to_string());
+    let with = |user: &str| {
+        EXAMPLE.replace(
+            "    settings: {}                  # fixed settings, win over the client's\n",
+            &format!("    settings: {{}}\n{user}"),
+        )
+    };
+    let parse = |text: &str| Config::parse_with_env(text, Path::new("g.yaml"), &env);
+    let c = parse(&with("    backend: {user: chstorm_reader, password_env: READER_PW}\n    metrics: true\n")).unwrap();
+    let u = &c.users["default"];
+    assert_eq!(u.backend, Some(Login { user: "chstorm_reader".into(), password: "from-env".into() }));
+    assert!(u.metrics);
+    assert!(!format!("{u:?}").contains("from-env"), "Debug hides the password");
+    let c = parse(&with("    backend:\n      user: w\n      password: inline\n")).unwrap();
+    assert_eq!(c.users["default"].backend.as_ref().map(|l| l.password.as_str()), Some("inline"));
+    let c = parse(EXAMPLE).unwrap();
+    assert!(
+        c.users["default"].backend.is_none() && !c.users["default"].metrics,
+        "the defaults: the cluster's login, no metrics"
+    );
+    assert_eq!(c.clusters["storm"].login(), Login { user: "default".into(), password: String::new() });
+    let err = |text: &str| parse(text).unwrap_err().to_string();
+    let e = err(&with("    backend: {user: w, password: a, password_env: READER_PW}\n"));
+    assert_eq!(e, "g.yaml: line 76: users[0].backend: both password and password_env are set; keep one");
+    let e = err(&with("    backend: {user: w, password_env: NOT_THERE}\n"));
+    assert!(
+        e.starts_with("g.yaml: line 76: users[0].backend.password_env: the environment variable NOT_THERE is not set"),
+        "{e}"
+    );
+    let e = err(&with("    backend: {user: \"\"}\n"));
+    assert_eq!(e, "g.yaml: line 76: users[0].backend.user: the user name is empty");
+    let e = err(&with("    backend: {user: w, pasword: x}\n"));
+    assert!(e.contains("unknown field `pasword`"), "{e}");
+    let e = err(&with("    backend: {user: w, password_env: \"\"}\n"));
+    assert!(e.contains("users[0].backend.password_env: '' is not a variable name"), "{e}");
+    // The cluster's own password may come from the environment too.
+    let text = EXAMPLE.replace("    password: \"\"\n", "    password_env: READER_PW\n");
+    assert_eq!(parse(&text).unwrap().clusters["storm"].password, "from-env");
+    let e = err(&EXAMPLE.replace("    password: \"\"\n", "    password: \"\"\n    password_env: X\n"));
+    assert!(e.contains("clusters.storm: both password and password_env are set"), "{e}");
+}

@@ -1,5 +1,7 @@
-//! `users:`: who may connect, from where, to which cluster, with which limits and settings.
+//! `users:`: who may connect, from where, to which cluster, with which limits and settings, as
+//! which ClickHouse user (`backend`), and whether it may read the gateway's metrics.
 
+use super::login::{self, Login, RawBackend};
 use super::{Cluster, ConfigError, Ctx, Dur};
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -38,6 +40,9 @@ pub(super) struct RawUser {
     own_databases: Vec<String>,
     #[serde(default)]
     table_functions: Vec<String>,
+    backend: Option<RawBackend>,
+    #[serde(default)]
+    metrics: bool,
 }
 
 fn loopback() -> Vec<String> {
@@ -122,6 +127,12 @@ pub struct User {
     /// Table functions, engines and dictionary sources that reach outside the server which a
     /// user with rules may still call, lowercased (`table_functions`; default none).
     pub table_functions: BTreeSet<String>,
+    /// The ClickHouse user this user's queries run as on the replicas (`backend:`). None (the
+    /// default): the cluster's login, shared with every other user without one.
+    pub backend: Option<Login>,
+    /// May read `/metrics` on the client port (when `metrics_listen` is not set) and see the
+    /// replicas' URLs in `/replicas_status`. Default false.
+    pub metrics: bool,
 }
 
 /// The longest user name the gateway accepts, in a request or in the config: 128 bytes.
@@ -211,6 +222,10 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
     } else {
         AllowedSettings::Only(u.allowed_settings.iter().cloned().collect())
     };
+    let backend = match &u.backend {
+        None => None,
+        Some(b) => Some(login::backend(ctx, &login::Place { at, field: &format!("users[{i}].backend") }, b)?),
+    };
     let mut settings = Vec::new();
     for (k, v) in &u.settings {
         let v =
@@ -251,5 +266,7 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
         operators,
         own_databases: Names::from_config(&u.own_databases),
         table_functions: u.table_functions.iter().map(|f| f.to_ascii_lowercase()).collect(),
+        backend,
+        metrics: u.metrics,
     })
 }

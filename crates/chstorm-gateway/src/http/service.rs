@@ -190,9 +190,10 @@ where
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
     if plan.session.is_some() {
-        return crate::out_of_line::boxed(|| in_session(&state, cluster, &exit, plan, http, body)).await;
+        let login = state.login(&u, cluster);
+        return crate::out_of_line::boxed(|| in_session(&state, cluster, login, &exit, plan, http, body)).await;
     }
-    let ctx = cluster.attempt_ctx(&state, cluster.head_times(plan.target));
+    let ctx = cluster.attempt_ctx(&state, state.login(&u, cluster), cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = fin.filter(|_| plan.kind == StatementKind::Read);
     let outcome = {
@@ -215,10 +216,12 @@ where
 /// (`session_check=1`), the session moved first when its home is down, or after the home
 /// restarted (Code 372, SESSION_NOT_FOUND) and the request is sent again; a session that cannot
 /// be carried fails in one line. A session's query is never retried nor hedged, so the client's
-/// FIN does not abandon it either.
+/// FIN does not abandon it either. Its requests and replays go as `login`, the user's: a
+/// server keeps a session per its own user.
 async fn in_session(
     state: &State,
     cluster: &crate::state::ClusterRt,
+    login: &Arc<crate::cluster::login::BackendLogin>,
     exit: &Exit<'_>,
     mut plan: crate::query::plan::Plan,
     http: crate::attempt::HttpParts,
@@ -226,7 +229,7 @@ async fn in_session(
 ) -> Served {
     use super::session::{Replay, Route};
     let Some(s) = plan.session.clone() else { unreachable!("in_session takes a session's plan") };
-    let replay = Replay { backend: &state.backend, auth: cluster.auth.header.clone(), timeout: s.timeout.clone() };
+    let replay = Replay { backend: &state.backend, login, timeout: s.timeout.clone() };
     let again = match &body {
         SendBody::Held(b) => Some(b.clone()),
         SendBody::Once(_) => None,
@@ -243,7 +246,7 @@ async fn in_session(
             attempt_plan.pinned = Some(*at);
             attempt_plan.push_param("session_check", "1");
         }
-        let ctx = cluster.attempt_ctx(state, cluster.head_times(attempt_plan.target));
+        let ctx = cluster.attempt_ctx(state, login, cluster.head_times(attempt_plan.target));
         let Some(send) = body.take().or_else(|| again.clone().map(SendBody::Held)) else {
             unreachable!("a streamed body is sent once")
         };

@@ -200,7 +200,8 @@ impl Sessions {
 /// parameters of the session's requests.
 pub struct Replay<'a> {
     pub backend: &'a Arc<dyn Backend>,
-    pub auth: http::HeaderValue,
+    /// The session's user's login: its `Authorization` and pools.
+    pub login: &'a Arc<crate::cluster::login::BackendLogin>,
     /// `session_timeout`, when the session's requests give one.
     pub timeout: Option<String>,
 }
@@ -230,7 +231,8 @@ impl Replay<'_> {
                 method: http::Method::POST,
                 target: target.clone(),
                 headers: Default::default(),
-                auth: Some(self.auth.clone()),
+                auth: Some(self.login.header.clone()),
+                pool: self.login.slot,
                 empty_post: sql.is_empty(),
                 body: if sql.is_empty() { empty() } else { full(Bytes::from(sql.clone())) },
             };

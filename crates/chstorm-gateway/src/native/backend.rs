@@ -1,13 +1,16 @@
 //! Native connections to the replicas, and their pool.
 //!
-//! A connection is opened with the cluster's backend credentials at the revision the client
-//! negotiated (at most 54412), so the packets relayed between them have one layout. It goes back
-//! to the pool only after an exchange that ended cleanly (EndOfStream, no Cancel, nothing left
-//! unread); anything else drops it, which closes it. Pooled connections are keyed by replica,
-//! database and revision, kept idle at most [`IDLE_TIMEOUT`], and checked for a close by the
-//! server (a non-blocking read) before they are handed out. Plain TCP only: a replica's native
+//! A connection is opened with the login of the user whose query needs it (its `backend`, else
+//! its cluster's: `crate::state::State::login`) at the revision the client negotiated (at most
+//! 54412), so the packets relayed between them have one layout. It goes back to the pool only
+//! after an exchange that ended cleanly (EndOfStream, no Cancel, nothing left unread); anything
+//! else drops it, which closes it. Pooled connections are keyed by replica, login, database and
+//! revision (a connection opened for one login is never handed to another's query), kept idle
+//! at most [`IDLE_TIMEOUT`], and checked for a close by the server (a non-blocking read) before
+//! they are handed out. Plain TCP only: a replica's native
 //! port with TLS is not supported yet.
 
+use crate::cluster::login::BackendLogin;
 use crate::cluster::worker::current;
 use chstorm_proto::native::packets::read_server_hello;
 use chstorm_proto::native::server::block::Scratch;
@@ -40,12 +43,15 @@ pub struct BackendConn {
 }
 
 /// Idle connections by replica (its native address), newest last: a lookup by `&str` makes no
-/// key, and a replica's list is short (at most `max_idle` per database, revision and worker).
+/// key, and a replica's list is short (at most `max_idle` per login, database, revision and
+/// worker).
 type IdleMap = HashMap<String, Vec<(Box<BackendConn>, Instant)>, ahash::RandomState>;
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Key {
     native: String,
+    /// The login it said Hello with.
+    login: Arc<BackendLogin>,
     database: String,
     revision: u64,
     /// The worker thread whose reactor the connection is registered with
@@ -54,8 +60,8 @@ struct Key {
 }
 
 impl Key {
-    fn is(&self, database: &str, revision: u64, worker: usize) -> bool {
-        self.revision == revision && self.worker == worker && self.database == database
+    fn is(&self, login: &BackendLogin, database: &str, revision: u64, worker: usize) -> bool {
+        self.revision == revision && self.worker == worker && self.database == database && self.login.same_as(login)
     }
 }
 
@@ -82,14 +88,13 @@ impl ConnectError {
 }
 
 impl BackendConn {
-    /// Connects to `native` (`HOST:PORT`) and says Hello. The connection is boxed: it moves
-    /// through the attempt loop, the pool and the session by pointer, not its 416 bytes.
+    /// Connects to `native` (`HOST:PORT`) and says Hello as `login`. The connection is boxed: it
+    /// moves through the attempt loop, the pool and the session by pointer, not its 416 bytes.
     pub async fn connect(
         native: &str,
         database: &str,
         revision: u64,
-        user: &str,
-        password: &str,
+        login: &Arc<BackendLogin>,
         connect_timeout: Duration,
     ) -> Result<Box<BackendConn>, ConnectError> {
         let tcp = match tokio::time::timeout(connect_timeout, TcpStream::connect(native)).await {
@@ -101,7 +106,7 @@ impl BackendConn {
         let (r, mut w) = tcp.into_split();
         let mut io = Io::new(r);
         let mut hello = Vec::with_capacity(64);
-        backend_hello(&mut hello, revision, database, user, password);
+        backend_hello(&mut hello, revision, database, &login.user, &login.password);
         let exchange = async {
             w.write_all(&hello).await?;
             read_server_hello(&mut io).await
@@ -120,7 +125,13 @@ impl BackendConn {
             Err(_) => return Err(ConnectError::new(format!("hello to {native}: no answer in 5 s"))),
         };
         let revision = revision.min(server.revision);
-        let key = Key { native: native.to_string(), database: database.to_string(), revision, worker: current() };
+        let key = Key {
+            native: native.to_string(),
+            login: login.clone(),
+            database: database.to_string(),
+            revision,
+            worker: current(),
+        };
         Ok(Box::new(BackendConn { io, w, server, revision, scratch: Scratch::default(), key }))
     }
 
@@ -139,7 +150,7 @@ impl BackendConn {
     }
 }
 
-/// Idle connections by replica, database and revision; clones share them.
+/// Idle connections by replica, login, database and revision; clones share them.
 #[derive(Clone)]
 pub struct Pool {
     idle: Arc<Mutex<IdleMap>>,
@@ -151,14 +162,15 @@ impl Pool {
         Pool { idle: Arc::new(Mutex::new(HashMap::default())), max_idle: max_idle_per_replica }
     }
 
-    /// An idle connection, if one is alive: the newest of those to `native` for `database` and
-    /// `revision` on this worker. Those found expired or closed on the way are dropped.
-    pub fn take(&self, native: &str, database: &str, revision: u64) -> Option<Box<BackendConn>> {
+    /// An idle connection, if one is alive: the newest of those to `native` opened by `login`
+    /// for `database` and `revision` on this worker. Those found expired or closed on the way are
+    /// dropped.
+    pub fn take(&self, native: &str, login: &BackendLogin, database: &str, revision: u64) -> Option<Box<BackendConn>> {
         let worker = current();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         let list = idle.get_mut(native)?;
         let now = Instant::now();
-        while let Some(i) = list.iter().rposition(|(c, _)| c.key.is(database, revision, worker)) {
+        while let Some(i) = list.iter().rposition(|(c, _)| c.key.is(login, database, revision, worker)) {
             let (c, at) = list.remove(i);
             if now.duration_since(at) < IDLE_TIMEOUT && c.looks_alive() {
                 return Some(c);
@@ -180,7 +192,7 @@ impl Pool {
         let expired = list.iter().take_while(|(_, at)| now.duration_since(*at) >= IDLE_TIMEOUT).count();
         list.drain(..expired);
         let key = &c.key;
-        let like = list.iter().filter(|(o, _)| o.key.is(&key.database, key.revision, key.worker)).count();
+        let like = list.iter().filter(|(o, _)| o.key.is(&key.login, &key.database, key.revision, key.worker)).count();
         if like < self.max_idle {
             list.push((c, now));
         }
@@ -197,9 +209,25 @@ mod tests {
     use super::*;
     use crate::cluster::worker::set_current;
 
+    /// The login `user` (without a password), at slot 0.
+    fn login(user: &str) -> Arc<BackendLogin> {
+        Arc::new(BackendLogin::new(&crate::config::Login { user: user.into(), password: String::new() }, 0))
+    }
+
     /// A connection to a listener that accepts and keeps it open (a pooled connection with
-    /// nothing to read), keyed by `native`, `database`, `revision` and this worker.
+    /// nothing to read), keyed by `native`, the login `default`, `database`, `revision` and this
+    /// worker.
     async fn conn(native: &str, database: &str, revision: u64) -> (Box<BackendConn>, TcpStream) {
+        conn_as(&login("default"), native, database, revision).await
+    }
+
+    /// [`conn`] opened by `login`.
+    async fn conn_as(
+        login: &Arc<BackendLogin>,
+        native: &str,
+        database: &str,
+        revision: u64,
+    ) -> (Box<BackendConn>, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let tcp = TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
         let (peer, _) = listener.accept().await.unwrap();
@@ -213,9 +241,12 @@ mod tests {
             timezone: "UTC".into(),
             display_name: "test".into(),
         };
-        let key = Key { native: native.into(), database: database.into(), revision, worker: current() };
+        let key =
+            Key { native: native.into(), login: login.clone(), database: database.into(), revision, worker: current() };
         (Box::new(BackendConn { io: Io::new(r), w, server, revision, scratch: Scratch::default(), key }), peer)
     }
+
+    static D: std::sync::LazyLock<Arc<BackendLogin>> = std::sync::LazyLock::new(|| login("default"));
 
     fn port(c: &BackendConn) -> u16 {
         c.io.get_ref().local_addr().unwrap().port()
@@ -233,15 +264,50 @@ mod tests {
             peers.push(p);
             pool.put(c);
         }
-        assert!(pool.take("b:1", "default", 54412).is_none(), "another replica");
-        assert!(pool.take("a:1", "default", 54411).is_none(), "another revision");
+        assert!(pool.take("b:1", &D, "default", 54412).is_none(), "another replica");
+        assert!(pool.take("a:1", &D, "default", 54411).is_none(), "another revision");
         set_current(1);
-        assert!(pool.take("a:1", "default", 54412).is_none(), "another worker");
+        assert!(pool.take("a:1", &D, "default", 54412).is_none(), "another worker");
         set_current(0);
-        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(ports[1]), "the newest first");
-        assert_eq!(pool.take("a:1", "other", 54412).map(|c| port(&c)), Some(ports[2]));
-        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(ports[0]));
-        assert!(pool.take("a:1", "default", 54412).is_none());
+        assert_eq!(pool.take("a:1", &D, "default", 54412).map(|c| port(&c)), Some(ports[1]), "the newest first");
+        assert_eq!(pool.take("a:1", &D, "other", 54412).map(|c| port(&c)), Some(ports[2]));
+        assert_eq!(pool.take("a:1", &D, "default", 54412).map(|c| port(&c)), Some(ports[0]));
+        assert!(pool.take("a:1", &D, "default", 54412).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_connection_goes_back_only_to_queries_of_the_login_that_opened_it() {
+        set_current(0);
+        let pool = Pool::new(8);
+        let (a, b) = (login("tenant_a"), login("tenant_b"));
+        let other_password =
+            Arc::new(BackendLogin::new(&crate::config::Login { user: "tenant_a".into(), password: "x".into() }, 3));
+        let mut peers = Vec::new();
+        let mut by_login = Vec::new();
+        // Interleaved, as two users' queries come and go on one replica.
+        for (i, l) in [&a, &b, &a, &b, &a].into_iter().enumerate() {
+            let (c, p) = conn_as(l, "a:1", "default", 54412).await;
+            by_login.push((l.user.clone(), port(&c), i));
+            peers.push(p);
+            pool.put(c);
+        }
+        assert!(pool.take("a:1", &other_password, "default", 54412).is_none(), "same name, other password");
+        assert!(pool.take("a:1", &D, "default", 54412).is_none(), "a third login");
+        // The same login from a config reloaded since (another slot) finds its connections.
+        let a_again =
+            Arc::new(BackendLogin::new(&crate::config::Login { user: "tenant_a".into(), password: "".into() }, 5));
+        let mut got = Vec::new();
+        while let Some(c) = pool.take("a:1", &b, "default", 54412) {
+            got.push(("tenant_b", port(&c)));
+        }
+        while let Some(c) = pool.take("a:1", &a_again, "default", 54412) {
+            got.push(("tenant_a", port(&c)));
+        }
+        assert_eq!(got.len(), 5, "every connection handed out once");
+        for (user, p) in got {
+            let opened_by = by_login.iter().find(|(_, q, _)| *q == p).map(|(u, _, _)| u.as_str());
+            assert_eq!(opened_by, Some(user), "port {p}");
+        }
     }
 
     #[tokio::test]
@@ -257,11 +323,11 @@ mod tests {
         let (c, p) = conn("b:1", "default", 54412).await;
         peers.push(p);
         pool.put(c);
-        let taken: Vec<_> = std::iter::from_fn(|| pool.take("a:1", "default", 54412)).collect();
+        let taken: Vec<_> = std::iter::from_fn(|| pool.take("a:1", &D, "default", 54412)).collect();
         assert_eq!(taken.len(), 2, "a third like connection is closed, not kept");
         pool.reset("a:1");
-        assert!(pool.take("a:1", "other", 54412).is_none());
-        assert!(pool.take("b:1", "default", 54412).is_some(), "another replica's stay");
+        assert!(pool.take("a:1", &D, "other", 54412).is_none());
+        assert!(pool.take("b:1", &D, "default", 54412).is_some(), "another replica's stay");
     }
 
     #[tokio::test]
@@ -275,8 +341,8 @@ mod tests {
         pool.put(new);
         drop(peer_new);
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert_eq!(pool.take("a:1", "default", 54412).map(|c| port(&c)), Some(old_port));
-        assert!(pool.take("a:1", "default", 54412).is_none());
+        assert_eq!(pool.take("a:1", &D, "default", 54412).map(|c| port(&c)), Some(old_port));
+        assert!(pool.take("a:1", &D, "default", 54412).is_none());
         drop(peer_old);
     }
 }

@@ -31,6 +31,7 @@ use super::client::{ClientConn, ClientPacket, Pinned, Shared};
 use super::client_io::ClientWrite;
 use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Packet};
 use crate::attempt::{Answered, Outcome};
+use crate::cluster::login::BackendLogin;
 use crate::metrics::UNKNOWN_USER;
 use crate::query::admission::{admit_global, admit_user};
 use crate::query::exit::{Exit, REJECTED};
@@ -149,8 +150,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         natives: &cluster.cfg.native,
         database: &database,
         revision: conn.revision,
-        user: &cluster.cfg.user,
-        password: &cluster.cfg.password,
+        login: state.login(&user.cfg, cluster),
         connect_timeout: state.config.pool.connect_timeout.0,
         q: &q,
         plan: &plan,
@@ -237,7 +237,8 @@ async fn session_statement(
         // A pinned connection runs the USE itself, so its backend follows.
         return Statement::Query { use_db: Some(db) };
     }
-    let (status, answer) = match check_database(shared, state, cluster, &db, conn.revision).await {
+    let login = state.login(&user.cfg, cluster);
+    let (status, answer) = match check_database(shared, state, cluster, login, &db, conn.revision).await {
         Ok(()) => {
             conn.database = db;
             (200, end_of_stream())
@@ -279,7 +280,7 @@ async fn answer(
     conn: &mut ClientConn,
     pin: bool,
 ) -> (u16, bool) {
-    let ctx = cluster.attempt_ctx(state, cluster.native_head_times(plan.target));
+    let ctx = cluster.attempt_ctx(state, transport.login, cluster.native_head_times(plan.target));
     // Client packets before the answer's head: INSERT data (a client waits for the header
     // block first, but may not), held for the winner.
     // Held on the connection's account, as the external tables are.
@@ -571,27 +572,25 @@ fn use_target(sql: &Reading<'_>) -> Option<String> {
     }
 }
 
-/// Checks that `database` exists, on a connection opened to it (kept in the pool): Err is the
-/// server's exception for a client's mistake (Code 81), or 210 when no replica answers. Marks
-/// nothing down.
+/// Checks that `database` exists for `login` (the user's), on a connection opened to it (kept
+/// in the pool): Err is the server's exception for a client's mistake (Code 81, or 291 for a
+/// database the login may not use), or 210 when no replica answers. Marks nothing down.
 async fn check_database(
     shared: &Shared,
     state: &State,
     cluster: &ClusterRt,
+    login: &Arc<BackendLogin>,
     database: &str,
     revision: u64,
 ) -> Result<(), (i32, String)> {
     let mut last = String::from("no replica");
     for r in cluster.balancer.replicas() {
         let Some(native) = cluster.cfg.native.get(&r.addr.base) else { continue };
-        if let Some(c) = shared.pool.take(native, database, revision) {
+        if let Some(c) = shared.pool.take(native, login, database, revision) {
             shared.pool.put(c);
             return Ok(());
         }
-        let (user, password) = (&cluster.cfg.user, &cluster.cfg.password);
-        match BackendConn::connect(native, database, revision, user, password, state.config.pool.connect_timeout.0)
-            .await
-        {
+        match BackendConn::connect(native, database, revision, login, state.config.pool.connect_timeout.0).await {
             Ok(c) => {
                 shared.pool.put(c);
                 return Ok(());

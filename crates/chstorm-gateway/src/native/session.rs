@@ -189,7 +189,7 @@ async fn handshake(
         }
     };
     let revision = hello.revision.min(CLIENT_REVISION);
-    let info = match server_info(shared, state, &user.cfg.cluster, &hello.database, revision).await {
+    let info = match server_info(shared, state, &user.cfg, &hello.database, revision).await {
         Ok(i) => i,
         Err((code, msg)) => {
             let _ = w.write_all(&refuse(code, msg)).await;
@@ -202,35 +202,28 @@ async fn handshake(
     Some((user, revision))
 }
 
-/// The backends' Hello, from the first connection the gateway makes (which then goes to the
-/// pool). Err: the exception for the client, the server's own when it refused the Hello for the
-/// client's reason (a database that does not exist: Code 81), else 210; nothing is marked down
-/// here.
+/// The backends' Hello, from the first connection the gateway makes, as `user`'s login (it then
+/// goes to the pool, for that login). Err: the exception for the client, the server's own when
+/// it refused the Hello for the client's reason (a database that does not exist: Code 81), else
+/// 210; nothing is marked down here.
 async fn server_info(
     shared: &Shared,
     state: &State,
-    cluster: &str,
+    user: &crate::config::User,
     database: &str,
     revision: u64,
 ) -> Result<ServerInfo, (i32, String)> {
     if let Some(i) = shared.server_info.lock().unwrap_or_else(|e| e.into_inner()).clone() {
         return Ok(i);
     }
+    let cluster = &user.cluster;
     let c =
         state.clusters.get(cluster).ok_or_else(|| (210, format!("chstorm gateway: cluster '{cluster}' is gone")))?;
+    let login = state.login(user, c);
     let mut last = String::from("no replica");
     for r in c.balancer.replicas() {
         let Some(native) = c.cfg.native.get(&r.addr.base) else { continue };
-        match BackendConn::connect(
-            native,
-            database,
-            revision,
-            &c.cfg.user,
-            &c.cfg.password,
-            state.config.pool.connect_timeout.0,
-        )
-        .await
-        {
+        match BackendConn::connect(native, database, revision, login, state.config.pool.connect_timeout.0).await {
             Ok(conn) => {
                 let info = conn.server.clone();
                 *shared.server_info.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.clone());

@@ -23,6 +23,7 @@
 //! rhythm than HTTP ones.
 use super::backend::{BackendConn, Pool};
 use crate::attempt::{Judged, Live, Transport};
+use crate::cluster::login::BackendLogin;
 use crate::cluster::replica::Replica;
 use crate::cluster::upstream::{BackendError, BoxFuture};
 use crate::query::plan::Plan;
@@ -158,8 +159,7 @@ enum Start {
 struct Dial {
     native: String,
     database: String,
-    user: String,
-    password: String,
+    login: Arc<BackendLogin>,
     timeout: Duration,
 }
 
@@ -195,8 +195,9 @@ pub struct Native<'a> {
     pub database: &'a str,
     /// The revision the client negotiated; backend connections speak it too.
     pub revision: u64,
-    pub user: &'a str,
-    pub password: &'a str,
+    /// The login the query runs as (`crate::state::State::login`): new connections say Hello
+    /// with it, and only its pooled connections are taken.
+    pub login: &'a Arc<BackendLogin>,
     pub connect_timeout: Duration,
     pub q: &'a Query,
     pub plan: &'a Plan,
@@ -287,13 +288,12 @@ impl Transport for Native<'_> {
         let hold = self.plan.latitude.retry;
         let (progress, replica, pace) = (self.progress.clone(), replica.clone(), self.pace());
         // A pooled connection is taken now; only a new one needs the login, made owned here.
-        let start = match self.pool.take(native, self.database, revision) {
+        let start = match self.pool.take(native, self.login, self.database, revision) {
             Some(c) => Start::Pooled(c),
             None => Start::Dial(Dial {
                 native: native.clone(),
                 database: self.database.to_string(),
-                user: self.user.to_string(),
-                password: self.password.to_string(),
+                login: self.login.clone(),
                 timeout: self.connect_timeout,
             }),
         };
@@ -303,8 +303,7 @@ impl Transport for Native<'_> {
                 Start::Pooled(c) => c,
                 // Nothing was sent when the connection or its Hello failed: the query did not run.
                 Start::Dial(d) => {
-                    match BackendConn::connect(&d.native, &d.database, revision, &d.user, &d.password, d.timeout).await
-                    {
+                    match BackendConn::connect(&d.native, &d.database, revision, &d.login, d.timeout).await {
                         Ok(c) => c,
                         // The client's mistake is its answer, and no fault of the replica's.
                         Err(e) if e.blames_client() => {
@@ -452,6 +451,11 @@ mod tests {
     use chstorm_proto::native::CLIENT_REVISION;
     use tokio::io::AsyncReadExt;
 
+    /// The login `default`, without a password.
+    static DEFAULT: std::sync::LazyLock<Arc<BackendLogin>> = std::sync::LazyLock::new(|| {
+        Arc::new(BackendLogin::new(&crate::config::Login { user: "default".into(), password: String::new() }, 0))
+    });
+
     const REV: u64 = 54412;
     /// How long a fake replica keeps its connection open after its answer.
     const LINGER: Duration = Duration::from_secs(5);
@@ -507,8 +511,7 @@ mod tests {
             natives,
             database: "default",
             revision: REV.min(CLIENT_REVISION),
-            user: "default",
-            password: "",
+            login: &DEFAULT,
             connect_timeout: Duration::from_secs(5),
             q,
             plan,

@@ -63,7 +63,7 @@ fn state_with(fake: Arc<Fake>, edit: impl FnOnce(&mut Config)) -> Arc<State> {
     ro.readonly = true;
     cfg.users.insert("ro".into(), ro);
     edit(&mut cfg);
-    let upstream = Arc::new(Upstream::new(&cfg.pool, Duration::from_secs(1), 1, &[], 1).unwrap());
+    let upstream = Arc::new(Upstream::new(&cfg.pool, Duration::from_secs(1), 1, &[], 1, 1).unwrap());
     Arc::new(State::new(cfg, Arc::new(Metrics::default()), upstream, fake))
 }
 
