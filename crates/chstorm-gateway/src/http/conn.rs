@@ -38,7 +38,7 @@ use super::client_fin::{ClientFin, Watch};
 use super::endpoints::{endpoint, not_found_text, replicas_status, verbose, Endpoint};
 use super::ids::Served;
 use super::respond::reply;
-use super::service::{with_www_authenticate, AuthenticatedAs};
+use super::service::{listing_access, refused, with_www_authenticate, AuthenticatedAs, Listing};
 use super::wire::answer::ConnHeaders;
 use super::wire::{Ended, Reply, Rewind};
 use crate::cluster::h1::spelling::{case_map, clickhouse_header, BackendSpelling, SpelledNames, CLICKHOUSE_NAMES};
@@ -282,19 +282,19 @@ impl Listener {
             }
             Endpoint::Ping => Response::new(full("Ok.\n")),
             Endpoint::ReplicasStatus => {
-                let (status, text) = replicas_status(state.clusters.values().map(|c| &*c.balancer), verbose(target));
+                let urls = matches!(listing_access(&state, &req, peer), Listing::Allowed);
+                let balancers = state.clusters.values().map(|c| &*c.balancer);
+                let (status, text) = replicas_status(balancers, verbose(target), urls);
                 let mut r = Response::new(full(text));
                 *r.status_mut() = status;
                 r
             }
-            Endpoint::Metrics => self.metrics_answer(&state, accept()),
-            Endpoint::NotFound => {
-                // ClickHouse also closes the connection here, only because it sends this body
-                // without a length; this one has a length, so the connection stays open.
-                let mut r = Response::new(full(not_found_text(target)));
-                *r.status_mut() = StatusCode::NOT_FOUND;
-                r
-            }
+            Endpoint::Metrics => match listing_access(&state, &req, peer) {
+                Listing::Allowed => self.metrics_answer(&state, accept()),
+                Listing::Anonymous => not_found(target),
+                Listing::Refused(refusal, label) => refused(&Exit::new(&state.metrics, &label), &refusal),
+            },
+            Endpoint::NotFound => not_found(target),
             Endpoint::NotImplemented => {
                 let mut r = reply(
                     StatusCode::NOT_IMPLEMENTED,
@@ -587,6 +587,14 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Counted<T> {
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
+}
+
+/// ClickHouse's 404 for `target`. ClickHouse also closes the connection there, only because it
+/// sends this body without a length; this one has a length, so the connection stays open.
+fn not_found(target: &str) -> Response<GBody> {
+    let mut r = Response::new(full(not_found_text(target)));
+    *r.status_mut() = StatusCode::NOT_FOUND;
+    r
 }
 
 #[cfg(test)]

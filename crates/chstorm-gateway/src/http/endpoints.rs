@@ -15,11 +15,14 @@
 //!
 //! So `GET /ping?x=1` is a query (and fails on the unknown setting `x`), and `POST /ping` with a
 //! body is a query too; the proxy forwards a query's path unchanged, so every path behaves as on
-//! the server. The gateway adds `GET /metrics` when `/metrics` is served on the main listener.
+//! the server. The gateway adds `GET /metrics` when `/metrics` is served on the main listener
+//! (no `metrics_listen`), for users with `metrics: true` only (`crate::http::service::Listing`:
+//! without credentials it is ClickHouse's 404, with failing ones 401 or 403).
 //!
 //! `/replicas_status` is answered from the gateway's own health view, not proxied: what a load
 //! balancer in front of the gateway needs to know is whether the gateway can answer, i.e. whether
-//! every shard of every cluster has a healthy replica. See [`replicas_status`].
+//! every shard of every cluster has a healthy replica. See [`replicas_status`]; the replicas'
+//! URLs are only shown to users with `metrics: true`.
 
 use crate::cluster::balancer::Balancer;
 use http::{Method, StatusCode};
@@ -80,7 +83,8 @@ pub fn not_found_text(target: &str) -> String {
 /// The gateway's `/replicas_status`: 200 `Ok.\n` when every shard of every cluster has at least
 /// one healthy replica (by the gateway's health checks), else 503 and one line per replica and per
 /// shard left without one. `verbose` lists the replicas in either case. A tab follows each colon,
-/// as in ClickHouse's list:
+/// as in ClickHouse's list; a replica's URL follows its state only with `urls` (the asker is a
+/// user allowed the gateway's listings):
 ///
 /// ```text
 /// storm.1.1:  up. http://127.0.0.1:18123
@@ -91,14 +95,23 @@ pub fn not_found_text(target: &str) -> String {
 ///
 /// Not ClickHouse's replication delay: the gateway's health checks use `/ping`. (18.16 answers a
 /// lagging replica with 200 and the delay list; later releases with 503, as here.)
-pub fn replicas_status<'a>(clusters: impl Iterator<Item = &'a Balancer>, verbose: bool) -> (StatusCode, String) {
+pub fn replicas_status<'a>(
+    clusters: impl Iterator<Item = &'a Balancer>,
+    verbose: bool,
+    urls: bool,
+) -> (StatusCode, String) {
     let mut ok = true;
     let mut text = String::new();
     for b in clusters {
         for (si, shard) in b.shards.iter().enumerate() {
             for r in shard {
                 let state = if r.is_healthy() { "up" } else { "down" };
-                text.push_str(&format!("{}.{}:\t{state}. {}\n", b.cluster, r.label(), r.addr.base));
+                text.push_str(&format!("{}.{}:\t{state}.", b.cluster, r.label()));
+                if urls {
+                    text.push(' ');
+                    text.push_str(&r.addr.base);
+                }
+                text.push('\n');
             }
             if !shard.iter().any(|r| r.is_healthy()) {
                 ok = false;
@@ -185,23 +198,28 @@ mod tests {
         let b = balancer(
             "      - replicas: [http://127.0.0.1:1, http://127.0.0.1:2]\n      - replicas: [http://127.0.0.1:3, http://127.0.0.1:4]\n",
         );
-        assert_eq!(replicas_status([&b].into_iter(), false), (StatusCode::OK, "Ok.\n".into()));
+        assert_eq!(replicas_status([&b].into_iter(), false, true), (StatusCode::OK, "Ok.\n".into()));
         let r12 = b.shards[0][1].clone();
         b.set_health(&r12, false);
-        assert_eq!(replicas_status([&b].into_iter(), false), (StatusCode::OK, "Ok.\n".into()));
-        let (s, t) = replicas_status([&b].into_iter(), true);
+        assert_eq!(replicas_status([&b].into_iter(), false, true), (StatusCode::OK, "Ok.\n".into()));
+        let (s, t) = replicas_status([&b].into_iter(), true, true);
         assert_eq!(s, StatusCode::OK);
         assert_eq!(
             t,
             "storm.1.1:\tup. http://127.0.0.1:1\nstorm.1.2:\tdown. http://127.0.0.1:2\n\
              storm.2.1:\tup. http://127.0.0.1:3\nstorm.2.2:\tup. http://127.0.0.1:4\n"
         );
+        let (_, anonymous) = replicas_status([&b].into_iter(), true, false);
+        assert_eq!(anonymous, "storm.1.1:\tup.\nstorm.1.2:\tdown.\nstorm.2.1:\tup.\nstorm.2.2:\tup.\n", "no URL");
         for r in b.shards[1].clone() {
             b.set_health(&r, false);
         }
-        let (s, t) = replicas_status([&b].into_iter(), false);
+        let (s, t) = replicas_status([&b].into_iter(), false, true);
         assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
         assert!(t.ends_with("storm.2.2:\tdown. http://127.0.0.1:4\nstorm.2:\tno healthy replica.\n"), "{t}");
+        let (s, t) = replicas_status([&b].into_iter(), false, false);
+        assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(t.ends_with("storm.2.2:\tdown.\nstorm.2:\tno healthy replica.\n") && !t.contains("http"), "{t}");
     }
 
     #[test]

@@ -153,6 +153,47 @@ pub fn credentials<B>(req: &Request<B>) -> (String, String) {
     (user, password.or(param_password).unwrap_or_default())
 }
 
+/// True when the request names a user or a password at all (basic auth, `X-ClickHouse-User` or
+/// `-Key`, the `user` or `password` parameter); else ClickHouse takes it for user `default`
+/// without a password, as [`credentials`] does.
+pub fn names_credentials<B>(req: &Request<B>) -> bool {
+    let h = req.headers();
+    let in_headers = [&http::header::AUTHORIZATION, &X_CLICKHOUSE_USER, &crate::request::X_CLICKHOUSE_KEY]
+        .into_iter()
+        .any(|name| h.contains_key(name));
+    in_headers || crate::request::first_params(req.uri().query(), ["user", "password"]).iter().any(Option::is_some)
+}
+
+/// What a request may see of the gateway's own listings: `/metrics` on the client port, and
+/// the replicas' URLs in `/replicas_status`.
+pub enum Listing {
+    /// Authenticated as a user with `metrics: true`, from one of its networks.
+    Allowed,
+    /// It names no credentials, and the user `default` (whom such a request is) may not: the
+    /// answer is the one ClickHouse gives a path it has no handler for.
+    Anonymous,
+    /// Its credentials fail (401, or 403 for the network), or its user may not (403); the
+    /// refusal and its metrics label.
+    Refused(Refusal, String),
+}
+
+/// Whether the client at `peer` may read the gateway's own listings ([`Listing`]).
+pub fn listing_access<B>(state: &State, req: &Request<B>, peer: SocketAddr) -> Listing {
+    let (name, password) = credentials(req);
+    match authenticate(&state.users, &name, &password, Some(peer.ip())) {
+        Ok(u) if u.cfg.metrics => Listing::Allowed,
+        _ if !names_credentials(req) => Listing::Anonymous,
+        Ok(u) => Listing::Refused(
+            Refusal::new(
+                Kind::Forbidden,
+                format!("user '{name}' may not read the gateway's metrics (`metrics: true` on the user allows it)"),
+            ),
+            u.cfg.name.clone(),
+        ),
+        Err(d) => Listing::Refused(d.refusal, d.label),
+    }
+}
+
 /// One authenticated, admitted query of user `u`: read, planned, sent and answered; a read is
 /// abandoned when `fin` comes.
 pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Box<Request<B>>, fin: Option<&ClientFin>) -> Served

@@ -190,3 +190,44 @@ async fn a_user_waiting_in_its_own_queue_leaves_the_gateways_slots_to_others() {
         assert_eq!(g.await.unwrap().0, StatusCode::OK, "each of the waiting queries is served in turn");
     }
 }
+
+#[test]
+fn the_gateways_listings_are_for_users_allowed_them_and_anonymous_askers_see_a_404() {
+    let secret = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"; // sha256("secret")
+    let state = state_with(Arc::new(Fake::default()), |cfg| {
+        let mut ops = cfg.users["default"].clone();
+        (ops.name, ops.metrics) = ("ops".into(), true);
+        ops.password_sha256 = Some(hex::decode(secret).unwrap().try_into().unwrap());
+        cfg.users.insert("ops".into(), ops);
+    });
+    let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+    let ask = |uri: &str, auth: Option<&str>| {
+        let mut b = Request::builder().uri(uri);
+        if let Some(a) = auth {
+            b = b.header("authorization", a);
+        }
+        let kind = match listing_access(&state, &b.body(()).unwrap(), peer) {
+            Listing::Allowed => "allowed".to_string(),
+            Listing::Anonymous => "404".to_string(),
+            Listing::Refused(r, label) => format!("{} {label}", r.status().as_u16()),
+        };
+        kind
+    };
+    let basic = |up: &str| format!("Basic {}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, up));
+    assert_eq!(ask("/metrics", None), "404", "no credentials: user default, who may not");
+    assert_eq!(ask("/metrics", Some(&basic("ops:secret"))), "allowed");
+    assert_eq!(ask("/metrics?user=ops&password=secret", None), "allowed");
+    assert_eq!(ask("/metrics", Some(&basic("ops:wrong"))), format!("401 {UNKNOWN_USER}"));
+    assert_eq!(ask("/metrics?user=nobody", None), format!("401 {UNKNOWN_USER}"));
+    assert_eq!(ask("/metrics", Some(&basic("default:"))), "403 default", "named, and not allowed");
+    let far = Request::builder().uri("/metrics").header("authorization", basic("ops:secret")).body(()).unwrap();
+    let from_far = listing_access(&state, &far, "10.1.2.3:1".parse().unwrap());
+    assert!(
+        matches!(from_far, Listing::Refused(r, _) if r.status() == StatusCode::FORBIDDEN),
+        "a network it may not use"
+    );
+    // With `metrics: true` on the passwordless default, an asker without credentials is allowed.
+    let open = state_with(Arc::new(Fake::default()), |cfg| cfg.users.get_mut("default").unwrap().metrics = true);
+    let anonymous = Request::builder().uri("/metrics").body(()).unwrap();
+    assert!(matches!(listing_access(&open, &anonymous, peer), Listing::Allowed));
+}
