@@ -8,7 +8,9 @@
 //! |----------------------|--------------------------------------------------------|
 //! | `DIR/s{S}r{R}/`      | node of shard S, replica R (1-based): a server directory as for [`LocalServer`] |
 //! | `DIR/cluster.json`   | the [`Topology`], written once every node answers `/ping` |
-//! | `DIR/gateway.yaml`   | a gateway config for the cluster (`docs/gateway.example.yaml` format) |
+//! | `DIR/gateway.yaml`   | a gateway config for the cluster (`docs/gateway.example.yaml` format), mode 0600: it holds the server users' passwords |
+//!
+//! Every node's `users.xml` has the server users the gateway users run as (`crate::users`).
 //!
 //! Every shard has `internal_replication` false, so an INSERT through a
 //! Distributed table writes each row to every replica of its shard itself
@@ -29,6 +31,7 @@ use crate::ports::free_ports;
 use crate::process::{resolve_binary, stop_pid, STOP_GRACE};
 use crate::procfs::is_server_of;
 use crate::remote_servers::{gateway_yaml, macros_xml, remote_servers_xml, NodePorts};
+use crate::users::{make_logins, users_xml, ServerLogin};
 use crate::{state, LocalServer, ServerSpec};
 
 /// Name of the cluster in `<remote_servers>` and in the gateway config.
@@ -196,6 +199,7 @@ impl Topology {
 pub struct LocalCluster {
     nodes: Vec<LocalServer>,
     topology: Topology,
+    logins: Vec<ServerLogin>,
     dir: PathBuf,
     detached: bool,
 }
@@ -226,10 +230,11 @@ impl LocalCluster {
                 (free[0], free[1])
             }
         };
+        let logins = make_logins()?;
         let mut attempt = 1;
         let (nodes, ports) = loop {
             let ports = pick_ports(spec.shards, spec.replicas)?;
-            match start_nodes(&spec, &dir, &binary, &ports) {
+            match start_nodes(&spec, &dir, &binary, &ports, &logins) {
                 Ok(nodes) => break (nodes, ports),
                 Err(e) if is_port_in_use(&e) && attempt < START_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(with_attempts(e, attempt)),
@@ -259,12 +264,11 @@ impl LocalCluster {
             gateway_url: format!("http://127.0.0.1:{gateway_port}"),
             gateway_native_url: format!("clickhouse://127.0.0.1:{gateway_native_port}"),
         };
-        let cluster = LocalCluster { nodes, topology, dir, detached: false };
+        let cluster = LocalCluster { nodes, topology, logins, dir, detached: false };
         // On an error below, Drop stops the nodes.
-        let yaml =
-            gateway_yaml(CLUSTER_NAME, gateway_port, gateway_native_port, &ports, &cluster.dir.display().to_string());
-        fs::write(&gateway_config, yaml)
-            .map_err(|e| LocalError::io(format!("write {}", gateway_config.display()), e))?;
+        let dir_text = cluster.dir.display().to_string();
+        let yaml = gateway_yaml(CLUSTER_NAME, gateway_port, gateway_native_port, &ports, &cluster.logins, &dir_text);
+        write_private(&gateway_config, &yaml)?;
         cluster.write_topology()?;
         Ok(cluster)
     }
@@ -272,6 +276,17 @@ impl LocalCluster {
     /// Where everything is.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// The server users the gateway users of `gateway.yaml` run as, with their passwords (kept
+    /// here and in `gateway.yaml`, not in `cluster.json`).
+    pub fn server_logins(&self) -> &[ServerLogin] {
+        &self.logins
+    }
+
+    /// The server user that gateway user `gateway_user` runs as.
+    pub fn server_login(&self, gateway_user: &str) -> Option<&ServerLogin> {
+        self.logins.iter().find(|l| l.gateway_user == gateway_user)
     }
 
     /// The cluster directory (canonical).
@@ -364,6 +379,20 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// Writes `text` to `path`, readable by its owner only (it holds passwords).
+fn write_private(path: &Path, text: &str) -> Result<(), LocalError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = fs::remove_file(path);
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| LocalError::io(format!("write {}", path.display()), e))?;
+    f.write_all(text.as_bytes()).map_err(|e| LocalError::io(format!("write {}", path.display()), e))
 }
 
 /// The directory of node `shard`/`replica` in cluster directory `dir`.
@@ -491,8 +520,10 @@ fn start_nodes(
     dir: &Path,
     binary: &Path,
     ports: &[NodePorts],
+    logins: &[ServerLogin],
 ) -> Result<Vec<LocalServer>, LocalError> {
     let remote = remote_servers_xml(CLUSTER_NAME, ports);
+    let users = users_xml(logins);
     let results: Vec<Result<LocalServer, LocalError>> = thread::scope(|s| {
         let handles: Vec<_> = ports
             .iter()
@@ -503,6 +534,7 @@ fn start_nodes(
                 ns.keep_alive_timeout_s = spec.keep_alive_timeout_s;
                 ns.max_concurrent_queries = spec.max_concurrent_queries;
                 ns.extra_config_xml = Some(format!("{remote}\n{}", macros_xml(p.shard, p.replica)));
+                ns.extra_users = Some(users.clone());
                 ns.binary = Some(binary.to_path_buf());
                 ns.startup_timeout = spec.startup_timeout;
                 ns.die_with_parent = spec.die_with_parent;

@@ -16,6 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::LocalError;
+use crate::users::ExtraUsersXml;
 
 /// The ports one server listens on, all on 127.0.0.1.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,7 @@ pub(crate) struct ConfigParams<'a> {
     pub max_concurrent_queries: u32,
     pub extra_config_xml: Option<&'a str>,
     pub extra_profile_xml: Option<&'a str>,
+    pub extra_users: Option<&'a ExtraUsersXml>,
 }
 
 /// Sub-directories created under the server directory.
@@ -82,7 +84,7 @@ pub(crate) fn create_dirs(dir: &Path) -> Result<(), LocalError> {
 /// Writes `config.xml` and `users.xml` into `params.dir`, replacing old ones.
 pub(crate) fn write_configs(params: &ConfigParams<'_>) -> Result<(), LocalError> {
     write_file(&config_path(params.dir), &config_xml(params))?;
-    write_file(&params.dir.join("users.xml"), &users_xml(params.extra_profile_xml))
+    write_file(&params.dir.join("users.xml"), &users_xml(params.extra_profile_xml, params.extra_users))
 }
 
 fn write_file(path: &Path, text: &str) -> Result<(), LocalError> {
@@ -144,17 +146,23 @@ pub(crate) fn config_xml(p: &ConfigParams<'_>) -> String {
 }
 
 /// Renders `users.xml`: user `default` without password, reachable from
-/// loopback only, with `log_queries=1`, and an unlimited quota.
-pub(crate) fn users_xml(extra_profile_xml: Option<&str>) -> String {
+/// loopback only, with `log_queries=1`, and an unlimited quota; and `extra`'s users, profiles
+/// and quotas beside them.
+pub(crate) fn users_xml(extra_profile_xml: Option<&str>, extra: Option<&ExtraUsersXml>) -> String {
+    let none = ExtraUsersXml::default();
+    let extra = extra.unwrap_or(&none);
     format!(
         "<?xml version=\"1.0\"?>\n<yandex>\n \
-         <profiles><default><log_queries>1</log_queries>{}</default><readonly><readonly>1</readonly></readonly></profiles>\n \
+         <profiles><default><log_queries>1</log_queries>{}</default><readonly><readonly>1</readonly></readonly>{}</profiles>\n \
          <users><default><password></password><networks><ip>127.0.0.1</ip><ip>::1</ip></networks>\
-         <profile>default</profile><quota>default</quota></default></users>\n \
+         <profile>default</profile><quota>default</quota></default>{}</users>\n \
          <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors>\
-         <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default></quotas>\n\
+         <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time></interval></default>{}</quotas>\n\
          </yandex>\n",
-        extra_profile_xml.unwrap_or("")
+        extra_profile_xml.unwrap_or(""),
+        extra.profiles,
+        extra.users,
+        extra.quotas,
     )
 }
 
@@ -187,6 +195,7 @@ mod tests {
             max_concurrent_queries: 1000,
             extra_config_xml: None,
             extra_profile_xml: None,
+            extra_users: None,
         }
     }
 
@@ -223,7 +232,11 @@ mod tests {
 
     #[test]
     fn users_profile_extra() {
-        let x = users_xml(Some("<max_threads>2</max_threads>"));
+        let x = users_xml(Some("<max_threads>2</max_threads>"), None);
         assert!(x.contains("<default><log_queries>1</log_queries><max_threads>2</max_threads></default>"));
+        let extra = ExtraUsersXml { profiles: "<p/>".into(), users: "<u/>".into(), quotas: "<q/>".into() };
+        let x = users_xml(None, Some(&extra));
+        assert!(x.contains("</readonly><p/></profiles>") && x.contains("</default><u/></users>"), "{x}");
+        assert!(x.contains("</default><q/></quotas>"), "{x}");
     }
 }

@@ -14,13 +14,15 @@
 //! * [`LocalCluster::start`] with a [`ClusterSpec`]: `shards x replicas`
 //!   servers in `DIR/s{shard}r{replica}/`, all listing each other in
 //!   `<remote_servers>` as cluster `storm`, plus `DIR/gateway.yaml` and the
-//!   [`Topology`] in `DIR/cluster.json`. See `docs/LOCAL_CLUSTER.md`.
+//!   [`Topology`] in `DIR/cluster.json`. Each gateway user of `gateway.yaml` runs as a server
+//!   user of its own, in every node's `users.xml` ([`ServerLogin`]: `chstorm_writer`,
+//!   `chstorm_reader`). See `docs/LOCAL_CLUSTER.md`.
 //! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`;
 //!   [`down`] also stops a cluster, and [`cluster_status`] reports one.
 //! * [`shared_server`] and [`shared_tls_server`]: one server per test process,
 //!   killed when the process exits.
 //!
-//! Defaults: user `default` without password, `keep_alive_timeout` 3 s,
+//! Defaults: user `default` without password (the administrator), `keep_alive_timeout` 3 s,
 //! `max_concurrent_queries` 1000, `log_queries=1` with `system.query_log`
 //! flushed every 1000 ms, log level `warning` into `DIR/log/`.
 //!
@@ -44,6 +46,7 @@ mod server;
 mod shared;
 mod state;
 mod tls;
+mod users;
 
 pub use cluster::{
     cluster_status, node_dir, ClusterSpec, LocalCluster, NodeInfo, Topology, CLUSTER_NAME, GATEWAY_CONFIG_FILE,
@@ -56,3 +59,4 @@ pub use process::STOP_GRACE;
 pub use server::{LocalServer, ServerInfo, ServerSpec};
 pub use shared::{kill_and_remove_at_exit, shared_server, shared_tls_server, try_shared_server, try_shared_tls_server};
 pub use state::{INFO_FILE, PID_FILE};
+pub use users::{ExtraUsersXml, ServerLogin, MAX_EXECUTION_TIME_S};

@@ -4,6 +4,8 @@
 
 use std::fmt::Write as _;
 
+use crate::users::{ServerLogin, MAX_EXECUTION_TIME_S};
+
 /// One node as the generated configs see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NodePorts {
@@ -48,14 +50,17 @@ pub(crate) fn macros_xml(shard: usize, replica: usize) -> String {
 /// The gateway config for the cluster: listens on `127.0.0.1:gateway_port` (HTTP) and
 /// `127.0.0.1:native_port` (`listen_native`), one cluster `cluster` with every shard's
 /// replicas' HTTP URLs and native addresses, routing of
-/// `items` to `items_local` by `cityHash64(shop_id)`, and user `default`
-/// without a password from loopback only. Everything else has the defaults
-/// of `docs/gateway.example.yaml`, with generous per-user limits.
+/// `items` to `items_local` by `cityHash64(shop_id)`, the server's `default` as the cluster's
+/// login, and a gateway user per entry of `logins` (`default`, which may read `/metrics`, and
+/// the read-only `reader`), each without a password from loopback only and running as its own
+/// server user. Everything else has the defaults of `docs/gateway.example.yaml`, with generous
+/// per-user limits.
 pub(crate) fn gateway_yaml(
     cluster: &str,
     gateway_port: u16,
     native_port: u16,
     nodes: &[NodePorts],
+    logins: &[ServerLogin],
     dir: &str,
 ) -> String {
     let mut y = String::with_capacity(2048);
@@ -99,25 +104,36 @@ clusters:
         items: items_local
       where_column: shop_id
 users:
-  - name: default
-    password_sha256: \"\"
-    networks: [127.0.0.0/8, \"::1/128\"]
 ",
     );
-    let _ = writeln!(y, "    cluster: {cluster}");
-    y.push_str(
-        "    max_concurrency: 256
-    queue_size: 1024
-    queue_max_wait: 1s
-    requests_per_second: 0
-    max_execution_time: 30s
-    allowed_settings: [\"*\"]
-    readonly: false
-    settings: {}
-    operator_statements: [\"*\"]   # this local cluster's operator: KILL, SYSTEM, DDL of any database
-",
-    );
+    for l in logins {
+        user_yaml(&mut y, cluster, l);
+    }
     y
+}
+
+/// Gateway user `l.gateway_user` of `cluster`, running as server user `l.user`.
+fn user_yaml(y: &mut String, cluster: &str, l: &ServerLogin) {
+    let _ = writeln!(y, "  - name: {}", l.gateway_user);
+    y.push_str("    password_sha256: \"\"\n    networks: [127.0.0.0/8, \"::1/128\"]\n");
+    let _ = writeln!(y, "    cluster: {cluster}");
+    y.push_str("    max_concurrency: 256\n    queue_size: 1024\n    queue_max_wait: 1s\n    requests_per_second: 0\n");
+    let _ =
+        writeln!(y, "    max_execution_time: {MAX_EXECUTION_TIME_S}s  # the server profile's max_execution_time too");
+    if l.readonly {
+        y.push_str("    allowed_settings: []  # its server profile has readonly=1, which refuses a changed setting\n");
+        y.push_str("    readonly: true\n");
+    } else {
+        y.push_str("    allowed_settings: [\"*\"]\n    readonly: false\n    metrics: true  # may read /metrics here\n");
+        y.push_str("    operator_statements: [\"*\"]  # this local cluster's operator: KILL, SYSTEM, DDL of any database\n");
+    }
+    y.push_str("    settings: {}\n");
+    let _ = writeln!(
+        y,
+        "    backend:  # the ClickHouse user it runs as (in every node's users.xml)\n      user: {}",
+        l.user
+    );
+    let _ = writeln!(y, "      password: \"{}\"", l.password);
 }
 
 /// A path made safe for a one-line YAML comment.
@@ -154,12 +170,18 @@ mod tests {
 
     #[test]
     fn gateway_yaml_shards() {
-        let y = gateway_yaml("storm", 9999, 9998, &nodes(), "/tmp/x");
+        let logins = crate::users::make_logins().unwrap();
+        let y = gateway_yaml("storm", 9999, 9998, &nodes(), &logins, "/tmp/x");
         assert!(y.contains("listen: 127.0.0.1:9999\nlisten_native: 127.0.0.1:9998\n"));
         assert!(y.contains(
             "      - weight: 1\n        replicas: [http://127.0.0.1:101, http://127.0.0.1:102]\n        native: [127.0.0.1:201, 127.0.0.1:202]\n      - weight: 1\n        replicas: [http://127.0.0.1:103, http://127.0.0.1:104]\n        native: [127.0.0.1:203, 127.0.0.1:204]\n    routing:"
         ));
         assert!(y.contains("        items: items_local\n"));
         assert!(y.contains("    cluster: storm\n"));
+        let reader = &y[y.find("  - name: reader\n").unwrap()..];
+        assert!(reader.contains("    readonly: true\n") && !reader.contains("metrics: true"), "{reader}");
+        assert!(reader.contains(&format!("      user: chstorm_reader\n      password: \"{}\"\n", logins[1].password)));
+        let default = &y[y.find("  - name: default\n").unwrap()..y.find("  - name: reader\n").unwrap()];
+        assert!(default.contains("    metrics: true") && default.contains("      user: chstorm_writer\n"), "{default}");
     }
 }

@@ -16,6 +16,7 @@ use crate::ports::free_ports;
 use crate::process::{kill_child, resolve_binary, stop_child, STOP_GRACE};
 use crate::procfs::is_server_of;
 use crate::tls::{self, TlsFiles};
+use crate::users::ExtraUsersXml;
 use crate::{http, state};
 
 /// Start attempts when some port is picked automatically and turns out busy.
@@ -49,6 +50,8 @@ pub struct ServerSpec {
     pub extra_config_xml: Option<String>,
     /// Raw XML inserted inside `<profiles><default>` of `users.xml`. Default none.
     pub extra_profile_xml: Option<String>,
+    /// Users, profiles and quotas added to `users.xml` beside `default`. Default none.
+    pub extra_users: Option<ExtraUsersXml>,
     /// Server binary. `None` (default): `clickhouse-server` on `PATH`, else
     /// `/usr/sbin/clickhouse-server`.
     pub binary: Option<PathBuf>,
@@ -75,6 +78,7 @@ impl ServerSpec {
             max_concurrent_queries: 1000,
             extra_config_xml: None,
             extra_profile_xml: None,
+            extra_users: None,
             binary: None,
             startup_timeout: Duration::from_secs(30),
             die_with_parent: false,
@@ -310,6 +314,7 @@ fn write_configs(spec: &ServerSpec, dir: &Path, ports: Ports, tls: Option<&TlsFi
         max_concurrent_queries: spec.max_concurrent_queries,
         extra_config_xml: spec.extra_config_xml.as_deref(),
         extra_profile_xml: spec.extra_profile_xml.as_deref(),
+        extra_users: spec.extra_users.as_ref(),
     })
 }
 
