@@ -128,6 +128,7 @@ users:
     networks: [127.0.0.0/8]
     max_concurrency: 512
     requests_per_second: 1000000
+    metrics: true
 """
 
 

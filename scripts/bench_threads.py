@@ -36,7 +36,7 @@ def start_gateway(chstorm, server_url, threads, tmp, log):
                 f"    shards:\n      - replicas: [{server_url}]\n")
         if threads is not None:
             f.write("    threads:" + ("".join(f"\n      {k}: {v}" for k, v in threads.items()) if threads else " {}") + "\n")
-        f.write("users:\n  - name: default\n    cluster: one\n    max_concurrency: 64\n")
+        f.write("users:\n  - name: default\n    cluster: one\n    max_concurrency: 64\n    metrics: true\n")
     return start_gateway_with(chstorm, cfg, log)
 
 

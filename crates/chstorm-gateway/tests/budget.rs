@@ -35,7 +35,7 @@ fn runtime() -> tokio::runtime::Runtime {
 /// A gateway in front of `server` with `threads` (YAML lines under `threads:`).
 fn gateway(rt: &tokio::runtime::Runtime, dir: &std::path::Path, name: &str, server: &LocalServer, threads: &str) -> Gw {
     let yaml = format!(
-        "listen: 127.0.0.1:0\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\n    threads:\n{threads}users:\n  - name: default\n    cluster: one\n",
+        "listen: 127.0.0.1:0\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\n    threads:\n{threads}users:\n  - name: default\n    cluster: one\n    metrics: true\n",
         server.http_url()
     );
     let path = dir.join(format!("{name}.yaml"));

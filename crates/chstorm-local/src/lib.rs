@@ -16,7 +16,7 @@
 //!   `<remote_servers>` as cluster `storm`, plus `DIR/gateway.yaml` and the
 //!   [`Topology`] in `DIR/cluster.json`. Each gateway user of `gateway.yaml` runs as a server
 //!   user of its own, in every node's `users.xml` ([`ServerLogin`]: `chstorm_writer`,
-//!   `chstorm_reader`). See `docs/LOCAL_CLUSTER.md`.
+//!   `chstorm_viewer`). See `docs/LOCAL_CLUSTER.md`.
 //! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`;
 //!   [`down`] also stops a cluster, and [`cluster_status`] reports one.
 //! * [`shared_server`] and [`shared_tls_server`]: one server per test process,

@@ -52,7 +52,7 @@ pub(crate) fn macros_xml(shard: usize, replica: usize) -> String {
 /// replicas' HTTP URLs and native addresses, routing of
 /// `items` to `items_local` by `cityHash64(shop_id)`, the server's `default` as the cluster's
 /// login, and a gateway user per entry of `logins` (`default`, which may read `/metrics`, and
-/// the read-only `reader`), each without a password from loopback only and running as its own
+/// the read-only `viewer`), each without a password from loopback only and running as its own
 /// server user. Everything else has the defaults of `docs/gateway.example.yaml`, with generous
 /// per-user limits.
 pub(crate) fn gateway_yaml(
@@ -178,10 +178,10 @@ mod tests {
         ));
         assert!(y.contains("        items: items_local\n"));
         assert!(y.contains("    cluster: storm\n"));
-        let reader = &y[y.find("  - name: reader\n").unwrap()..];
-        assert!(reader.contains("    readonly: true\n") && !reader.contains("metrics: true"), "{reader}");
-        assert!(reader.contains(&format!("      user: chstorm_reader\n      password: \"{}\"\n", logins[1].password)));
-        let default = &y[y.find("  - name: default\n").unwrap()..y.find("  - name: reader\n").unwrap()];
+        let viewer = &y[y.find("  - name: viewer\n").unwrap()..];
+        assert!(viewer.contains("    readonly: true\n") && !viewer.contains("metrics: true"), "{viewer}");
+        assert!(viewer.contains(&format!("      user: chstorm_viewer\n      password: \"{}\"\n", logins[1].password)));
+        let default = &y[y.find("  - name: default\n").unwrap()..y.find("  - name: viewer\n").unwrap()];
         assert!(default.contains("    metrics: true") && default.contains("      user: chstorm_writer\n"), "{default}");
     }
 }

@@ -6,7 +6,7 @@
 //! | gateway user | server user | profile | quota |
 //! |---|---|---|---|
 //! | `default` (writes, no rules) | `chstorm_writer` | `chstorm_writer`: `log_queries=1`, `max_execution_time=30` | `chstorm` |
-//! | `reader` (read-only) | `chstorm_reader` | `chstorm_reader`: the same, and `readonly=1` | `chstorm` |
+//! | `viewer` (read-only) | `chstorm_viewer` | `chstorm_viewer`: the same, and `readonly=1` | `chstorm` |
 //!
 //! The server user `default` (no password, loopback only) stays the administrator: the
 //! cluster's login in `gateway.yaml` (the gateway's own work: the thread budget's polls) and what
@@ -37,9 +37,9 @@ pub struct ExtraUsersXml {
 /// A server user a local cluster made for one of its gateway users.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServerLogin {
-    /// The gateway user (`default`, `reader`).
+    /// The gateway user (`default`, `viewer`).
     pub gateway_user: String,
-    /// The ClickHouse user it runs as (`chstorm_writer`, `chstorm_reader`).
+    /// The ClickHouse user it runs as (`chstorm_writer`, `chstorm_viewer`).
     pub user: String,
     pub password: String,
     /// Its profile has `readonly=1`.
@@ -60,7 +60,7 @@ pub(crate) fn make_logins() -> Result<Vec<ServerLogin>, LocalError> {
     let login = |gateway: &str, user: &str, readonly| -> Result<ServerLogin, LocalError> {
         Ok(ServerLogin { gateway_user: gateway.into(), user: user.into(), password: random_hex()?, readonly })
     };
-    Ok(vec![login("default", "chstorm_writer", false)?, login("reader", "chstorm_reader", true)?])
+    Ok(vec![login("default", "chstorm_writer", false)?, login("viewer", "chstorm_viewer", true)?])
 }
 
 /// 16 bytes from the kernel's random source, as 32 hex digits.
@@ -119,10 +119,10 @@ mod tests {
         assert_ne!(logins[0].password, logins[1].password);
         assert!(logins.iter().all(|l| l.password.len() == 32 && l.password.bytes().all(|b| b.is_ascii_hexdigit())));
         let x = users_xml(&logins);
-        assert!(x.profiles.contains("<chstorm_reader><log_queries>1</log_queries><max_execution_time>30</max_execution_time><readonly>1</readonly></chstorm_reader>"), "{}", x.profiles);
+        assert!(x.profiles.contains("<chstorm_viewer><log_queries>1</log_queries><max_execution_time>30</max_execution_time><readonly>1</readonly></chstorm_viewer>"), "{}", x.profiles);
         assert!(x.profiles.contains("<chstorm_writer><log_queries>1</log_queries><max_execution_time>30</max_execution_time></chstorm_writer>"), "{}", x.profiles);
         assert!(!x.users.contains(&logins[0].password), "no password in the clear");
-        assert!(x.users.contains("<profile>chstorm_reader</profile><quota>chstorm</quota><allow_databases>"));
+        assert!(x.users.contains("<profile>chstorm_viewer</profile><quota>chstorm</quota><allow_databases>"));
         assert!(x.quotas.starts_with("<chstorm><interval><duration>3600</duration>"));
         assert_eq!(hex(&[0, 15, 255]), "000fff");
     }
