@@ -162,8 +162,10 @@ fn a_connection_opened_for_one_login_never_carries_another_logins_query() {
     for t in threads {
         t.join().unwrap();
     }
+    // A read slow to answer on a loaded machine may be hedged: its copy runs too, as the same
+    // login, and is logged as well.
     let rows = logged(env, &m, 120);
-    assert_eq!(rows.len(), 120);
+    assert!(rows.len() >= 120, "{} of 120 logged", rows.len());
     // A client port is one of the gateway's connections to a node: it carried one login only.
     let mut by_conn: BTreeMap<(u16, u8), BTreeSet<String>> = BTreeMap::new();
     for (user, port, interface) in &rows {

@@ -301,9 +301,17 @@ fn each_user_may_run_as_its_own_clickhouse_user() {
     assert!(e.contains("unknown field `pasword`"), "{e}");
     let e = err(&with("    backend: {user: w, password_env: \"\"}\n"));
     assert!(e.contains("users[0].backend.password_env: '' is not a variable name"), "{e}");
+    // The example's commented keys, uncommented, are valid.
+    let open = EXAMPLE.replace("    # metrics: false", "    metrics: true").replace("    # backend:", "    backend:");
+    let env_app = |name: &str| (name == "CHSTORM_APP_PASSWORD").then(|| "p".to_string());
+    let c = Config::parse_with_env(&open, Path::new("g.yaml"), &env_app).unwrap();
+    assert_eq!(c.users["default"].backend, Some(Login { user: "chstorm_app".into(), password: "p".into() }));
+    assert!(c.users["default"].metrics);
     // The cluster's own password may come from the environment too.
-    let text = EXAMPLE.replace("    password: \"\"\n", "    password_env: READER_PW\n");
+    let cluster_password = "    password: \"\"                  #";
+    assert!(EXAMPLE.contains(cluster_password));
+    let text = EXAMPLE.replace(cluster_password, "    password_env: READER_PW #");
     assert_eq!(parse(&text).unwrap().clusters["storm"].password, "from-env");
-    let e = err(&EXAMPLE.replace("    password: \"\"\n", "    password: \"\"\n    password_env: X\n"));
+    let e = err(&EXAMPLE.replace(cluster_password, "    password_env: X\n    password: \"\" #"));
     assert!(e.contains("clusters.storm: both password and password_env are set"), "{e}");
 }
