@@ -98,6 +98,36 @@ fn cluster_2x2_queries_kill9_restart_down() {
     assert_eq!(nets, ["127.0.0.0/8", "::1/128"]);
     assert_eq!(yaml["limits"]["max_concurrency"].as_u64(), Some(256));
 
+    // Each gateway user runs as its own server user, which every node has with its profile; the
+    // file holding their passwords is its owner's only.
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(fs::metadata(&topo.gateway_config).unwrap().permissions().mode() & 0o777, 0o600);
+    let logins = cluster.server_logins();
+    assert_eq!(
+        logins.iter().map(|l| (l.gateway_user.as_str(), l.user.as_str(), l.readonly)).collect::<Vec<_>>(),
+        [("default", "chstorm_writer", false), ("viewer", "chstorm_viewer", true)]
+    );
+    for (i, l) in logins.iter().enumerate() {
+        let u = &yaml["users"][i];
+        assert_eq!(u["name"].as_str(), Some(l.gateway_user.as_str()));
+        assert_eq!(
+            (u["backend"]["user"].as_str(), u["backend"]["password"].as_str()),
+            (Some(l.user.as_str()), Some(l.password.as_str()))
+        );
+        assert_eq!(u["readonly"].as_bool(), Some(l.readonly));
+        for n in &topo.nodes {
+            let out = std::process::Command::new("curl")
+                .args(["-sS", "--max-time", "10", "-u", &format!("{}:{}", l.user, l.password), "--data-binary"])
+                .arg("SELECT value FROM system.settings WHERE name = 'readonly'")
+                .arg(&n.http_url)
+                .output()
+                .unwrap();
+            let want = if l.readonly { "1\n" } else { "0\n" };
+            assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{} on {}", l.user, n.http_url);
+        }
+    }
+    assert_eq!(cluster.server_login("viewer").map(|l| l.user.as_str()), Some("chstorm_viewer"));
+
     // A second cluster in the same directory is refused.
     assert!(matches!(LocalCluster::start(spec(tmp.path(), 2, 2)), Err(LocalError::AlreadyRunning { .. })));
 

@@ -312,3 +312,83 @@ fn the_systemd_unit_verifies() {
         }
     }
 }
+
+/// `echo -n secret | sha256sum`
+const SECRET_SHA256: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
+
+/// deploy/prometheus/prometheus.yml passes `promtool check config`, and Debian's Prometheus,
+/// running its two jobs against two gateways of the cluster, scrapes both: `metrics_listen`
+/// without credentials, and the client port with basic auth as a user with `metrics: true`;
+/// the client-port job without the password finds ClickHouse's 404.
+#[test]
+fn prometheus_scrapes_metrics_listen_and_the_client_port_with_basic_auth() {
+    let shipped = repo().join("deploy/prometheus/prometheus.yml");
+    let check = std::process::Command::new("promtool").arg("check").arg("config").arg(&shipped).output().unwrap();
+    assert!(
+        check.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let env = env();
+    let with_listen = env
+        .gateway_config(|t| t.replace("listen: 127.0.0.1:0\n", "listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n"));
+    let client_port = env.gateway_config(|t| {
+        format!(
+            "{}  - name: prometheus\n    password_sha256: \"{SECRET_SHA256}\"\n    cluster: storm\n    metrics: true\n",
+            t.replace("    metrics: true  # may read /metrics here\n", "")
+        )
+    });
+    let gw1 = env.rt.block_on(chstorm_gateway::Gateway::start(with_listen)).unwrap();
+    let gw2 = env.rt.block_on(chstorm_gateway::Gateway::start(client_port)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("chstorm-gateway.password");
+    std::fs::write(&password, "secret\n").unwrap();
+    let shipped = std::fs::read_to_string(&shipped).unwrap();
+    let config = shipped
+        .replace("rule_files: [chstorm-gateway-rules.yml]", "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s")
+        .replace("['gw1.internal:9363', 'gw2.internal:9363']", &format!("['{}']", gw1.metrics_addr.unwrap()))
+        .replace("['gw3.internal:8124']", &format!("['{}']", gw2.addr))
+        .replace("/etc/prometheus/chstorm-gateway.password", password.to_str().unwrap())
+        + &format!("  - job_name: no-password\n    static_configs:\n      - targets: ['{}']\n", gw2.addr);
+    let config_path = dir.path().join("prometheus.yml");
+    std::fs::write(&config_path, config).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let prometheus = std::process::Command::new("prometheus")
+        .arg(format!("--config.file={}", config_path.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+        .spawn()
+        .expect("prometheus (Debian's prometheus package, scripts/install-deps) must be installed");
+    let mut prometheus = ChildGuard(prometheus);
+    let log = || std::fs::read_to_string(dir.path().join("prometheus.log")).unwrap_or_default();
+    // Each job's target: (health, lastError), once all three were scraped (at most 30 s).
+    let t = Instant::now();
+    let targets = loop {
+        assert!(prometheus.0.try_wait().unwrap().is_none(), "prometheus exited; its log:\n{}", log());
+        let (_, _, body) = curl(&[&format!("http://127.0.0.1:{port}/api/v1/targets")]);
+        let seen: std::collections::BTreeMap<String, (String, String)> =
+            serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v["data"]["activeTargets"].as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter(|t| t["health"] != "unknown")
+                .map(|t| {
+                    let s = |k: &str| t[k].as_str().unwrap_or_default().to_string();
+                    (t["labels"]["job"].as_str().unwrap_or_default().to_string(), (s("health"), s("lastError")))
+                })
+                .collect();
+        if seen.len() == 3 || t.elapsed() > Duration::from_secs(30) {
+            break seen;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(targets.get("chstorm-gateway").map(|t| t.0.as_str()), Some("up"), "{targets:?}\n{}", log());
+    assert_eq!(targets.get("chstorm-gateway-client-port").map(|t| t.0.as_str()), Some("up"), "{targets:?}");
+    let anonymous = &targets["no-password"];
+    assert_eq!(anonymous.0, "down");
+    assert!(anonymous.1.contains("404"), "{anonymous:?}");
+}
