@@ -8,8 +8,10 @@ use std::path::PathBuf;
 `chstorm local up --shards 2 --replicas 2 --dir D` writes a working D/gateway.yaml.
 
 Endpoints: ClickHouse's HTTP interface with its paths (/, /ping, /replicas_status from the gateway's
-health view, queries on any path), /metrics (Prometheus; on `metrics_listen` instead when set);
-ClickHouse's native protocol on `listen_native`, and over TLS on `listen_native_secure`.
+health view, queries on any path), /metrics (Prometheus; for users with `metrics: true`, or on
+`metrics_listen` instead when set); ClickHouse's native protocol on `listen_native`, and over TLS
+on `listen_native_secure`. Each user's queries run as its `backend` ClickHouse user (its password
+inline or from `password_env`, an environment variable of this process), else as its cluster's.
 Signals: SIGHUP reloads the config (a bad file keeps the running one), SIGTERM/SIGINT stop
 gracefully (queries in flight finish, HTTP and native alike; docs/GATEWAY.md).
 Under systemd (Type=notify): READY=1 once listening and the first health round is done,

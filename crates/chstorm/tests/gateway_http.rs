@@ -407,7 +407,7 @@ fn a_tls_handshake_that_never_comes_is_dropped_after_the_header_timeout() {
     std::fs::write(
         &cfg,
         format!(
-            "listen: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}\nlimits:\n  client_header_timeout: 1s\npool:\n  tls_ca: {}\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\nusers:\n  - name: default\n    cluster: one\n",
+            "listen: 127.0.0.1:0\ntls:\n  cert: {}\n  key: {}\nlimits:\n  client_header_timeout: 1s\npool:\n  tls_ca: {}\nclusters:\n  one:\n    shards:\n      - replicas: [{}]\nusers:\n  - name: default\n    cluster: one\n    metrics: true\n",
             ca.display(),
             key.display(),
             ca.display(),
