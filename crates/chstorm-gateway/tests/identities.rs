@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 const SECRET_SHA256: &str = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b";
 
 /// The env, and a gateway on the generated config plus `shared` (no `backend`: the cluster's
-/// login, the server's `default`) and `bypass` (no rules at all, running as `chstorm_viewer`:
-/// the server's profile is the only wall).
+/// login, the server's `default`) and `bypass` (no rules at all, every operator statement
+/// allowed, running as `chstorm_viewer`: the server's profile is the only wall).
 fn env() -> &'static (Env, Gateway) {
     static ENV: OnceLock<(Env, Gateway)> = OnceLock::new();
     ENV.get_or_init(|| {
         let env = start_shared_cluster();
         let viewer = env.cluster.server_login("viewer").expect("the local cluster has viewer").clone();
         let extra = format!(
-            "  - name: shared\n    cluster: storm\n  - name: bypass\n    cluster: storm\n    backend: {{user: {}, password: \"{}\"}}\n",
+            "  - name: shared\n    cluster: storm\n  - name: bypass\n    cluster: storm\n    operator_statements: [\"*\"]\n    backend: {{user: {}, password: \"{}\"}}\n",
             viewer.user, viewer.password
         );
         let path = env.gateway_config(|t| format!("{t}{extra}"));

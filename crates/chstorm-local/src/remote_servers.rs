@@ -125,7 +125,9 @@ fn user_yaml(y: &mut String, cluster: &str, l: &ServerLogin) {
         y.push_str("    readonly: true\n");
     } else {
         y.push_str("    allowed_settings: [\"*\"]\n    readonly: false\n    metrics: true  # may read /metrics here\n");
-        y.push_str("    operator_statements: [\"*\"]  # this local cluster's operator: KILL, SYSTEM, DDL of any database\n");
+        y.push_str(
+            "    operator_statements: [\"*\"]  # this local cluster's operator: KILL, SYSTEM, DDL of any database\n",
+        );
     }
     y.push_str("    settings: {}\n");
     let _ = writeln!(
