@@ -8,6 +8,10 @@
 //! | `default` (writes, no rules) | `chstorm_writer` | `chstorm_writer`: `log_queries=1`, `max_execution_time=30` | `chstorm` |
 //! | `viewer` (read-only) | `chstorm_viewer` | `chstorm_viewer`: the same, and `readonly=1` | `chstorm` |
 //!
+//! `chstorm_writer` keeps DDL and every database (the gateway's tests create, drop and read
+//! tables of several databases through the gateway's `default`); `chstorm_viewer` is as
+//! restricted as 18.16 allows: `readonly=1`, the database `default` only.
+//!
 //! The server user `default` (no password, loopback only) stays the administrator: the
 //! cluster's login in `gateway.yaml` (the gateway's own work: the thread budget's polls) and what
 //! tests load data and check the servers with. Passwords are made afresh for each cluster (16
