@@ -280,6 +280,20 @@ fn held() -> SendBody {
     SendBody::Held(Bytes::new())
 }
 
+/// Runs `run` (a read of shard 2, both replicas hanging) until its first attempt is out, then
+/// makes the other replica answer in 5 ms: (the first replica, the other, the outcome).
+async fn first_hangs_other_answers(
+    fake: &Fake,
+    run: impl std::future::Future<Output = Outcome>,
+) -> (String, &'static str, Outcome) {
+    tokio::pin!(run);
+    tokio::select! { _ = &mut run => unreachable!("nothing answers yet"), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
+    let first = fake.sent_to()[0].clone();
+    let other = if first == R21 { R22 } else { R21 };
+    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
+    (first, other, run.await)
+}
+
 #[tokio::test(start_paused = true)]
 async fn every_attempt_and_the_losers_kill_go_as_the_querys_login() {
     let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Hang)]);
@@ -287,13 +301,7 @@ async fn every_attempt_and_the_losers_kill_go_as_the_querys_login() {
     let p = w.plan(ROUTED_READ, BodyShape::Held);
     w.known_good(&p);
     let tenant = Arc::new(BackendLogin::new(&crate::config::Login { user: "t".into(), password: "p".into() }, 2));
-    let run = w.run_as(&p, held(), &tenant);
-    tokio::pin!(run);
-    tokio::select! { _ = &mut run => unreachable!("nothing answers yet"), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
-    let first = fake.sent_to()[0].clone();
-    let other = if first == R21 { R22 } else { R21 };
-    fake.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
-    let mut o = run.await;
+    let (_, other, mut o) = first_hangs_other_answers(&fake, w.run_as(&p, held(), &tenant)).await;
     assert_eq!(answered(&mut o), (other.to_string(), true), "hedged to the other replica");
     settle().await;
     let sent = fake.logins.lock().unwrap().clone();
@@ -311,21 +319,9 @@ async fn a_slow_replica_is_hedged_the_first_answer_wins_and_the_loser_is_killed(
     assert_eq!(p.target, Target::Shard(1));
     // Whichever replica is picked first hangs; the other answers in 5 ms.
     let t0 = tokio::time::Instant::now();
-    let first = {
-        let fake2 = fake.clone();
-        let w2 = &w;
-        let run = w2.run(&p, held());
-        tokio::pin!(run);
-        // Let the first attempt start, then make the other replica fast.
-        tokio::select! { _ = &mut run => unreachable!("nothing answers yet"), _ = tokio::time::sleep(Duration::from_millis(1)) => {} }
-        let first = fake2.sent_to()[0].clone();
-        let other = if first == R21 { R22 } else { R21 };
-        fake2.behave.lock().unwrap().insert(other, Behave::Answer(Duration::from_millis(5), 200, "1\n"));
-        let mut o = run.await;
-        let (winner, hedged) = answered(&mut o);
-        assert_eq!((winner.as_str(), hedged), (other, true));
-        first
-    };
+    let (first, other, mut o) = first_hangs_other_answers(&fake, w.run(&p, held())).await;
+    let (winner, hedged) = answered(&mut o);
+    assert_eq!((winner.as_str(), hedged), (other, true));
     // The cold per-try deadline is 100 ms; its ping, sent at 50 ms, is unanswered then and the
     // replica answered nothing at all: hung, hedged at the deadline. The hedge answered 5 ms later.
     assert_eq!(t0.elapsed(), crate::attempt::hedge::COLD_DELAY + Duration::from_millis(5));
