@@ -155,7 +155,7 @@ pub enum SendBody {
 }
 
 /// Reads at most `limit` bytes of `body` (what came before an error, if one comes).
-async fn read_limited(mut body: GBody, limit: usize) -> Bytes {
+pub(crate) async fn read_limited(mut body: GBody, limit: usize) -> Bytes {
     let mut buf = bytes::BytesMut::new();
     while buf.len() < limit {
         match body.frame().await {

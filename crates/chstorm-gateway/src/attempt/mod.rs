@@ -67,6 +67,7 @@ pub mod held;
 pub mod quarantine;
 
 pub use held::HttpHead;
+pub(crate) use http_transport::read_limited;
 pub use http_transport::{HttpParts, SendBody};
 pub use kill::KillGuard;
 

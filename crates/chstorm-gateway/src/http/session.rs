@@ -236,14 +236,27 @@ impl Replay<'_> {
                 empty_post: sql.is_empty(),
                 body: if sql.is_empty() { empty() } else { full(Bytes::from(sql.clone())) },
             };
-            let answer = tokio::time::timeout(REPLAY_TIMEOUT, self.backend.send(&to.addr, req))
+            let (status, body) = tokio::time::timeout(REPLAY_TIMEOUT, self.send(to, req))
                 .await
-                .map_err(|_| format!("no answer to `{sql}` within {} s", REPLAY_TIMEOUT.as_secs()))?
-                .map_err(|e| e.to_string())?;
-            if !answer.status().is_success() {
-                return Err(format!("`{sql}` answered {}", answer.status()));
+                .map_err(|_| format!("no answer to `{sql}` within {} s", REPLAY_TIMEOUT.as_secs()))??;
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&body);
+                return Err(format!("`{sql}` answered {status}: {}", text.lines().next().unwrap_or("").trim()));
             }
         }
         Ok(())
+    }
+
+    /// One replayed statement's whole answer, read to its end before the next statement: the
+    /// server holds the session until its request ends, and a request sent sooner finds it
+    /// locked (18.16: Code 373, SESSION_IS_LOCKED). A SET's or USE's answer is empty, an error's
+    /// a line: 64 KiB at most.
+    async fn send(&self, to: &Replica, req: BackendRequest) -> Result<(http::StatusCode, Bytes), String> {
+        let resp = match self.backend.send(&to.addr, req).await {
+            Ok(r) => r,
+            Err(e) => return Err(e.to_string()),
+        };
+        let status = resp.status();
+        Ok((status, crate::attempt::read_limited(resp.into_body(), 64 << 10).await))
     }
 }
