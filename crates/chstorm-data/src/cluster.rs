@@ -1,26 +1,34 @@
 //! Loading `items` into a cluster (`chstorm dataset load items --cluster storm --topology DIR/cluster.json`).
 //!
-//! ClickHouse 18.16 runs `ON CLUSTER` DDL only through ZooKeeper, which a local
-//! cluster does not have, so the DDL is sent to every node by its own HTTP URL
-//! (from the topology `chstorm local up` writes):
+//! Two layouts, told apart by the coordinator: a cluster whose nodes have ZooKeeper (the
+//! coordinator reads `system.zookeeper`) is *replicated*, as the seed's Shopee cluster is:
 //!
-//! * `items_local`: the `items` schema (`ReplacingMergeTree(version) ORDER BY (shop_id, item_id)`);
-//! * `items`: `Distributed(CLUSTER, 'DB', items_local, cityHash64(shop_id))`, DB read from
-//!   `currentDatabase()` of the coordinator (18.16 wants a literal there).
+//! * `items_local`: the `items` schema as `ReplicatedReplacingMergeTree(version)`, at
+//!   `/clickhouse/tables/{shard}/DB.items_local` with replica `{replica}` (every node's macros,
+//!   checked first: the replicas of a shard share `{shard}` and differ in `{replica}`), made by
+//!   one `CREATE ... ON CLUSTER` statement through the coordinator;
+//! * `items`: `Distributed(CLUSTER, 'DB', items_local, cityHash64(shop_id))`, `ON CLUSTER` too;
+//! * the shards have `internal_replication` true, so each block of an INSERT through the
+//!   Distributed table goes to one replica of its shard, and the others fetch it; the load ends
+//!   with `SYSTEM SYNC REPLICA items_local` on every node, so every replica holds every row.
 //!
-//! The rows are written once, by `INSERT INTO items SELECT ...` through the
+//! Without ZooKeeper (18.16 runs `ON CLUSTER` DDL only through it) the DDL is sent to every
+//! node by its own HTTP URL (from the topology `chstorm local up` writes), `items_local` is a
+//! plain `ReplacingMergeTree(version)` on each, and the shards have `internal_replication`
+//! false: the Distributed table itself writes every row to every replica of its shard.
+//!
+//! Either way the rows are written once, by `INSERT INTO items SELECT ...` through the
 //! Distributed table on the coordinator node with `insert_distributed_sync=1`
-//! as an HTTP URL parameter. The cluster's shards have `internal_replication`
-//! false, so the Distributed table itself writes every row to every replica of
-//! its shard, synchronously: when the INSERT returns, all replicas hold it. (In
+//! as an HTTP URL parameter, synchronously. (In
 //! 18.16 a `SETTINGS insert_distributed_sync = 1` clause at the end of
 //! `INSERT ... SELECT` applies to the SELECT only and the INSERT stays
-//! asynchronous; the URL parameter applies to the whole query.) Old versions
+//! asynchronous; the URL parameter applies to the whole query.) DB is read from
+//! `currentDatabase()` of the coordinator (18.16 wants a literal in `Distributed`). Old versions
 //! (10% of keys) are written first, as on a single server; a key's shop, and so
 //! its shard, is the same in both versions, so `FINAL` works per shard.
 
 use crate::client::SqlClient;
-use crate::defs::{items_create, DatasetName};
+use crate::defs::{items_create, items_create_replicated, DatasetName};
 use crate::load::{dataset, registry_ddl, server, LoadOptions, LoadReport, META_TABLE};
 use crate::DataError;
 use chstorm_proto::TlsOptions;
@@ -142,6 +150,10 @@ in {shards} shards; is --topology the cluster.json of this cluster?",
         let ctx = format!("cannot create the dataset registry table on node {}", n.label());
         n.client.query(&registry_ddl()).map_err(server(&ctx))?;
     }
+    let replicated = coord.query("SELECT count() FROM system.zookeeper WHERE path = '/'").is_ok();
+    if replicated {
+        check_macros(&mut nodes)?;
+    }
 
     // What is there already.
     let mut complete = 0;
@@ -166,6 +178,15 @@ rerun with --drop to replace it",
                         n.label()
                     )))
                 }
+                Some((t, engine))
+                    if t == ITEMS_LOCAL && replicated && !engine.starts_with("Replicated") && !opts.drop =>
+                {
+                    return Err(DataError::Invalid(format!(
+                        "table {ITEMS_LOCAL} on node {} is a {engine} table, but the cluster is replicated \
+(its nodes have ZooKeeper); rerun with --drop to make it ReplicatedReplacingMergeTree",
+                        n.label()
+                    )))
+                }
                 Some((t, _)) if t == ITEMS_LOCAL => has.1 = true,
                 _ => {}
             }
@@ -176,7 +197,14 @@ rerun with --drop to replace it",
             _ => partial.push(n.label()),
         }
     }
-    if any_exists && opts.drop {
+    if any_exists && opts.drop && replicated {
+        progress(&format!("items: dropping items and items_local ON CLUSTER {cname} (--drop)"));
+        for t in ["items", ITEMS_LOCAL] {
+            coord
+                .query(&format!("DROP TABLE IF EXISTS `{db}`.{t} ON CLUSTER {cname}"))
+                .map_err(server("cannot drop table on the cluster"))?;
+        }
+    } else if any_exists && opts.drop {
         progress("items: dropping items and items_local on every node (--drop)");
         for n in &mut nodes {
             n.client.query("DROP TABLE IF EXISTS items").map_err(server("cannot drop table"))?;
@@ -205,15 +233,30 @@ rerun with --drop to replace it",
         )));
     }
 
-    progress(&format!("items: creating {ITEMS_LOCAL} and the Distributed table items on {} nodes", nodes.len()));
-    let local_ddl = items_create(ITEMS_LOCAL, ds.index_granularity);
-    let dist_ddl = format!(
-        "CREATE TABLE IF NOT EXISTS items AS {ITEMS_LOCAL} ENGINE = Distributed({cname}, '{db}', {ITEMS_LOCAL}, {ITEMS_SHARDING_KEY})"
-    );
-    for n in &mut nodes {
-        let ctx = format!("cannot create the tables on node {}", n.label());
-        n.client.query(&local_ddl).map_err(server(&ctx))?;
-        n.client.query(&dist_ddl).map_err(server(&ctx))?;
+    if replicated {
+        progress(&format!(
+            "items: creating the ReplicatedReplacingMergeTree {ITEMS_LOCAL} and the Distributed table items ON CLUSTER \
+{cname} ({} nodes)",
+            nodes.len()
+        ));
+        let local_ddl = items_create_replicated(ITEMS_LOCAL, cname, &db, ds.index_granularity);
+        let dist_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS `{db}`.items ON CLUSTER {cname} AS `{db}`.{ITEMS_LOCAL} \
+ENGINE = Distributed({cname}, '{db}', {ITEMS_LOCAL}, {ITEMS_SHARDING_KEY})"
+        );
+        coord.query(&local_ddl).map_err(server("cannot create items_local ON CLUSTER"))?;
+        coord.query(&dist_ddl).map_err(server("cannot create items ON CLUSTER"))?;
+    } else {
+        progress(&format!("items: creating {ITEMS_LOCAL} and the Distributed table items on {} nodes", nodes.len()));
+        let local_ddl = items_create(ITEMS_LOCAL, ds.index_granularity);
+        let dist_ddl = format!(
+            "CREATE TABLE IF NOT EXISTS items AS {ITEMS_LOCAL} ENGINE = Distributed({cname}, '{db}', {ITEMS_LOCAL}, {ITEMS_SHARDING_KEY})"
+        );
+        for n in &mut nodes {
+            let ctx = format!("cannot create the tables on node {}", n.label());
+            n.client.query(&local_ddl).map_err(server(&ctx))?;
+            n.client.query(&dist_ddl).map_err(server(&ctx))?;
+        }
     }
     let on_coord = coord
         .query_u64("SELECT count() FROM system.tables WHERE database = currentDatabase() AND name = 'items' AND engine = 'Distributed'")
@@ -234,6 +277,15 @@ rerun with --drop to replace it",
         ));
         coord.query(ins).map_err(server("insert failed"))?;
         progress(&format!("items: step {} done in {:.1} s", i + 1, started.elapsed().as_secs_f64()));
+    }
+    if replicated {
+        let started = Instant::now();
+        progress("items: waiting for every replica to fetch its shard's parts (SYSTEM SYNC REPLICA) ...");
+        for n in &mut nodes {
+            let ctx = format!("node {} did not catch up with its shard", n.label());
+            n.client.query(&format!("SYSTEM SYNC REPLICA {ITEMS_LOCAL}")).map_err(server(&ctx))?;
+        }
+        progress(&format!("items: every replica caught up in {:.1} s", started.elapsed().as_secs_f64()));
     }
     let per_node = verify(&mut coord, &mut nodes, rows)?;
     for n in &mut nodes {
@@ -293,6 +345,40 @@ fn verify(coord: &mut SqlClient, nodes: &mut [Node], rows: u64) -> Result<Vec<No
         return Err(DataError::RowCount { table: format!("{ITEMS_LOCAL} (sum over shards)"), got: sum, want: rows });
     }
     Ok(out)
+}
+
+/// Checks that the nodes' `{shard}` and `{replica}` macros lay the replicated tables out as the
+/// topology does: the replicas of a shard share `{shard}` and no two share `{replica}`, and no
+/// two shards share `{shard}` (or their replicas would share one table in ZooKeeper).
+fn check_macros(nodes: &mut [Node]) -> Result<(), DataError> {
+    let mut seen: Vec<(usize, String, String)> = Vec::with_capacity(nodes.len());
+    for n in nodes.iter_mut() {
+        let ctx = format!("cannot read the macros of node {}", n.label());
+        let text = n
+            .client
+            .query("SELECT macro, substitution FROM system.macros WHERE macro IN ('shard', 'replica')")
+            .map_err(server(&ctx))?;
+        let get = |m: &str| text.lines().find_map(|l| l.strip_prefix(m)?.strip_prefix('\t').map(str::to_string));
+        let (Some(shard), Some(replica)) = (get("shard"), get("replica")) else {
+            return Err(DataError::Invalid(format!(
+                "node {} has ZooKeeper but no {{shard}} and {{replica}} macros, which replicated tables need \
+(`chstorm local up --replicated` writes them)",
+                n.label()
+            )));
+        };
+        for (s, sm, rm) in &seen {
+            let same_shard = *s == n.shard;
+            if same_shard != (*sm == shard) || (same_shard && *rm == replica) {
+                return Err(DataError::Invalid(format!(
+                    "node {}'s macros (shard '{shard}', replica '{replica}') clash with those of a node of shard {s} \
+(shard '{sm}', replica '{rm}'): the replicas of a shard must share {{shard}} and differ in {{replica}}",
+                    n.label()
+                )));
+            }
+        }
+        seen.push((n.shard, shard, replica));
+    }
+    Ok(())
 }
 
 /// Checks shard and replica numbering: shards 1..=S, each with replicas

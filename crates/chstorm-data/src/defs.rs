@@ -84,13 +84,28 @@ impl Dataset {
 
 /// `CREATE TABLE IF NOT EXISTS {table}` with the `items` schema (also used for `items_local` on a cluster).
 pub(crate) fn items_create(table: &str, g: u32) -> String {
+    items_create_as(table, "", "ReplacingMergeTree(version)", g)
+}
+
+/// The `items` schema's `items_local` on every node of a replicated cluster, by one `ON CLUSTER`
+/// statement: `ReplicatedReplacingMergeTree` as the seed's cluster has it, one replica per node
+/// (the `{replica}` macro) of its shard's table in ZooKeeper (`{shard}`), at
+/// `/clickhouse/tables/{shard}/DB.TABLE`.
+pub(crate) fn items_create_replicated(table: &str, cluster: &str, db: &str, g: u32) -> String {
+    let engine =
+        format!("ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{db}.{table}', '{{replica}}', version)");
+    items_create_as(&format!("`{db}`.{table}"), &format!(" ON CLUSTER {cluster}"), &engine, g)
+}
+
+/// `CREATE TABLE IF NOT EXISTS {table}{on_cluster}` with the `items` schema and `engine`.
+fn items_create_as(table: &str, on_cluster: &str, engine: &str, g: u32) -> String {
     format!(
-        "CREATE TABLE IF NOT EXISTS {table} (\
+        "CREATE TABLE IF NOT EXISTS {table}{on_cluster} (\
 shop_id UInt64, item_id UInt64, version UInt32, title String, category UInt16, brand String, \
 price Decimal(18, 2), stock Int32, rating Float32, sold UInt32, is_active UInt8, \
 status Enum8('draft' = 0, 'live' = 1, 'banned' = 2), created DateTime, updated Date, \
 tags Array(String), ship_from FixedString(2), weight_g UInt32\
-) ENGINE = ReplacingMergeTree(version) ORDER BY (shop_id, item_id) SETTINGS index_granularity = {g}"
+) ENGINE = {engine} ORDER BY (shop_id, item_id) SETTINGS index_granularity = {g}"
     )
 }
 

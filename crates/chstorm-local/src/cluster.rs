@@ -9,12 +9,20 @@
 //! | `DIR/s{S}r{R}/`      | node of shard S, replica R (1-based): a server directory as for [`LocalServer`] |
 //! | `DIR/cluster.json`   | the [`Topology`], written once every node answers `/ping` |
 //! | `DIR/gateway.yaml`   | a gateway config for the cluster (`docs/gateway.example.yaml` format), mode 0600: it holds the server users' passwords |
+//! | `DIR/zookeeper/`     | a replicated cluster's ZooKeeper ([`crate::zookeeper`]) |
 //!
 //! Every node's `users.xml` has the server users the gateway users run as (`crate::users`).
 //!
-//! Every shard has `internal_replication` false, so an INSERT through a
-//! Distributed table writes each row to every replica of its shard itself
-//! (there is no ZooKeeper, so no ReplicatedMergeTree).
+//! Two layouts:
+//!
+//! * **replicated** ([`ClusterSpec::replicated`], `chstorm local up --replicated`): a ZooKeeper
+//!   on a free loopback port, started first and stopped last; every node names it in
+//!   `<zookeeper>`, has its own interserver port for fetching parts and the `ON CLUSTER` DDL
+//!   queue, and every shard has `internal_replication` true: `Replicated*MergeTree` tables
+//!   keep the replicas of a shard in step, as a production cluster does.
+//! * **not replicated** (the default): no ZooKeeper; every shard has `internal_replication`
+//!   false, so an INSERT through a Distributed table writes each row to every replica of its
+//!   shard itself, and each replica's table is a plain MergeTree of its own.
 
 use std::fs;
 use std::io::ErrorKind;
@@ -30,8 +38,9 @@ use crate::http::ping;
 use crate::ports::free_ports;
 use crate::process::{resolve_binary, stop_pid, STOP_GRACE};
 use crate::procfs::is_server_of;
-use crate::remote_servers::{gateway_yaml, macros_xml, remote_servers_xml, NodePorts};
+use crate::remote_servers::{gateway_yaml, macros_xml, remote_servers_xml, replication_xml, NodePorts};
 use crate::users::{make_logins, users_xml, ServerLogin};
+use crate::zookeeper::{self, zookeeper_xml, LocalZooKeeper, ZooKeeperInfo, ZOOKEEPER_DIR};
 use crate::{state, LocalServer, ServerSpec};
 
 /// Name of the cluster in `<remote_servers>` and in the gateway config.
@@ -46,6 +55,12 @@ pub const MAX_NODES: usize = 64;
 const START_ATTEMPTS: u32 = 3;
 /// Timeout of the `/ping` that [`cluster_status`] sends to each node.
 const STATUS_PING_TIMEOUT: Duration = Duration::from_secs(2);
+/// The ZooKeeper session timeout of every node of a replicated cluster: 10 s. A node killed
+/// with SIGKILL holds its replicas' `is_active` nodes this long, and a restarted node waits
+/// for them to go before its tables leave read-only mode.
+pub const ZOOKEEPER_SESSION_TIMEOUT_MS: u32 = 10_000;
+/// How long a node of a replicated cluster may take to reach ZooKeeper after it started.
+const ZOOKEEPER_REACH: Duration = Duration::from_secs(15);
 
 /// What cluster to start. Build it with [`ClusterSpec::new`] and change fields.
 #[derive(Clone, Debug)]
@@ -69,6 +84,10 @@ pub struct ClusterSpec {
     pub keep_alive_timeout_s: u32,
     /// Per-node `max_concurrent_queries`. Default 1000.
     pub max_concurrent_queries: u32,
+    /// The replicated layout: a ZooKeeper in `DIR/zookeeper/`, `<zookeeper>`, interserver
+    /// ports and the `ON CLUSTER` DDL queue on every node, `internal_replication` true. Default
+    /// false: no ZooKeeper, `internal_replication` false (see the module doc).
+    pub replicated: bool,
 }
 
 impl ClusterSpec {
@@ -84,6 +103,7 @@ impl ClusterSpec {
             startup_timeout: Duration::from_secs(30),
             keep_alive_timeout_s: 3,
             max_concurrent_queries: 1000,
+            replicated: false,
         }
     }
 
@@ -125,6 +145,10 @@ pub struct NodeInfo {
     pub http_port: u16,
     /// Native TCP port (the one listed in `<remote_servers>`).
     pub tcp_port: u16,
+    /// The port other replicas fetch its parts from (`interserver_http_port`); replicated
+    /// clusters only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interserver_port: Option<u16>,
     /// Set by [`cluster_status`] only: whether the node is running and answers `/ping`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub up: Option<bool>,
@@ -150,6 +174,9 @@ pub struct Topology {
     /// (`listen_native`). Empty in a `cluster.json` written before it existed.
     #[serde(default)]
     pub gateway_native_url: String,
+    /// The ZooKeeper of a replicated cluster; absent for the non-replicated layout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zookeeper: Option<ZooKeeperInfo>,
 }
 
 impl Topology {
@@ -185,9 +212,14 @@ impl Topology {
             .collect()
     }
 
-    /// True if [`cluster_status`] found every node up.
+    /// True if [`cluster_status`] found every node up (and the ZooKeeper, for a replicated one).
     pub fn all_up(&self) -> bool {
-        self.nodes.iter().all(|n| n.up == Some(true))
+        self.nodes.iter().all(|n| n.up == Some(true)) && self.zookeeper.as_ref().is_none_or(|z| z.up != Some(false))
+    }
+
+    /// True for the replicated layout (a cluster with a ZooKeeper).
+    pub fn replicated(&self) -> bool {
+        self.zookeeper.is_some()
     }
 }
 
@@ -198,6 +230,7 @@ impl Topology {
 #[derive(Debug)]
 pub struct LocalCluster {
     nodes: Vec<LocalServer>,
+    zookeeper: Option<LocalZooKeeper>,
     topology: Topology,
     logins: Vec<ServerLogin>,
     dir: PathBuf,
@@ -208,9 +241,10 @@ impl LocalCluster {
     /// Picks every node's ports, writes every node's config (all with the same
     /// `<remote_servers>`), starts the nodes in parallel, waits until each
     /// answers `/ping`, then writes `DIR/gateway.yaml` and `DIR/cluster.json`.
+    /// A replicated cluster starts its ZooKeeper first and waits until every node reaches it.
     /// If an automatically picked port turns out busy, the whole cluster is
     /// started again on new ports, up to 3 attempts. On any error the nodes
-    /// already started are stopped.
+    /// already started (and the ZooKeeper) are stopped.
     pub fn start(spec: ClusterSpec) -> Result<LocalCluster, LocalError> {
         spec.validate()?;
         let binary = resolve_binary(spec.binary.as_deref())?;
@@ -231,10 +265,15 @@ impl LocalCluster {
             }
         };
         let logins = make_logins()?;
+        let zk = match spec.replicated {
+            true => Some(LocalZooKeeper::start(&dir, spec.die_with_parent, spec.startup_timeout)?),
+            false => None,
+        };
+        let zk_port = zk.as_ref().map(|z| z.info().port);
         let mut attempt = 1;
         let (nodes, ports) = loop {
-            let ports = pick_ports(spec.shards, spec.replicas)?;
-            match start_nodes(&spec, &dir, &binary, &ports, &logins) {
+            let ports = pick_ports(spec.shards, spec.replicas, spec.replicated)?;
+            match start_nodes(&spec, &dir, &binary, &ports, &logins, zk_port) {
                 Ok(nodes) => break (nodes, ports),
                 Err(e) if is_port_in_use(&e) && attempt < START_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(with_attempts(e, attempt)),
@@ -257,15 +296,20 @@ impl LocalCluster {
                     dir: n.info().dir.clone(),
                     http_port: p.http,
                     tcp_port: p.tcp,
+                    interserver_port: spec.replicated.then_some(p.interserver),
                     up: None,
                 })
                 .collect(),
             gateway_config: gateway_config.clone(),
             gateway_url: format!("http://127.0.0.1:{gateway_port}"),
             gateway_native_url: format!("clickhouse://127.0.0.1:{gateway_native_port}"),
+            zookeeper: zk.as_ref().map(|z| z.info().clone()),
         };
-        let cluster = LocalCluster { nodes, topology, logins, dir, detached: false };
+        let cluster = LocalCluster { nodes, zookeeper: zk, topology, logins, dir, detached: false };
         // On an error below, Drop stops the nodes.
+        if let Some(port) = zk_port {
+            cluster.reach_zookeeper(port)?;
+        }
         let dir_text = cluster.dir.display().to_string();
         let yaml = gateway_yaml(CLUSTER_NAME, gateway_port, gateway_native_port, &ports, &cluster.logins, &dir_text);
         write_private(&gateway_config, &yaml)?;
@@ -341,6 +385,49 @@ impl LocalCluster {
         self.shutdown()
     }
 
+    /// SIGKILL the cluster's ZooKeeper now, as a crash would: the nodes lose their sessions and
+    /// their replicated tables turn read-only once the session timeout passes.
+    ///
+    /// # Panics
+    /// If the cluster is not replicated.
+    pub fn kill_zookeeper(&mut self) {
+        self.zookeeper.as_mut().expect("a replicated cluster").kill9();
+    }
+
+    /// Starts the cluster's ZooKeeper again on its port, with its data.
+    ///
+    /// # Panics
+    /// If the cluster is not replicated.
+    pub fn restart_zookeeper(&mut self) -> Result<(), LocalError> {
+        let zk = self.zookeeper.as_mut().expect("a replicated cluster");
+        zk.restart()?;
+        self.topology.zookeeper = Some(zk.info().clone());
+        self.write_topology()
+    }
+
+    /// Waits until every node answers a query on ZooKeeper (`system.zookeeper`), at most 15 s.
+    fn reach_zookeeper(&self, port: u16) -> Result<(), LocalError> {
+        let deadline = std::time::Instant::now() + ZOOKEEPER_REACH;
+        for (n, info) in self.nodes.iter().zip(&self.topology.nodes) {
+            loop {
+                match n.query("SELECT count() FROM system.zookeeper WHERE path = '/'") {
+                    Ok(_) => break,
+                    Err(e) if std::time::Instant::now() >= deadline => {
+                        return Err(node_error(
+                            info.shard,
+                            info.replica,
+                            LocalError::ZooKeeper(format!(
+                                "the node cannot reach ZooKeeper at 127.0.0.1:{port} within {ZOOKEEPER_REACH:?}: {e}"
+                            )),
+                        ))
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Leaves every node running and returns the topology; `Drop` will not
     /// stop them. Use [`down`](crate::down) on the directory to stop them later.
     pub fn detach(mut self) -> Topology {
@@ -348,7 +435,18 @@ impl LocalCluster {
         for n in std::mem::take(&mut self.nodes) {
             n.detach();
         }
+        if let Some(zk) = self.zookeeper.take() {
+            zk.detach();
+        }
         self.topology.clone()
+    }
+
+    /// The pids of every process of the cluster: its nodes, then its ZooKeeper (for
+    /// [`crate::kill_and_remove_at_exit`]).
+    pub fn pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.nodes.iter().map(LocalServer::pid).collect();
+        pids.extend(self.zookeeper.as_ref().map(|z| z.info().pid));
+        pids
     }
 
     fn index(&self, shard: usize, replica: usize) -> usize {
@@ -370,8 +468,10 @@ impl LocalCluster {
         }
         self.detached = true;
         let result = stop_all(std::mem::take(&mut self.nodes));
+        // The ZooKeeper goes last: nodes stopping still close their sessions.
+        let zk = self.zookeeper.take().map_or(Ok(()), LocalZooKeeper::stop);
         remove_file(&self.dir.join(TOPOLOGY_FILE))?;
-        result
+        result.and(zk)
     }
 }
 
@@ -403,7 +503,8 @@ pub fn node_dir(dir: &Path, shard: usize, replica: usize) -> PathBuf {
 /// The cluster recorded in `DIR/cluster.json`, with each node's `up` set
 /// (its pid is alive, is the clickhouse-server of its directory, and it
 /// answers `/ping` within 2 s) and its pid refreshed from the node's own
-/// record. `Ok(None)` when the directory or `cluster.json` is missing.
+/// record, and the ZooKeeper's `up` (it serves: `srvr`) for a replicated cluster.
+/// `Ok(None)` when the directory or `cluster.json` is missing.
 pub fn cluster_status(dir: &Path) -> Result<Option<Topology>, LocalError> {
     let Some(dir) = state::existing_dir(dir)? else { return Ok(None) };
     if !dir.join(TOPOLOGY_FILE).is_file() {
@@ -420,6 +521,9 @@ pub fn cluster_status(dir: &Path) -> Result<Option<Topology>, LocalError> {
             });
         }
     });
+    if let Some(z) = topo.zookeeper.as_mut() {
+        z.up = Some(zookeeper::is_up(z));
+    }
     Ok(Some(topo))
 }
 
@@ -460,7 +564,8 @@ pub(crate) fn down_nodes(dir: &Path) -> Result<bool, LocalError> {
         handles.into_iter().map(|h| h.join().unwrap_or(Ok(false))).collect()
     });
     remove_file(&topo_file)?;
-    let mut any = false;
+    let zk = zookeeper::stop_recorded(&dir.join(ZOOKEEPER_DIR))?;
+    let mut any = zk;
     for r in results {
         any |= r?;
     }
@@ -499,14 +604,16 @@ fn check_free(port: u16) -> Result<(), LocalError> {
         .map_err(|_| LocalError::PortInUse { ports: format!("gateway={port}"), attempts: 1 })
 }
 
-/// Free HTTP and TCP ports for every node, shard-major.
-fn pick_ports(shards: usize, replicas: usize) -> Result<Vec<NodePorts>, LocalError> {
-    let mut free = free_ports(2 * shards * replicas)?.into_iter();
+/// Free HTTP and TCP ports for every node, shard-major, and interserver ports when `replicated`.
+fn pick_ports(shards: usize, replicas: usize, replicated: bool) -> Result<Vec<NodePorts>, LocalError> {
+    let per_node = if replicated { 3 } else { 2 };
+    let mut free = free_ports(per_node * shards * replicas)?.into_iter();
     let mut nodes = Vec::with_capacity(shards * replicas);
     for shard in 1..=shards {
         for replica in 1..=replicas {
             let (http, tcp) = (free.next().unwrap_or(0), free.next().unwrap_or(0));
-            nodes.push(NodePorts { shard, replica, http, tcp });
+            let interserver = if replicated { free.next().unwrap_or(0) } else { 0 };
+            nodes.push(NodePorts { shard, replica, http, tcp, interserver });
         }
     }
     Ok(nodes)
@@ -521,8 +628,9 @@ fn start_nodes(
     binary: &Path,
     ports: &[NodePorts],
     logins: &[ServerLogin],
+    zookeeper_port: Option<u16>,
 ) -> Result<Vec<LocalServer>, LocalError> {
-    let remote = remote_servers_xml(CLUSTER_NAME, ports);
+    let remote = remote_servers_xml(CLUSTER_NAME, ports, zookeeper_port.is_some());
     let users = users_xml(logins);
     let results: Vec<Result<LocalServer, LocalError>> = thread::scope(|s| {
         let handles: Vec<_> = ports
@@ -533,7 +641,14 @@ fn start_nodes(
                 ns.tcp_port = Some(p.tcp);
                 ns.keep_alive_timeout_s = spec.keep_alive_timeout_s;
                 ns.max_concurrent_queries = spec.max_concurrent_queries;
-                ns.extra_config_xml = Some(format!("{remote}\n{}", macros_xml(p.shard, p.replica)));
+                let mut extra = format!("{remote}\n{}", macros_xml(p.shard, p.replica));
+                if let Some(zk) = zookeeper_port {
+                    extra.push('\n');
+                    extra.push_str(&zookeeper_xml(zk, ZOOKEEPER_SESSION_TIMEOUT_MS));
+                    extra.push('\n');
+                    extra.push_str(&replication_xml(p));
+                }
+                ns.extra_config_xml = Some(extra);
                 ns.extra_users = Some(users.clone());
                 ns.binary = Some(binary.to_path_buf());
                 ns.startup_timeout = spec.startup_timeout;
@@ -647,13 +762,19 @@ mod tests {
 
     #[test]
     fn ports_are_shard_major_and_distinct() {
-        let p = pick_ports(2, 3).unwrap();
+        let p = pick_ports(2, 3, false).unwrap();
         assert_eq!(p.len(), 6);
         assert_eq!((p[0].shard, p[0].replica, p[3].shard, p[3].replica), (1, 1, 2, 1));
+        assert!(p.iter().all(|n| n.interserver == 0));
         let mut all: Vec<u16> = p.iter().flat_map(|n| [n.http, n.tcp]).collect();
         all.sort_unstable();
         all.dedup();
         assert_eq!(all.len(), 12);
+        let p = pick_ports(2, 2, true).unwrap();
+        let mut all: Vec<u16> = p.iter().flat_map(|n| [n.http, n.tcp, n.interserver]).collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 12, "three distinct ports a node");
     }
 
     #[test]

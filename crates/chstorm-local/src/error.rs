@@ -112,6 +112,10 @@ pub enum LocalError {
     #[error("{0}")]
     InvalidCluster(String),
 
+    /// The ZooKeeper of a replicated cluster cannot be found, started, reached or stopped.
+    #[error("ZooKeeper: {0}")]
+    ZooKeeper(String),
+
     /// One node of a local cluster failed; `source` says how.
     #[error("cluster node s{shard}r{replica}: {source}")]
     Node {

@@ -16,7 +16,9 @@
 //!   `<remote_servers>` as cluster `storm`, plus `DIR/gateway.yaml` and the
 //!   [`Topology`] in `DIR/cluster.json`. Each gateway user of `gateway.yaml` runs as a server
 //!   user of its own, in every node's `users.xml` ([`ServerLogin`]: `chstorm_writer`,
-//!   `chstorm_viewer`). See `docs/LOCAL_CLUSTER.md`.
+//!   `chstorm_viewer`); with [`ClusterSpec::replicated`], a ZooKeeper (Debian's `zookeeper`
+//!   package) in `DIR/zookeeper/` and every node configured for `Replicated*MergeTree` and
+//!   `ON CLUSTER` DDL. See `docs/LOCAL_CLUSTER.md`.
 //! * [`status`] and [`down`] work on a directory, for `chstorm local status|down`;
 //!   [`down`] also stops a cluster, and [`cluster_status`] reports one.
 //! * [`shared_server`] and [`shared_tls_server`]: one server per test process,
@@ -47,10 +49,11 @@ mod shared;
 mod state;
 mod tls;
 mod users;
+mod zookeeper;
 
 pub use cluster::{
     cluster_status, node_dir, ClusterSpec, LocalCluster, NodeInfo, Topology, CLUSTER_NAME, GATEWAY_CONFIG_FILE,
-    MAX_NODES, TOPOLOGY_FILE,
+    MAX_NODES, TOPOLOGY_FILE, ZOOKEEPER_SESSION_TIMEOUT_MS,
 };
 pub use control::{down, status};
 pub use error::LocalError;
@@ -60,3 +63,4 @@ pub use server::{LocalServer, ServerInfo, ServerSpec};
 pub use shared::{kill_and_remove_at_exit, shared_server, shared_tls_server, try_shared_server, try_shared_tls_server};
 pub use state::{INFO_FILE, PID_FILE};
 pub use users::{ExtraUsersXml, ServerLogin, MAX_EXECUTION_TIME_S};
+pub use zookeeper::{ZooKeeperInfo, ZOOKEEPER_DIR, ZOOKEEPER_JAR};

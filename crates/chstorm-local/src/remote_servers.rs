@@ -1,6 +1,8 @@
 //! What a local cluster adds to each node's `config.xml` (`<remote_servers>`
-//! and `<macros>`, for ClickHouse 18.16) and the gateway config it writes
-//! beside the nodes (`DIR/gateway.yaml`, the format of `docs/gateway.example.yaml`).
+//! and `<macros>`, for ClickHouse 18.16; for a replicated cluster also `<zookeeper>`, the
+//! interserver port replicas fetch parts from and the `ON CLUSTER` DDL queue) and the gateway
+//! config it writes beside the nodes (`DIR/gateway.yaml`, the format of
+//! `docs/gateway.example.yaml`).
 
 use std::fmt::Write as _;
 
@@ -15,13 +17,16 @@ pub(crate) struct NodePorts {
     pub replica: usize,
     pub http: u16,
     pub tcp: u16,
+    /// `interserver_http_port`, where other replicas fetch its parts; 0 without replication.
+    pub interserver: u16,
 }
 
-/// `<remote_servers>` with one cluster `cluster`: a `<shard>` per shard
-/// (weight 1, `internal_replication` false, so a Distributed INSERT writes
-/// every replica itself) listing its replicas' native ports on 127.0.0.1.
-/// `nodes` must be ordered shard-major.
-pub(crate) fn remote_servers_xml(cluster: &str, nodes: &[NodePorts]) -> String {
+/// `<remote_servers>` with one cluster `cluster`: a `<shard>` per shard (weight 1) listing its
+/// replicas' native ports on 127.0.0.1. With `internal_replication` (a replicated cluster) a
+/// Distributed INSERT writes one replica of the shard and replication brings the rows to the
+/// others; without it the Distributed table writes every replica itself. `nodes` must be
+/// ordered shard-major.
+pub(crate) fn remote_servers_xml(cluster: &str, nodes: &[NodePorts], internal_replication: bool) -> String {
     let mut x = String::with_capacity(256 + 96 * nodes.len());
     let _ = write!(x, "  <remote_servers>\n    <{cluster}>\n");
     let mut shard = 0;
@@ -31,7 +36,10 @@ pub(crate) fn remote_servers_xml(cluster: &str, nodes: &[NodePorts]) -> String {
                 x.push_str("      </shard>\n");
             }
             shard = n.shard;
-            x.push_str("      <shard>\n        <weight>1</weight>\n        <internal_replication>false</internal_replication>\n");
+            let _ = writeln!(
+                x,
+                "      <shard>\n        <weight>1</weight>\n        <internal_replication>{internal_replication}</internal_replication>"
+            );
         }
         let _ = writeln!(x, "        <replica><host>127.0.0.1</host><port>{}</port></replica>", n.tcp);
     }
@@ -45,6 +53,19 @@ pub(crate) fn remote_servers_xml(cluster: &str, nodes: &[NodePorts]) -> String {
 /// `<macros>` naming the node's shard and replica (usable as `{shard}` and `{replica}` in DDL).
 pub(crate) fn macros_xml(shard: usize, replica: usize) -> String {
     format!("  <macros><shard>{shard}</shard><replica>{replica}</replica></macros>")
+}
+
+/// What a node of a replicated cluster adds: the interserver port on 127.0.0.1 that its peers
+/// fetch parts from (every node of a local cluster shares the host, so each needs its own
+/// port and must announce 127.0.0.1, not the host name), and the `ON CLUSTER` DDL queue's
+/// ZooKeeper path. `<zookeeper>` itself is [`crate::zookeeper::zookeeper_xml`].
+pub(crate) fn replication_xml(node: &NodePorts) -> String {
+    format!(
+        "  <interserver_http_host>127.0.0.1</interserver_http_host>\n\
+         \x20 <interserver_http_port>{}</interserver_http_port>\n\
+         \x20 <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>",
+        node.interserver
+    )
 }
 
 /// The gateway config for the cluster: listens on `127.0.0.1:gateway_port` (HTTP) and
@@ -149,16 +170,16 @@ mod tests {
 
     fn nodes() -> Vec<NodePorts> {
         vec![
-            NodePorts { shard: 1, replica: 1, http: 101, tcp: 201 },
-            NodePorts { shard: 1, replica: 2, http: 102, tcp: 202 },
-            NodePorts { shard: 2, replica: 1, http: 103, tcp: 203 },
-            NodePorts { shard: 2, replica: 2, http: 104, tcp: 204 },
+            NodePorts { shard: 1, replica: 1, http: 101, tcp: 201, interserver: 301 },
+            NodePorts { shard: 1, replica: 2, http: 102, tcp: 202, interserver: 302 },
+            NodePorts { shard: 2, replica: 1, http: 103, tcp: 203, interserver: 303 },
+            NodePorts { shard: 2, replica: 2, http: 104, tcp: 204, interserver: 304 },
         ]
     }
 
     #[test]
     fn remote_servers_lists_shards_and_replicas() {
-        let x = remote_servers_xml("storm", &nodes());
+        let x = remote_servers_xml("storm", &nodes(), false);
         assert!(x.starts_with("  <remote_servers>\n    <storm>\n      <shard>\n"));
         assert_eq!(x.matches("<shard>").count(), 2);
         assert_eq!(x.matches("</shard>").count(), 2);
@@ -168,6 +189,17 @@ mod tests {
         assert!(!first_shard.contains("<port>203</port>"));
         assert!(x.ends_with("    </storm>\n  </remote_servers>"));
         assert_eq!(macros_xml(2, 1), "  <macros><shard>2</shard><replica>1</replica></macros>");
+        let r = remote_servers_xml("storm", &nodes(), true);
+        assert_eq!(r.matches("<internal_replication>true</internal_replication>").count(), 2);
+        assert_eq!(r.replace("true</internal", "false</internal"), x);
+    }
+
+    #[test]
+    fn replication_names_the_interserver_port_and_the_ddl_queue() {
+        let x = replication_xml(&nodes()[2]);
+        assert!(x.contains("<interserver_http_host>127.0.0.1</interserver_http_host>"), "{x}");
+        assert!(x.contains("\n  <interserver_http_port>303</interserver_http_port>\n"), "{x}");
+        assert!(x.ends_with("  <distributed_ddl><path>/clickhouse/task_queue/ddl</path></distributed_ddl>"), "{x}");
     }
 
     #[test]

@@ -431,6 +431,13 @@ pub struct LocalUpArgs {
     /// Cluster only: the port DIR/gateway.yaml tells the gateway to listen on (default: a free port).
     #[arg(long, value_name = "PORT")]
     pub gateway_port: Option<u16>,
+    /// Cluster only: replicate as a production cluster does. A ZooKeeper (Debian's zookeeper
+    /// package) starts in DIR/zookeeper/ on a free loopback port and stops with the cluster;
+    /// every node gets <zookeeper>, {shard} and {replica} macros and internal_replication, so
+    /// `dataset load --cluster` makes Replicated*MergeTree tables and ON CLUSTER DDL works.
+    /// Without it the replicas of a shard are separate tables written by the Distributed table.
+    #[arg(long)]
+    pub replicated: bool,
 }
 
 /// Prints a clap error as one line (help and version print in full) and returns the exit code.

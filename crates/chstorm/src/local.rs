@@ -42,6 +42,22 @@ fn print_topology(t: &Topology, json: bool) -> anyhow::Result<()> {
             format!("{:<6} {:<8} {:<8} {:<26} {:<32} {state}", n.shard, n.replica, n.pid, n.http_url, n.native_url);
         println!("{}", line.trim_end());
     }
+    match &t.zookeeper {
+        Some(z) => {
+            let state = match z.up {
+                Some(true) => "   up",
+                Some(false) => "   DOWN",
+                None => "",
+            };
+            println!(
+                "zookeeper       127.0.0.1:{}   pid {}   (replicated: ON CLUSTER DDL, Replicated*MergeTree){state}",
+                z.port, z.pid
+            );
+        }
+        None => println!(
+            "replication     none: no ZooKeeper; each replica's tables are its own (--replicated for ZooKeeper)"
+        ),
+    }
     println!("gateway config  {}", t.gateway_config.display());
     println!("gateway url     {}   (where a gateway started with that config listens)", t.gateway_url);
     if !t.gateway_native_url.is_empty() {
@@ -65,11 +81,13 @@ fn cluster_up(up: &LocalUpArgs) -> anyhow::Result<i32> {
     }
     if let Some(t) = chstorm_local::cluster_status(dir)? {
         if t.nodes.iter().any(|n| n.up == Some(true)) {
-            if (t.shards, t.replicas) != (shards, replicas) {
+            if (t.shards, t.replicas, t.replicated()) != (shards, replicas, up.replicated) {
+                let layout = |r: bool| if r { " replicated" } else { "" };
                 anyhow::bail!(
-                    "a {}x{} cluster is already running in {}; run `chstorm local down --dir {}` first or use another directory",
+                    "a {}x{}{} cluster is already running in {}; run `chstorm local down --dir {}` first or use another directory",
                     t.shards,
                     t.replicas,
+                    layout(t.replicated()),
                     dir.display(),
                     dir.display()
                 );
@@ -89,6 +107,7 @@ fn cluster_up(up: &LocalUpArgs) -> anyhow::Result<i32> {
     }
     let mut spec = ClusterSpec::new(dir, shards, replicas);
     spec.gateway_port = up.gateway_port;
+    spec.replicated = up.replicated;
     let topo = LocalCluster::start(spec)?.detach();
     print_topology(&topo, up.dir.json)?;
     if !up.dir.json {
@@ -101,9 +120,10 @@ pub fn run(args: LocalArgs) -> anyhow::Result<i32> {
     match args.action {
         LocalAction::Up(up) if wants_cluster(&up) => cluster_up(&up),
         LocalAction::Up(up) => {
-            if up.gateway_port.is_some() {
+            if up.gateway_port.is_some() || up.replicated {
+                let flag = if up.replicated { "--replicated" } else { "--gateway-port" };
                 anyhow::bail!(
-                    "--gateway-port is for a cluster; add --shards S and/or --replicas R (more than 1 server in all)"
+                    "{flag} is for a cluster; add --shards S and/or --replicas R (more than 1 server in all)"
                 );
             }
             if let Some(t) = chstorm_local::cluster_status(&up.dir.dir)? {
