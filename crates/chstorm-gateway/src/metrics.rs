@@ -45,6 +45,14 @@
 //! | `chstorm_gateway_thread_total_probes_total` | cluster, replica | `total: adaptive`: probe windows at a candidate total |
 //! | `chstorm_gateway_thread_server_cpu` | cluster, replica | the server's CPU busy share, 0..1 (`total: adaptive`, servers that publish it) |
 //! | `chstorm_gateway_native_pinned_sessions` | | native client connections pinned to one backend connection (they hold state: a temporary table, a write) |
+//! | `chstorm_gateway_replica_delay_seconds` | cluster, replica | the largest replication delay of the replica's replicated tables (`system.replicas.absolute_delay`); -1 unknown |
+//! | `chstorm_gateway_replica_routed_delay_seconds` | cluster, replica | the same for the routed local tables alone (what routed reads are judged by); -1 unknown |
+//! | `chstorm_gateway_replica_writable` | cluster, replica | 1 when no replicated table of it is read-only and its ZooKeeper session is alive, 0 when not (writes go elsewhere), -1 unknown |
+//! | `chstorm_gateway_reads_steered_total` | cluster, replica | reads sent to a fresher replica instead of this healthy one, which lagged `health.max_replica_delay` or more or whose delay was unknown |
+//! | `chstorm_gateway_writes_steered_total` | cluster, replica | writes sent to another replica because this healthy one was read-only |
+//! | `chstorm_gateway_stale_reads_total` | cluster, reason | reads sent to a replica that was not known fresh, because no healthy replica of its shard was: reason `stale` (the least stale) or `unknown` |
+//! | `chstorm_gateway_stale_refusals_total` | cluster | reads refused with Code 369 because every healthy replica lagged and falling back was off |
+//! | `chstorm_gateway_replica_status_errors_total` | cluster, replica | replication status reads that failed (the delay counts as unknown until one succeeds) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -151,6 +159,76 @@ impl AttemptMetrics {
     }
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabel {
+    pub cluster: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterReasonLabels {
+    pub cluster: String,
+    pub reason: &'static str,
+}
+
+/// Replication delays and the reads and writes they steered (`crate::cluster::replication`).
+#[derive(Default)]
+pub struct ReplicationMetrics {
+    pub delay: Family<ReplicaLabels, Gauge>,
+    pub routed_delay: Family<ReplicaLabels, Gauge>,
+    pub writable: Family<ReplicaLabels, Gauge>,
+    pub reads_steered: Family<ReplicaLabels, Counter>,
+    pub writes_steered: Family<ReplicaLabels, Counter>,
+    pub stale_reads: Family<ClusterReasonLabels, Counter>,
+    pub stale_refusals: Family<ClusterLabel, Counter>,
+    pub status_errors: Family<ReplicaLabels, Counter>,
+}
+
+impl ReplicationMetrics {
+    /// Registers them in `r`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register(
+            "chstorm_gateway_replica_delay_seconds",
+            "The largest replication delay of the replica's replicated tables; -1 unknown",
+            self.delay.clone(),
+        );
+        r.register(
+            "chstorm_gateway_replica_routed_delay_seconds",
+            "The largest replication delay of the routed local tables on the replica; -1 unknown",
+            self.routed_delay.clone(),
+        );
+        r.register(
+            "chstorm_gateway_replica_writable",
+            "1 when the replica takes writes (no read-only table, ZooKeeper session alive), 0 not, -1 unknown",
+            self.writable.clone(),
+        );
+        r.register(
+            "chstorm_gateway_reads_steered",
+            "Reads sent to a fresher replica instead of this lagging (or unknown) healthy one",
+            self.reads_steered.clone(),
+        );
+        r.register(
+            "chstorm_gateway_writes_steered",
+            "Writes sent to another replica because this healthy one was read-only",
+            self.writes_steered.clone(),
+        );
+        r.register(
+            "chstorm_gateway_stale_reads",
+            "Reads sent to a replica not known fresh because no healthy replica of its shard was",
+            self.stale_reads.clone(),
+        );
+        r.register(
+            "chstorm_gateway_stale_refusals",
+            "Reads refused (Code 369) because every healthy replica lagged and falling back was off",
+            self.stale_refusals.clone(),
+        );
+        r.register(
+            "chstorm_gateway_replica_status_errors",
+            "Replication status reads that failed",
+            self.status_errors.clone(),
+        );
+    }
+}
+
 /// A family of histograms made by a constructor (the buckets).
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -187,6 +265,8 @@ pub struct Metrics {
     pub thread_total_probes: Family<ReplicaLabels, Counter>,
     pub thread_server_cpu: Family<ReplicaLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub native_pinned: Gauge,
+    /// Replication delays and what they steered.
+    pub replication: ReplicationMetrics,
 }
 
 impl Default for Metrics {
@@ -221,6 +301,7 @@ impl Default for Metrics {
             thread_total_probes: Family::default(),
             thread_server_cpu: Family::default(),
             native_pinned: Gauge::default(),
+            replication: ReplicationMetrics::default(),
         };
         let mut r = Registry::default();
         m.register_requests(&mut r);
@@ -231,6 +312,7 @@ impl Default for Metrics {
             "Native client connections pinned to one backend connection",
             m.native_pinned.clone(),
         );
+        m.replication.register(&mut r);
         m.registry = r;
         m
     }

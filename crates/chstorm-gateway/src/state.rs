@@ -151,7 +151,11 @@ impl State {
             let routes = || (0..=c.shards.len()).map(|_| HeadTimes::default()).collect();
             let (head_times, native_head_times) = (routes(), routes());
             let quarantine = crate::attempt::quarantine::Quarantine::new(config.limits.query_of_death_ttl.0);
-            let balancer = Arc::new(Balancer::new(c));
+            let rule = crate::cluster::replication::Rule::new(
+                config.health.max_replica_delay.0,
+                config.health.fallback_to_stale_replicas,
+            );
+            let balancer = Arc::new(Balancer::new(c).with_rule(rule));
             let rt = ClusterRt {
                 cfg: c.clone(),
                 balancer,
@@ -194,11 +198,14 @@ impl State {
         for (name, rt) in self.clusters.iter_mut() {
             let (round_done, round_wait) = tokio::sync::oneshot::channel();
             first_round.push(round_wait);
+            let delays = (!self.config.health.max_replica_delay.0.is_zero())
+                .then(|| Arc::new(crate::cluster::delay_probe::DelayProbe::new(&rt.cfg, &rt.auth.text)));
             let task = tokio::spawn(crate::cluster::health::run(
                 rt.balancer.clone(),
                 self.upstream.clone(),
                 self.config.health.clone(),
                 self.metrics.clone(),
+                delays,
                 round_done,
             ));
             self.health_tasks.push(task.abort_handle());
@@ -215,6 +222,16 @@ impl State {
             }
         }
         *self.first_health_round.get_mut().unwrap_or_else(|e| e.into_inner()) = first_round;
+    }
+
+    /// Takes over the replication delays `old` read (the state before a reload) for the
+    /// replicas both configs have.
+    pub fn adopt_readings(&self, old: &State) {
+        for (name, rt) in &self.clusters {
+            if let Some(o) = old.clusters.get(name) {
+                rt.balancer.adopt_readings(&o.balancer);
+            }
+        }
     }
 
     /// Waits until every cluster's first health round has finished (at once after the first

@@ -16,6 +16,7 @@
 //!   table names to the local ones; [`route::Router`] does all of it for one cluster's
 //!   `routing:` config, and every reason to fan out instead is an [`route::Unrouted`].
 //! * [`cityhash`]: CityHash64 v1.0.2 and `intHash64`, bit-exact with what 18.16 bundles.
+//! * [`ddl`]: which `CREATE` statements make a table that keeps its rows on one server.
 //! * [`rules`]: what a query asks of the server beyond reading tables (the settings it changes,
 //!   the table functions, engines and dictionary sources it calls, and which of those reach
 //!   outside the server) and how deep it nests (18.16 dies of a stack overflow from about 760
@@ -34,6 +35,7 @@
 //! chstorm-gateway, which calls these functions with the query's text.
 
 pub mod cityhash;
+pub mod ddl;
 pub mod lexer;
 pub mod reading;
 pub mod route;

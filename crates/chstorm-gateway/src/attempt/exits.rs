@@ -87,6 +87,19 @@ pub(super) fn no_replica<H>(plan: &Plan, replica: Option<Arc<Replica>>, attempts
     }
 }
 
+/// A read that no replica may serve: every healthy replica of its shard lags and falling back
+/// is off (`why`: [`crate::cluster::balancer::Balancer::stale_refusal`]). 503, counted, logged.
+pub(super) fn stale_refused<H>(plan: &Plan, ctx: &Ctx<'_>, why: String) -> Outcome<H> {
+    let cluster = crate::metrics::ClusterLabel { cluster: ctx.balancer.cluster.clone() };
+    ctx.metrics.replication.stale_refusals.get_or_create(&cluster).inc();
+    crate::log::log(
+        "info",
+        "read refused: every replica lags",
+        serde_json::json!({"query_id": &*plan.query_id, "error": why}),
+    );
+    Outcome::Failed { status: StatusCode::SERVICE_UNAVAILABLE, message: why, replica: None, retries: 0, unsent: true }
+}
+
 /// The head deadline (`plan.head_timeout`) passed: every copy is cancelled.
 pub(super) fn timed_out<H>(plan: &Plan, replica: Option<Arc<Replica>>, retries: u32) -> Outcome<H> {
     Outcome::Failed {

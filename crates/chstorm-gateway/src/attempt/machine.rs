@@ -5,12 +5,14 @@
 //! either goes on or ends the request with an [`Outcome`]. The decisions themselves come from
 //! [`Policy`]; when a silent attempt is pinged and what its ping means: [`super::watch`].
 
-use super::exits::{no_replica, query_of_death, timed_out, DEATH_PROBE};
+use super::exits::{no_replica, query_of_death, stale_refused, timed_out, DEATH_PROBE};
 use super::policy::{Decision, Failure, Policy};
-use super::running::{excluded, start, AttemptEnd, Running};
+use super::running::{excluded, start, want, AttemptEnd, Running};
 use super::watch::{any_alive, Ping, Watch, DEAD_GRACE, MIN_PROBE};
 use super::{Answered, Ctx, Judged, Outcome, Transport, Won};
+use crate::cluster::balancer::Want;
 use crate::cluster::replica::{Overdue, Replica};
+use crate::cluster::replication::Tier;
 use crate::cluster::upstream::{BackendError, Probe};
 use crate::metrics::ReasonLabel;
 use crate::out_of_line::boxed;
@@ -119,6 +121,11 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
     /// Sends the first attempt, then handles events until the request ends.
     pub(super) async fn run(&mut self) -> Outcome<T::Head> {
         let Some(first) = start(self.plan, self.transport, self.ctx, &[], None).await else {
+            if let Want::Read { view, fallback: false } = want(self.plan, self.ctx.balancer.rule().fallback) {
+                if let Some(why) = self.ctx.balancer.stale_refusal(self.plan.target.shard(), view) {
+                    return stale_refused(self.plan, self.ctx, why);
+                }
+            }
             return no_replica(self.plan, None, 0, 0);
         };
         self.attempts += 1;
@@ -362,7 +369,9 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
 
     /// Sends a hedged copy. A hedge goes only to a healthy replica that can help: one that is
     /// not slow itself or, when this query waits on a stalled replica (no answer at all for a
-    /// deadline: hung), one that is not stalled. None now (the others are down, busy with this
+    /// deadline: hung), one that is not stalled; and no staler than the replica the read waits
+    /// on (a hedge is a copy of the same read: a stale answer is taken only when a replica is
+    /// marked down and none fresher is left). None now (the others are down, busy with this
     /// query, or late like this one): the request is held, and looked at again one deadline
     /// later, budget untouched. When every replica is late the cause is not one replica, and a
     /// hedge would only add load where answers are already late.
@@ -371,7 +380,16 @@ impl<'a, 'c, T: Transport> Machine<'a, 'c, T> {
         let exclude = excluded(&self.tried, &self.running);
         let shard = self.plan.target.shard();
         let waits_on_stalled = self.running.iter().any(|a| a.inflight.replica().is_stalled(window));
-        let helps = move |r: &Replica| !r.is_slow_now() || (waits_on_stalled && !r.is_stalled(window));
+        let floor = match want(self.plan, ctx.balancer.rule().fallback) {
+            Want::Read { view, .. } => {
+                let best = self.running.iter().map(|a| ctx.balancer.tier_of(a.inflight.replica(), view)).min();
+                Some((view, best.unwrap_or(Tier::Fresh)))
+            }
+            Want::Write => None,
+        };
+        let fresh_enough = move |r: &Replica| floor.is_none_or(|(view, best)| ctx.balancer.tier_of(r, view) <= best);
+        let helps =
+            move |r: &Replica| (!r.is_slow_now() || (waits_on_stalled && !r.is_stalled(window))) && fresh_enough(r);
         if ctx.balancer.healthy_where(shard, &exclude, helps) {
             if !ctx.retry_budget.withdraw() {
                 if !self.counted.budget_exhausted {

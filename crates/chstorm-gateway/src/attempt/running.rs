@@ -5,10 +5,14 @@
 use super::hedge::Activity;
 use super::kill::KillGuard;
 use super::{Ctx, Live, Transport};
+use crate::cluster::balancer::Want;
 use crate::cluster::budget::Grant;
 use crate::cluster::replica::{InFlight, Overdue, Replica};
+use crate::cluster::replication::{Freshness, View};
 use crate::cluster::upstream::{BackendError, BoxFuture};
+use crate::metrics::ClusterReasonLabels;
 use crate::query::plan::{Plan, Target};
+use chstorm_sql::statement::StatementKind;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
@@ -68,18 +72,22 @@ pub(super) async fn start<T: Transport>(
     hedge_to: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
 ) -> Option<Running<T::Head>> {
     let hedge = hedge_to.is_some();
-    let inflight = match (plan.target, hedge_to) {
-        (Target::Session(h), _) => match plan.pinned {
+    let inflight = match plan.target {
+        Target::Session(h) => match plan.pinned {
             Some(at) => ctx.balancer.pick_at(at, exclude),
             None => ctx.balancer.pick_sticky(h, exclude),
         },
-        (t, Some(ok)) => ctx.balancer.pick_healthy_where(t.shard(), exclude, ok),
-        (t, None) => ctx.balancer.pick(t.shard(), exclude),
+        t => ctx.balancer.pick_for(want(plan, ctx.balancer.rule().fallback), t.shard(), exclude, hedge_to),
     }?;
+    if inflight.freshness() != Freshness::Fresh {
+        let labels =
+            ClusterReasonLabels { cluster: ctx.balancer.cluster.clone(), reason: inflight.freshness().reason() };
+        ctx.metrics.replication.stale_reads.get_or_create(&labels).inc();
+    }
     let replica = inflight.replica().clone();
     let sent_healthy = replica.is_healthy();
     if hedge && !sent_healthy {
-        // A hedge goes only to a healthy replica (pick_healthy_where never gives another; a
+        // A hedge goes only to a healthy replica (pick_for with a rule never gives another; a
         // session's sticky pick may).
         return None;
     }
@@ -116,6 +124,20 @@ pub(super) async fn start<T: Transport>(
         fut: send,
         down,
     })
+}
+
+/// What `plan`'s picks are for: a read judged by the routed tables' delay (routed) or by every
+/// table's (anything else), falling back to a stale replica as the query's own
+/// `fallback_to_stale_replicas_for_distributed_queries` says, else as `fallback` (the config's);
+/// or a write.
+pub(super) fn want(plan: &Plan, fallback: bool) -> Want {
+    if plan.kind != StatementKind::Read {
+        return Want::Write;
+    }
+    let view = if plan.target.shard().is_some() { View::Routed } else { View::Any };
+    let asked = plan.params.iter().rev().find(|(k, _)| k == "fallback_to_stale_replicas_for_distributed_queries");
+    let fallback = asked.map_or(fallback, |(_, v)| !matches!(v.trim(), "0" | "false"));
+    Want::Read { view, fallback }
 }
 
 /// Replicas a new attempt must not go to: those tried, and those with an attempt running.

@@ -1248,3 +1248,103 @@ async fn a_sign_of_work_before_the_deadline_drops_the_ping() {
     assert_eq!(took, Duration::from_millis(730));
     assert_eq!(w.metrics.attempt.hedges_spared.get(), 1);
 }
+
+/// The world with replication delays tracked (300 s), R21 lagging `d21` s and R22 `d22` s
+/// (None: unknown).
+fn lagging_world(fake: &Arc<Fake>, d21: Option<u64>, d22: Option<u64>) -> World {
+    use crate::cluster::replication::{Reading, Rule};
+    let mut w = World::new(fake);
+    w.balancer = Balancer::with_seed(&w.cfg.clusters["storm"], 7).with_rule(Rule::new(Duration::from_secs(300), true));
+    for (base, d) in [(R21, d21), (R22, d22)] {
+        let r = w.balancer.replicas().find(|r| r.addr.base == base).unwrap().clone();
+        let read = d.map(|d| Reading { delay: d, routed_delay: d, tables: 1, ..Default::default() });
+        w.balancer.record_replication(&r, read.ok_or_else(|| "no answer within 1000 ms".to_string()));
+    }
+    w
+}
+
+/// The answer's replica and how it was judged.
+fn answered_freshness(o: &mut Outcome) -> (String, crate::cluster::replication::Freshness) {
+    let f = match o {
+        Outcome::Answer(a) => a.won.inflight.freshness(),
+        Outcome::Failed { .. } => Default::default(),
+    };
+    (answered(o).0, f)
+}
+
+#[tokio::test(start_paused = true)]
+async fn routed_reads_skip_a_lagging_replica_and_use_the_least_stale_when_all_lag() {
+    use crate::cluster::replication::Freshness;
+    let ok = Behave::Answer(Duration::from_millis(1), 200, "1\n");
+    let fake = Fake::with(&[(R21, ok), (R22, ok)]);
+    let w = lagging_world(&fake, Some(400), Some(0));
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    for _ in 0..20 {
+        assert_eq!(answered_freshness(&mut w.run(&p, held()).await), (R22.to_string(), Freshness::Fresh));
+    }
+    let w = lagging_world(&fake, Some(400), Some(1000));
+    assert_eq!(answered_freshness(&mut w.run(&p, held()).await), (R21.to_string(), Freshness::Stale(400)));
+    let w = lagging_world(&fake, Some(400), None);
+    assert_eq!(answered_freshness(&mut w.run(&p, held()).await), (R22.to_string(), Freshness::Unknown));
+    let label = |reason| crate::metrics::ClusterReasonLabels { cluster: "storm".into(), reason };
+    assert_eq!(w.metrics.replication.stale_reads.get_or_create(&label("unknown")).get(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_falling_back_off_a_read_every_replica_lags_for_is_refused_with_369() {
+    let ok = Behave::Answer(Duration::from_millis(1), 200, "1\n");
+    let fake = Fake::with(&[(R21, ok), (R22, ok)]);
+    let w = lagging_world(&fake, Some(400), Some(1000));
+    let strict = vec![("fallback_to_stale_replicas_for_distributed_queries".to_string(), "0".to_string())];
+    let input = QueryRequest::held(strict, ROUTED_READ, 300);
+    let p = plan(input, &w.user(), &w.cfg.clusters["storm"], None, || "qid-1".into()).unwrap();
+    match w.run(&p, held()).await {
+        Outcome::Failed { status, message, .. } => {
+            assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+            assert!(message.starts_with("Code: 369.") && message.contains("2.1 400 s, 2.2 1000 s"), "{message}");
+        }
+        Outcome::Answer(_) => panic!("a stale replica answered"),
+    }
+    assert!(fake.sent_to().is_empty(), "nothing was sent");
+    let cluster = crate::metrics::ClusterLabel { cluster: "storm".into() };
+    assert_eq!(w.metrics.replication.stale_refusals.get_or_create(&cluster).get(), 1);
+}
+
+/// A hedge is a copy of the same read: it goes to no staler replica than the one the read waits
+/// on. The read waits on its hung fresh replica until that one is marked down; then it is
+/// re-issued to the stale one, the only one left, and its answer says so.
+#[tokio::test(start_paused = true)]
+async fn a_hedge_goes_to_no_staler_replica_and_a_replica_down_falls_back_to_it() {
+    use crate::cluster::replication::Freshness;
+    let fake = Fake::with(&[(R21, Behave::Hang), (R22, Behave::Answer(Duration::from_millis(1), 200, "1\n"))]);
+    let w = lagging_world(&fake, Some(0), Some(400));
+    let p = w.plan(ROUTED_READ, BodyShape::Held);
+    w.known_good(&p);
+    let t0 = tokio::time::Instant::now();
+    let (mut o, _) = tokio::join!(w.run(&p, held()), async {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let r = w.balancer.replicas().find(|r| r.addr.base == R21).unwrap().clone();
+        assert!(w.balancer.set_health(&r, false));
+    });
+    assert_eq!(answered_freshness(&mut o), (R22.to_string(), Freshness::Stale(400)));
+    assert_eq!(t0.elapsed(), Duration::from_secs(2) + Duration::from_millis(1), "no hedge; re-issued at the down");
+    assert_eq!(w.metrics.hedges.get(), 0);
+    assert_eq!(fake.sent_to(), vec![R21.to_string(), R22.to_string()]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn writes_go_to_a_replica_that_is_not_read_only() {
+    use crate::cluster::replication::{Reading, Rule};
+    let ok = Behave::Answer(Duration::from_millis(1), 200, "");
+    let fake = Fake::with(&[(R11, ok), (R12, ok), (R21, ok), (R22, ok)]);
+    let mut w = World::new(&fake);
+    w.balancer = Balancer::with_seed(&w.cfg.clusters["storm"], 7).with_rule(Rule::new(Duration::from_secs(300), true));
+    let ro = Reading { read_only: true, session_expired: true, tables: 1, ..Default::default() };
+    for r in w.balancer.replicas().filter(|r| r.addr.base != R12) {
+        w.balancer.record_replication(r, Ok(ro));
+    }
+    let p = w.plan("INSERT INTO t VALUES (1)", BodyShape::Held);
+    for _ in 0..12 {
+        assert_eq!(answered(&mut w.run(&p, held()).await).0, R12);
+    }
+}

@@ -6,6 +6,12 @@
 //! publish by swapping an `Arc` (`arc_swap`). A request never waits for a lock to pick a replica.
 //! Replica state itself lives in [`crate::cluster::replica`].
 //!
+//! The snapshot also sorts each shard's healthy replicas by their replication delay
+//! ([`crate::cluster::replication`]): for reads, fresh ones, then those whose delay is unknown,
+//! then the stale ones least stale first; for writes, those that are not read-only. A pick
+//! ([`Balancer::pick_for`]) takes the first non-empty group, so the hedges, retries and thread
+//! grants of a query all see the same view.
+//!
 //! The two draws of a pick come from a `SmallRng` that each thread keeps for each balancer it
 //! picks for: stream `k` of the balancer's seed, `k` counting the threads that picked before
 //! it. So picks share no lock and no counter between worker threads, and one thread picking
@@ -18,6 +24,7 @@
 //! per pick cost 130 to 161 and 322 to 500.
 
 pub use crate::cluster::replica::{InFlight, Replica};
+use crate::cluster::replication::{Freshness, Reading, Rule, Tier, View};
 use crate::config::Cluster;
 use arc_swap::ArcSwap;
 use rand::rngs::SmallRng;
@@ -27,10 +34,34 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Which replicas are healthy, per shard (indexes into [`Balancer::shards`]).
+/// Which replicas are healthy, per shard (indexes into [`Balancer::shards`]), and how they stand
+/// for reads and writes.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     pub healthy: Vec<Vec<usize>>,
+    /// By [`View`] (routed, any) and shard: its healthy replicas by tier.
+    pub reads: [Vec<Tiers>; 2],
+    /// By shard: its healthy replicas that take writes (not read-only, or not known to be).
+    pub writable: Vec<Vec<usize>>,
+}
+
+/// A shard's healthy replicas by tier, for one [`View`].
+#[derive(Debug, Default, Clone)]
+pub struct Tiers {
+    pub fresh: Vec<usize>,
+    pub unknown: Vec<usize>,
+    /// With their delays in seconds, least stale first.
+    pub stale: Vec<(usize, u64)>,
+}
+
+/// What a pick is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Want {
+    /// A read judged by `view`'s delay; `fallback`: a stale replica may serve when no fresher is
+    /// healthy.
+    Read { view: View, fallback: bool },
+    /// A write (any statement that is not a read): not to a read-only replica if another is up.
+    Write,
 }
 
 /// The replicas of one cluster.
@@ -46,6 +77,8 @@ pub struct Balancer {
     seed: u64,
     /// Threads that made a generator for this balancer: the next one's stream number.
     streams: AtomicU64,
+    /// `health.max_replica_delay` and `health.fallback_to_stale_replicas`.
+    rule: Rule,
 }
 
 /// The most generators a thread keeps, one per balancer it picked for lately.
@@ -85,9 +118,22 @@ impl Balancer {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             seed,
             streams: AtomicU64::new(0),
+            rule: Rule::default(),
         };
         b.republish();
         b
+    }
+
+    /// This balancer judging replicas by their replication delay with `rule` (default: off).
+    pub fn with_rule(mut self, rule: Rule) -> Balancer {
+        self.rule = rule;
+        self.republish();
+        self
+    }
+
+    /// The freshness rule.
+    pub fn rule(&self) -> Rule {
+        self.rule
     }
 
     pub fn replicas(&self) -> impl Iterator<Item = &Arc<Replica>> {
@@ -96,12 +142,108 @@ impl Balancer {
 
     fn republish(&self) {
         let _g = self.publish.lock().unwrap_or_else(|e| e.into_inner());
-        let healthy = self
+        let healthy: Vec<Vec<usize>> = self
             .shards
             .iter()
             .map(|s| s.iter().enumerate().filter(|(_, r)| r.is_healthy()).map(|(i, _)| i).collect())
             .collect();
-        self.snapshot.store(Arc::new(Snapshot { healthy }));
+        let readings: Vec<Vec<Option<Reading>>> =
+            self.shards.iter().map(|s| s.iter().map(|r| r.replication.reading()).collect()).collect();
+        let tiers = |view: View| -> Vec<Tiers> {
+            healthy
+                .iter()
+                .enumerate()
+                .map(|(s, ids)| {
+                    let mut t = Tiers::default();
+                    for &i in ids {
+                        let reading = readings[s][i].as_ref();
+                        match self.rule.tier(reading, view) {
+                            Tier::Fresh => t.fresh.push(i),
+                            Tier::Unknown => t.unknown.push(i),
+                            Tier::Stale => t.stale.push((i, reading.map_or(0, |r| r.delay_for(view)))),
+                        }
+                    }
+                    t.stale.sort_by_key(|&(i, d)| (d, i));
+                    t
+                })
+                .collect()
+        };
+        let reads = [tiers(View::Routed), tiers(View::Any)];
+        let writable = healthy
+            .iter()
+            .enumerate()
+            .map(|(s, ids)| ids.iter().copied().filter(|&i| readings[s][i].is_none_or(|r| r.writable())).collect())
+            .collect();
+        self.snapshot.store(Arc::new(Snapshot { healthy, reads, writable }));
+    }
+
+    /// Records what `r`'s replication status read (`Err`: why it is unknown) and republishes
+    /// when that moves it between tiers or changes whether it takes writes. Returns the
+    /// previous reading.
+    pub fn record_replication(&self, r: &Replica, read: Result<Reading, String>) -> Option<Reading> {
+        let before = self.standing(r);
+        let old = r.replication.record(read);
+        if self.standing(r) != before {
+            self.republish();
+        }
+        old
+    }
+
+    /// Takes over the replication readings `old` (the balancer of the config before a reload)
+    /// has for replicas of the same URL, so a reload does not forget which replicas lag.
+    pub fn adopt_readings(&self, old: &Balancer) {
+        // A replica this balancer's own probes have read already keeps its reading.
+        for r in self.replicas().filter(|r| r.replication.reading().is_none() && r.replication.error().is_none()) {
+            if let Some(o) = old.replicas().find(|o| o.addr.base == r.addr.base) {
+                if let Some(reading) = o.replication.reading() {
+                    r.replication.record(Ok(reading));
+                }
+            }
+        }
+        self.republish();
+    }
+
+    /// How `r` stands for reads in both views (a stale replica's delays too: they order the
+    /// stale ones) and for writes.
+    fn standing(&self, r: &Replica) -> (Tier, Tier, bool, Option<(u64, u64)>) {
+        let reading = r.replication.reading();
+        let (routed, any) = (self.tier_of(r, View::Routed), self.tier_of(r, View::Any));
+        let stale = (routed == Tier::Stale || any == Tier::Stale).then_some(reading).flatten();
+        (routed, any, reading.is_none_or(|x| x.writable()), stale.map(|x| (x.routed_delay, x.delay)))
+    }
+
+    /// `r`'s tier for a read through `view`.
+    pub fn tier_of(&self, r: &Replica, view: View) -> Tier {
+        self.rule.tier(r.replication.reading().as_ref(), view)
+    }
+
+    /// The one-line refusal of a read of `shard` (any shard when None) that no replica may serve:
+    /// healthy replicas exist, but none is fresh and falling back is off (ClickHouse's Code 369,
+    /// ALL_REPLICAS_ARE_STALE). None when that is not why no replica was picked.
+    pub fn stale_refusal(&self, shard: Option<usize>, view: View) -> Option<String> {
+        let max = self.rule.max_delay_s?;
+        let snap = self.snapshot.load();
+        let scope: Vec<usize> = match shard {
+            Some(s) if s < self.shards.len() => vec![s],
+            Some(_) => return None,
+            None => (0..self.shards.len()).collect(),
+        };
+        let tiers = &snap.reads[view as usize];
+        if scope.iter().any(|&s| !tiers[s].fresh.is_empty()) || scope.iter().all(|&s| snap.healthy[s].is_empty()) {
+            return None;
+        }
+        let mut seen = Vec::new();
+        for &s in &scope {
+            seen.extend(tiers[s].unknown.iter().map(|&i| format!("{} unknown", self.shards[s][i].label())));
+            seen.extend(tiers[s].stale.iter().map(|&(i, d)| format!("{} {d} s", self.shards[s][i].label())));
+        }
+        let which = shard.map_or("of any shard".to_string(), |s| format!("of shard {}", s + 1));
+        Some(format!(
+            "Code: 369. chstorm gateway: every healthy replica {which} lags {max} s or more (health.max_replica_delay) \
+             or its delay is unknown ({}), and falling back to a stale replica is off \
+             (fallback_to_stale_replicas_for_distributed_queries = 0)",
+            seen.join(", ")
+        ))
     }
 
     /// A probe result for `r`; republishes and returns `Some(up)` when its health changed.
@@ -197,20 +339,28 @@ impl Balancer {
 
     /// Picks a replica of `shard` (any shard when None), not in `exclude`, by power of two
     /// choices. Healthy replicas first; when none is healthy, any replica (better one try than
-    /// a certain failure). Returns a guard that counts the request as outstanding.
+    /// a certain failure). Returns a guard that counts the request as outstanding. Replication
+    /// delays are not looked at: [`Balancer::pick_for`] does. (Tests; the attempts use
+    /// `pick_for`.)
+    #[cfg(test)]
     pub fn pick(&self, shard: Option<usize>, exclude: &[(usize, usize)]) -> Option<InFlight> {
-        self.pick_inner(shard, exclude, None)
+        self.pick_inner(None, shard, exclude, None)
     }
 
-    /// [`Balancer::pick`] for a hedge: only healthy replicas that pass `ok`, by power of two
-    /// choices; None when there is none (no fallback to a down one).
-    pub fn pick_healthy_where(
+    /// [`Balancer::pick`] for `want`. A read goes to a healthy fresh replica; with none, to a
+    /// healthy one whose delay is unknown; with none, to the least stale healthy one if
+    /// `fallback`, else to none (see [`Balancer::stale_refusal`]). A write goes to a healthy
+    /// replica that is not read-only, else to any healthy one. With no healthy replica at all,
+    /// any one (as [`Balancer::pick`]). `only` (a hedge's rule) keeps healthy replicas only, and
+    /// among those the ones it passes.
+    pub fn pick_for(
         &self,
+        want: Want,
         shard: Option<usize>,
         exclude: &[(usize, usize)],
-        ok: &(dyn Fn(&Replica) -> bool + Sync),
+        only: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
     ) -> Option<InFlight> {
-        self.pick_inner(shard, exclude, Some(ok))
+        self.pick_inner(Some(want), shard, exclude, only)
     }
 
     /// Runs `f` with this thread's generator for this balancer, made on first use.
@@ -235,6 +385,7 @@ impl Balancer {
 
     fn pick_inner(
         &self,
+        want: Option<Want>,
         shard: Option<usize>,
         exclude: &[(usize, usize)],
         only: Option<&(dyn Fn(&Replica) -> bool + Sync)>,
@@ -246,16 +397,53 @@ impl Balancer {
             Some(_) => return None,
             None => 0..self.shards.len(),
         };
-        for s in shards.clone() {
-            cands.extend(
-                snap.healthy[s]
-                    .iter()
-                    .map(|&i| (s, i))
-                    .filter(|c| !exclude.contains(c))
-                    .filter(|c| only.is_none_or(|ok| ok(&self.shards[c.0][c.1]))),
-            );
+        let usable = |c: &(usize, usize)| !exclude.contains(c) && only.is_none_or(|ok| ok(&self.shards[c.0][c.1]));
+        let gather = |cands: &mut Vec<(usize, usize)>, lists: &[Vec<usize>]| {
+            for s in shards.clone() {
+                cands.extend(lists[s].iter().map(|&i| (s, i)).filter(usable));
+            }
+        };
+        let mut freshness = Freshness::Fresh;
+        match want {
+            None => gather(&mut cands, &snap.healthy),
+            Some(Want::Write) => {
+                gather(&mut cands, &snap.writable);
+                if cands.is_empty() {
+                    gather(&mut cands, &snap.healthy);
+                } else if only.is_none() {
+                    self.count_steered(&snap.healthy, &snap.writable, shards.clone(), exclude, true);
+                }
+            }
+            Some(Want::Read { view, fallback }) => {
+                let tiers = &snap.reads[view as usize];
+                for s in shards.clone() {
+                    cands.extend(tiers[s].fresh.iter().map(|&i| (s, i)).filter(usable));
+                }
+                if !cands.is_empty() && only.is_none() {
+                    self.count_steered(&snap.healthy, tiers, shards.clone(), exclude, false);
+                }
+                if cands.is_empty() {
+                    for s in shards.clone() {
+                        cands.extend(tiers[s].unknown.iter().map(|&i| (s, i)).filter(usable));
+                    }
+                    freshness = Freshness::Unknown;
+                }
+                if cands.is_empty() {
+                    // The least stale: the smallest delay among the usable stale replicas.
+                    let stale = shards.clone().flat_map(|s| tiers[s].stale.iter().map(move |&(i, d)| ((s, i), d)));
+                    let stale: Vec<((usize, usize), u64)> = stale.filter(|(c, _)| usable(c)).collect();
+                    if let Some(least) = stale.iter().map(|&(_, d)| d).min() {
+                        if !fallback {
+                            return None;
+                        }
+                        cands.extend(stale.iter().filter(|&&(_, d)| d == least).map(|&(c, _)| c));
+                        freshness = Freshness::Stale(least);
+                    }
+                }
+            }
         }
         if cands.is_empty() && only.is_none() {
+            freshness = Freshness::Fresh;
             for s in shards {
                 cands.extend((0..self.shards[s].len()).map(|i| (s, i)).filter(|c| !exclude.contains(c)));
             }
@@ -279,7 +467,57 @@ impl Balancer {
                 }
             }
         };
-        Some(InFlight::new(self.shards[chosen.0][chosen.1].clone()))
+        Some(InFlight::judged(self.shards[chosen.0][chosen.1].clone(), freshness))
+    }
+
+    /// Counts a pick that went to a fresh replica (or, for writes, a writable one) past the
+    /// healthy replicas of `shards` that were not: each of those, not excluded, had a read (a
+    /// write) steered away from it.
+    fn count_steered<L: Listed>(
+        &self,
+        healthy: &[Vec<usize>],
+        kept: &[L],
+        shards: std::ops::Range<usize>,
+        exclude: &[(usize, usize)],
+        write: bool,
+    ) {
+        for s in shards {
+            if kept[s].len() == healthy[s].len() {
+                continue;
+            }
+            for &i in healthy[s].iter().filter(|&&i| !kept[s].lists(i) && !exclude.contains(&(s, i))) {
+                let state = &self.shards[s][i].replication;
+                if write {
+                    state.count_write_steered();
+                } else {
+                    state.count_steered();
+                }
+            }
+        }
+    }
+}
+
+/// A shard's list of replicas that a pick keeps: its writable ones, or its fresh ones for reads.
+trait Listed {
+    fn len(&self) -> usize;
+    fn lists(&self, i: usize) -> bool;
+}
+
+impl Listed for Vec<usize> {
+    fn len(&self) -> usize {
+        <[usize]>::len(self)
+    }
+    fn lists(&self, i: usize) -> bool {
+        self.contains(&i)
+    }
+}
+
+impl Listed for Tiers {
+    fn len(&self) -> usize {
+        self.fresh.len()
+    }
+    fn lists(&self, i: usize) -> bool {
+        self.fresh.contains(&i)
     }
 }
 
@@ -438,6 +676,116 @@ mod tests {
         assert_eq!(b.snapshot.load().healthy[0], vec![0, 1]);
         assert!(b.set_health(&b.shards[0][2], true));
         assert_eq!(b.snapshot.load().healthy[0], vec![0, 1, 2]);
+    }
+
+    fn lagging(b: &Balancer, s: usize, i: usize, delay: u64) {
+        let r = Reading { delay, routed_delay: delay, tables: 1, ..Default::default() };
+        b.record_replication(&b.shards[s][i], Ok(r));
+    }
+
+    fn tracked(shards: usize, replicas: usize) -> Balancer {
+        let b = Balancer::with_seed(&cluster(shards, replicas), SEED)
+            .with_rule(Rule::new(std::time::Duration::from_secs(300), true));
+        for r in b.replicas() {
+            r.replication.steered.set(Default::default()).unwrap();
+            r.replication.writes_steered.set(Default::default()).unwrap();
+        }
+        b
+    }
+
+    const ROUTED: Want = Want::Read { view: View::Routed, fallback: true };
+
+    fn picked(b: &Balancer, want: Want, shard: Option<usize>) -> Option<((usize, usize), Freshness)> {
+        b.pick_for(want, shard, &[], None).map(|g| ((g.replica().shard, g.replica().index), g.freshness()))
+    }
+
+    #[test]
+    fn reads_go_to_fresh_replicas_and_count_the_ones_steered_away() {
+        let b = tracked(2, 2);
+        for r in b.replicas() {
+            b.record_replication(r, Ok(Reading::default()));
+        }
+        lagging(&b, 1, 0, 300);
+        for _ in 0..50 {
+            assert_eq!(picked(&b, ROUTED, Some(1)), Some(((1, 1), Freshness::Fresh)), "300 s behind is stale");
+        }
+        assert_eq!(b.shards[1][0].replication.steered.get().unwrap().get(), 50);
+        assert_eq!(b.shards[1][1].replication.steered.get().unwrap().get(), 0);
+        // A fan-out coordinator is judged the same way, across the shards.
+        let any = Want::Read { view: View::Any, fallback: true };
+        assert!((0..50).all(|_| picked(&b, any, None).unwrap().0 != (1, 0)));
+        // 299 s is fresh again, as ClickHouse's delay < max.
+        lagging(&b, 1, 0, 299);
+        let to_first = (0..100).filter(|_| picked(&b, ROUTED, Some(1)).unwrap().0 == (1, 0)).count();
+        assert!(to_first > 20, "used again once caught up: {to_first} of 100");
+    }
+
+    #[test]
+    fn unknown_is_not_fresh_but_comes_before_stale() {
+        let b = tracked(1, 3);
+        // Nothing read yet: all unknown, all used, each answer says so.
+        let p = picked(&b, ROUTED, Some(0)).unwrap();
+        assert_eq!(p.1, Freshness::Unknown);
+        b.record_replication(&b.shards[0][0], Ok(Reading::default()));
+        assert!((0..30).all(|_| picked(&b, ROUTED, Some(0)) == Some(((0, 0), Freshness::Fresh))));
+        lagging(&b, 0, 0, 5000);
+        b.record_replication(&b.shards[0][1], Err("HTTP 500: Code: 497".into()));
+        lagging(&b, 0, 2, 400);
+        assert!((0..30).all(|_| picked(&b, ROUTED, Some(0)) == Some(((0, 1), Freshness::Unknown))), "unknown first");
+        b.record_replication(&b.shards[0][1], Ok(Reading { delay: 900, routed_delay: 900, ..Default::default() }));
+        assert_eq!(picked(&b, ROUTED, Some(0)), Some(((0, 2), Freshness::Stale(400))), "then the least stale");
+        // Falling back off: none, and the refusal names each replica.
+        let strict = Want::Read { view: View::Routed, fallback: false };
+        assert_eq!(picked(&b, strict, Some(0)), None);
+        let why = b.stale_refusal(Some(0), View::Routed).unwrap();
+        assert!(
+            why.starts_with("Code: 369.") && why.contains("(1.3 400 s, 1.2 900 s, 1.1 5000 s)") && !why.contains('\n'),
+            "{why}"
+        );
+        assert_eq!(b.stale_refusal(Some(5), View::Routed), None);
+        // A down replica is not a candidate; with none healthy, any one (as before).
+        b.report_failure(&b.shards[0][2]);
+        assert_eq!(picked(&b, ROUTED, Some(0)).unwrap().1, Freshness::Stale(900));
+        b.report_failure(&b.shards[0][0]);
+        b.report_failure(&b.shards[0][1]);
+        assert_eq!(b.stale_refusal(Some(0), View::Routed), None, "no healthy replica: not a staleness refusal");
+        assert_eq!(picked(&b, strict, Some(0)).unwrap().1, Freshness::Fresh, "no healthy replica: any one");
+    }
+
+    #[test]
+    fn the_views_judge_by_their_own_tables() {
+        let b = tracked(1, 2);
+        let busy_log = Reading { delay: 4000, routed_delay: 0, tables: 2, ..Default::default() };
+        b.record_replication(&b.shards[0][0], Ok(busy_log));
+        b.record_replication(&b.shards[0][1], Ok(Reading::default()));
+        let to_first = (0..60).filter(|_| picked(&b, ROUTED, Some(0)).unwrap().0 == (0, 0)).count();
+        assert!(to_first > 10, "a routed read looks at the routed tables only: {to_first} of 60");
+        let any = Want::Read { view: View::Any, fallback: true };
+        assert!((0..60).all(|_| picked(&b, any, None).unwrap().0 == (0, 1)), "a fan-out at every table");
+    }
+
+    #[test]
+    fn writes_skip_read_only_replicas_while_another_takes_them() {
+        let b = tracked(1, 2);
+        let ro = Reading { read_only: true, session_expired: true, tables: 1, ..Default::default() };
+        b.record_replication(&b.shards[0][0], Ok(ro));
+        assert!((0..40).all(|_| picked(&b, Want::Write, None).unwrap().0 == (0, 1)));
+        assert_eq!(b.shards[0][0].replication.writes_steered.get().unwrap().get(), 40);
+        b.record_replication(&b.shards[0][1], Ok(ro));
+        let firsts = (0..60).filter(|_| picked(&b, Want::Write, None).unwrap().0 == (0, 0)).count();
+        assert!(firsts > 10 && firsts < 50, "all read-only: the servers decide, either one: {firsts}");
+    }
+
+    #[test]
+    fn off_means_every_replica_is_fresh_and_a_reload_keeps_what_was_read() {
+        let b = Balancer::with_seed(&cluster(1, 2), SEED);
+        lagging(&b, 0, 0, 10_000);
+        assert!((0..20).all(|_| picked(&b, ROUTED, Some(0)).unwrap().1 == Freshness::Fresh));
+        assert!((0..40).any(|_| picked(&b, ROUTED, Some(0)).unwrap().0 == (0, 0)), "not steered when off");
+        let reloaded = tracked(1, 2);
+        reloaded.adopt_readings(&b);
+        assert!((0..20).all(|_| picked(&reloaded, ROUTED, Some(0)).unwrap().0 == (0, 1)), "the lag is known at once");
+        assert_eq!(reloaded.tier_of(&reloaded.shards[0][1], View::Routed), Tier::Unknown, "nothing read there");
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! [`crate::cluster::replica::HealthMachine`]). Passive detection (a failed request) lives in the attempt
 //! loop and marks a replica down at once; this loop is what brings it back. Going down drops the
 //! replica's pooled connections and fires its down signal, so attempts waiting on it move.
+//! With a [`DelayProbe`], each replica that answers its ping is then asked for its replication
+//! delay, recorded before the ping's result, so a replica coming back up is judged by it first.
 
 use crate::cluster::balancer::Balancer;
+use crate::cluster::delay_probe::DelayProbe;
 use crate::cluster::upstream::{Backend, Upstream};
 use crate::config::Health;
 use crate::log::log;
@@ -18,21 +21,32 @@ pub async fn run(
     upstream: Arc<Upstream>,
     cfg: Health,
     metrics: Arc<Metrics>,
+    delays: Option<Arc<DelayProbe>>,
     first_round: tokio::sync::oneshot::Sender<()>,
 ) {
+    if let Some(d) = &delays {
+        d.bind(&balancer, &metrics);
+    }
     let mut first_round = Some(first_round);
     let mut tick = tokio::time::interval(cfg.interval.0);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         let probes = balancer.replicas().map(|r| {
-            let (r, up) = (r.clone(), upstream.clone());
+            let (r, up, delays) = (r.clone(), upstream.clone(), delays.clone());
             async move {
                 let ok = up.ping(&r.addr, cfg.timeout.0).await;
-                (r, ok)
+                let delay = match &delays {
+                    Some(d) => Some(d.read(&up, &r, ok, cfg.timeout.0).await),
+                    None => None,
+                };
+                (r, ok, delay)
             }
         });
-        for (r, ok) in futures_join_all(probes).await {
+        for (r, ok, delay) in futures_join_all(probes).await {
+            if let (Some(d), Some(read)) = (&delays, delay) {
+                d.record(&balancer, &r, read, &metrics);
+            }
             let labels = ReplicaLabels { cluster: balancer.cluster.clone(), replica: r.label().to_string() };
             match balancer.probe_result(&r, ok, cfg.rise, cfg.fall) {
                 Some(true) => log(

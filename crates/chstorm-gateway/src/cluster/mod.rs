@@ -5,6 +5,8 @@
 //!   health state machine; [`balancer`]: selection over snapshots of which replicas are
 //!   healthy (power of two choices with a seeded RNG; rendezvous hashing for sessions);
 //!   [`health`]: the active probes. They are joined by snapshots and down signals.
+//! * [`replication`]: each replica's replication delay and how it sorts replicas for reads and
+//!   writes (pure); [`delay_probe`]: its query on the health loop.
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
 //! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait:
 //!   [`h1`], the gateway's own HTTP/1 client, for `http://` replicas; hyper's for `https://`
@@ -19,10 +21,12 @@
 pub mod backend_io;
 pub mod balancer;
 pub mod budget;
+pub mod delay_probe;
 pub mod h1;
 pub mod health;
 pub mod login;
 pub mod message;
 pub mod replica;
+pub mod replication;
 pub mod upstream;
 pub mod worker;

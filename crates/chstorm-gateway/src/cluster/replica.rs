@@ -1,11 +1,13 @@
 //! One backend replica's runtime state, in one type: its address, the requests in flight on it
 //! through this gateway (and how many of them are past their per-try deadline), its health (a
-//! small state machine), an error penalty that decays, and a *down signal* that every attempt
-//! waiting on the replica listens to.
+//! small state machine), its replication delay ([`crate::cluster::replication::State`]), an
+//! error penalty that decays, and a *down signal* that every attempt waiting on the replica
+//! listens to.
 //!
 //! Owns no I/O: probes ([`crate::cluster::health`]) and requests ([`crate::attempt`]) report what they
 //! saw; selection ([`crate::cluster::balancer`]) reads the published snapshot.
 
+use crate::cluster::replication::{self, Freshness};
 use crate::config::ReplicaAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -104,6 +106,8 @@ pub struct Replica {
     down: Mutex<CancellationToken>,
     /// Error penalty and when it was last updated.
     penalty: Mutex<(f64, Instant)>,
+    /// Its replication delay, as the health loop last read it.
+    pub(crate) replication: replication::State,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -127,6 +131,7 @@ impl Replica {
             healthy: AtomicBool::new(true),
             down: Mutex::new(CancellationToken::new()),
             penalty: Mutex::new((0.0, Instant::now())),
+            replication: replication::State::default(),
         }
     }
 
@@ -266,18 +271,29 @@ impl Replica {
     }
 }
 
-/// Holds a replica's outstanding count up while an attempt runs (RAII).
+/// Holds a replica's outstanding count up while an attempt runs (RAII), and how the pick
+/// judged its freshness.
 #[derive(Debug)]
-pub struct InFlight(Arc<Replica>);
+pub struct InFlight(Arc<Replica>, Freshness);
 
 impl InFlight {
     pub fn new(r: Arc<Replica>) -> InFlight {
+        InFlight::judged(r, Freshness::Fresh)
+    }
+
+    /// An attempt on `r`, picked with `freshness` (a stale one only when no fresher was there).
+    pub fn judged(r: Arc<Replica>, freshness: Freshness) -> InFlight {
         r.outstanding.fetch_add(1, Ordering::Relaxed);
-        InFlight(r)
+        InFlight(r, freshness)
     }
 
     pub fn replica(&self) -> &Arc<Replica> {
         &self.0
+    }
+
+    /// How the pick judged the replica's freshness.
+    pub fn freshness(&self) -> Freshness {
+        self.1
     }
 }
 

@@ -64,11 +64,33 @@ pub struct Health {
     pub fall: u32,
     /// Consecutive good probes that mark a down replica up. Default 2.
     pub rise: u32,
+    /// A read does not go to a replica that lags this much or more behind its shard while a
+    /// fresher healthy replica of the shard is there (`crate::cluster::replication`): its
+    /// replication delay (`system.replicas.absolute_delay`) is read with every probe. Whole
+    /// seconds, as ClickHouse counts them. Default 300 s, the server's own
+    /// `max_replica_delay_for_distributed_queries`; `0s` turns it off (no delay is read).
+    pub max_replica_delay: Dur,
+    /// When every healthy replica of a shard lags (or its delay is unknown): true (default)
+    /// reads the least stale (its answer carries `X-Chstorm-Stale`), false refuses the read
+    /// with Code 369, as ClickHouse's `fallback_to_stale_replicas_for_distributed_queries`
+    /// does; a query's own `fallback_to_stale_replicas_for_distributed_queries` wins.
+    pub fallback_to_stale_replicas: bool,
 }
+
+/// The default `health.max_replica_delay`: 300 s, ClickHouse's default
+/// `max_replica_delay_for_distributed_queries`.
+pub const DEFAULT_MAX_REPLICA_DELAY: Duration = Duration::from_secs(300);
 
 impl Default for Health {
     fn default() -> Self {
-        Health { interval: Dur(Duration::from_millis(500)), timeout: Dur(Duration::from_secs(1)), fall: 2, rise: 2 }
+        Health {
+            interval: Dur(Duration::from_millis(500)),
+            timeout: Dur(Duration::from_secs(1)),
+            fall: 2,
+            rise: 2,
+            max_replica_delay: Dur(DEFAULT_MAX_REPLICA_DELAY),
+            fallback_to_stale_replicas: true,
+        }
     }
 }
 
@@ -186,6 +208,17 @@ impl PoolCfg {
 pub(super) fn check(ctx: &Ctx, health: &Health, retries: &Retries, h: &Hedging) -> Result<(), ConfigError> {
     if health.fall == 0 || health.rise == 0 {
         return Err(ctx.err("health:", "health.fall and health.rise: must be at least 1".into()));
+    }
+    let max_delay = health.max_replica_delay.0;
+    if max_delay.subsec_nanos() != 0 {
+        return Err(ctx.err(
+            "max_replica_delay",
+            format!(
+                "health.max_replica_delay: {} is not whole seconds; ClickHouse counts replication delays in whole \
+                 seconds (write e.g. 300s, or 0s for off)",
+                humantime::format_duration(max_delay)
+            ),
+        ));
     }
     if !(0.0..=10.0).contains(&retries.budget_ratio) {
         return Err(ctx.err("budget_ratio", "retries.budget_ratio: must be between 0 and 10".into()));

@@ -29,6 +29,23 @@ fn the_documented_example_is_valid() {
     assert_eq!(c.pool.idle_timeout, IdleTimeout::Auto);
 }
 
+#[test]
+fn replica_delay_is_whole_seconds_or_off() {
+    let c = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
+    assert_eq!((c.health.max_replica_delay.0, c.health.fallback_to_stale_replicas), (Duration::from_secs(300), true));
+    let with = |v: &str| EXAMPLE.replace("max_replica_delay: 300s", &format!("max_replica_delay: {v}"));
+    let c = Config::parse(&with("0s").replace("stale_replicas: true", "stale_replicas: false"), Path::new("g.yaml"));
+    let c = c.unwrap();
+    assert_eq!((c.health.max_replica_delay.0, c.health.fallback_to_stale_replicas), (Duration::ZERO, false));
+    let e = bad(&with("1500ms"));
+    assert!(e.contains("health.max_replica_delay: 1s 500ms is not whole seconds") && !e.contains('\n'), "{e}");
+    let e = bad(&with("soon"));
+    assert!(e.contains("health.max_replica_delay") && e.contains("'soon' is not a duration"), "{e}");
+    let plain = EXAMPLE.lines().filter(|l| !l.contains("max_replica_delay") && !l.contains("stale_replicas"));
+    let c = Config::parse(&plain.collect::<Vec<_>>().join("\n"), Path::new("g.yaml")).unwrap();
+    assert_eq!(c.health.max_replica_delay.0, Duration::from_secs(300), "the default: the server's own");
+}
+
 fn bad(text: &str) -> String {
     Config::parse(text, Path::new("g.yaml")).unwrap_err().to_string()
 }

@@ -28,6 +28,8 @@ pub struct Answer<'a, 'e> {
     /// A read's client FIN ([`super::client_fin`]): a streamed answer is cut when it comes. An
     /// answer held whole, or one line of the gateway's, goes out whole: its query has ended.
     pub fin: Option<&'a ClientFin>,
+    /// `X-Chstorm-Warning` for the answer ([`crate::query::ddl`]).
+    pub warning: Option<&'static str>,
 }
 
 impl Answer<'_, '_> {
@@ -55,7 +57,14 @@ impl Answer<'_, '_> {
                 );
                 Served {
                     resp: reply(status, message),
-                    ids: Some(Ids { replica: None, route, query_id, threads: None }),
+                    ids: Some(Ids {
+                        replica: None,
+                        route,
+                        query_id,
+                        threads: None,
+                        stale: Default::default(),
+                        warning: None,
+                    }),
                 }
             }
             Outcome::Answer(answered) => {
@@ -79,7 +88,10 @@ impl Answer<'_, '_> {
                     );
                 }
                 let threads = won.grant.as_ref().map(|g| g.threads());
-                let ids = Some(Ids { replica: Some(won.replica.label_value()), route, query_id, threads });
+                let stale = won.inflight.freshness();
+                let warning = self.warning.filter(|_| parts.status.is_success());
+                let replica = Some(won.replica.label_value());
+                let ids = Some(Ids { replica, route, query_id, threads, stale, warning });
                 // The replica's in-flight count, its thread grant and the KILL guard live as long
                 // as the body. A body read whole is in memory and its query has ended: nothing
                 // to kill, no deadline to watch.

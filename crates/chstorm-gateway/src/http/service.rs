@@ -250,7 +250,8 @@ where
         }
     };
     let query_id = std::mem::take(&mut plan.client_query_id);
-    Answer { exit: &exit, fin }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline)
+    let warning = crate::query::ddl::warning(&plan, read.sql.as_deref());
+    Answer { exit: &exit, fin, warning }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline)
 }
 
 /// A query in an HTTP session ([`super::session`]): to the session's home, checked there
@@ -319,7 +320,12 @@ async fn in_session(
             }
         }
         let query_id = std::mem::take(&mut plan.client_query_id);
-        return Answer { exit, fin: None }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline);
+        return Answer { exit, fin: None, warning: None }.outcome(
+            outcome,
+            plan.target.label(),
+            query_id,
+            plan.body_deadline,
+        );
     }
 }
 

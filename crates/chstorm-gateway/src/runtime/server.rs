@@ -204,6 +204,7 @@ impl Gateway {
             log("warn", "metrics_listen changed in the config; restart the gateway to apply it", serde_json::json!({}));
         }
         let new = State::build(cfg, self.metrics.clone()).await.map_err(GatewayError::Setup)?;
+        new.adopt_readings(&self.state.load());
         self.state.store(Arc::new(new));
         Ok(())
     }

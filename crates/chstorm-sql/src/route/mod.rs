@@ -246,6 +246,12 @@ impl Router {
         &self.weights
     }
 
+    /// The local tables routed queries read (`routing.tables`' values): a database when the
+    /// config names one (else the query's own), and a table.
+    pub fn local_tables(&self) -> Vec<(Option<String>, String)> {
+        self.tables.locals()
+    }
+
     /// The shard owning `key`.
     pub fn shard_of(&self, key: &KeyValue) -> Result<usize, RouteError> {
         let value = self.expr.evaluate(key, self.col_type)?;

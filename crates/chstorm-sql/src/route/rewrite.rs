@@ -46,6 +46,15 @@ impl RoutedTables {
     pub fn local(&self, db: &str, table: &str) -> Option<(Option<&str>, &str)> {
         self.map.get(&(db.to_string(), table.to_string())).map(|(d, t)| (d.as_deref(), t.as_str()))
     }
+
+    /// Every local table a routed query may read: its database when the config names one, and
+    /// its name; each once.
+    pub fn locals(&self) -> Vec<(Option<String>, String)> {
+        let mut out: Vec<(Option<String>, String)> = self.map.values().cloned().collect();
+        out.sort();
+        out.dedup();
+        out
+    }
 }
 
 /// Rewrites the references to the routed Distributed tables (`tables`) to
@@ -399,6 +408,15 @@ mod tests {
     }
     fn same(sql: &str, want: &str) {
         assert_eq!(rw(sql).as_deref(), Some(want), "{sql}");
+    }
+
+    #[test]
+    fn the_local_tables_each_once() {
+        let m = map(&[("items", "items_local"), ("shop.orders", "shop.orders_local"), ("other.items", "items_local")]);
+        assert_eq!(
+            m.locals(),
+            vec![(None, "items_local".to_string()), (Some("shop".to_string()), "orders_local".to_string())]
+        );
     }
 
     #[test]

@@ -153,6 +153,8 @@ fn generated(rng: &mut rand::rngs::StdRng) -> Canned {
         route: ["fanout", "shard", "session"][rng.gen_range(0..3)],
         query_id: ["q1", "", "a b\tc", "bad\u{1}id", "caf\u{e9}"][rng.gen_range(0..5)].to_string(),
         threads: rng.gen_bool(0.5).then(|| rng.gen_range(1..20)),
+        stale: [Default::default(), crate::cluster::replication::Freshness::Stale(412)][rng.gen_range(0..2)],
+        warning: rng.gen_bool(0.2).then_some("one replica only"),
     });
     let conn = rng.gen_bool(0.7).then(|| answer::ConnHeaders {
         client_closes: rng.gen_bool(0.3),
