@@ -1,6 +1,8 @@
 //! Test environments shared by the gateway's integration tests (in `chstorm-gateway` and
-//! `chstorm`): a real 2x2 ClickHouse cluster with the `items` dataset, the gateway config that
-//! `chstorm local up` writes for it, and curl helpers; and fake HTTP servers for faults a real
+//! `chstorm`): a real 2x2 ClickHouse cluster with the `items` dataset ([`start_cluster`]: the
+//! replicated layout, a ZooKeeper and `ReplicatedReplacingMergeTree`, as production clusters
+//! run; [`start_plain_cluster`]: the replicas' tables written by the Distributed table), the
+//! gateway config that `chstorm local up` writes for it, and curl helpers; and fake HTTP servers for faults a real
 //! server cannot produce ([`serve_http`], and [`answer_ones`] on it, the load engine's and
 //! colocate's). Dev-only (`publish = false`).
 //!
@@ -33,11 +35,24 @@ pub struct Env {
     pub dir: tempfile::TempDir,
 }
 
-/// Starts a 2x2 cluster in a temp dir and loads [`ROWS`] rows of `items` through Distributed.
+/// Starts a replicated 2x2 cluster (a ZooKeeper, `ReplicatedReplacingMergeTree` items_local on
+/// every node, `internal_replication` true) in a temp dir and loads [`ROWS`] rows of `items`
+/// through Distributed; every replica holds its shard's rows when it returns.
 pub fn start_cluster() -> Env {
+    start(true)
+}
+
+/// [`start_cluster`] without replication: no ZooKeeper, each replica's `items_local` a
+/// `ReplacingMergeTree` of its own, written by the Distributed table.
+pub fn start_plain_cluster() -> Env {
+    start(false)
+}
+
+fn start(replicated: bool) -> Env {
     let dir = tempfile::tempdir().unwrap();
     let mut spec = ClusterSpec::new(dir.path().join("cluster"), 2, 2);
     spec.die_with_parent = true;
+    spec.replicated = replicated;
     let cluster = LocalCluster::start(spec).unwrap();
     let topo = cluster.topology().clone();
     let target = ClusterTarget {
@@ -61,8 +76,7 @@ pub fn start_cluster() -> Env {
 /// (about 50 MB) behind.
 pub fn start_shared_cluster() -> Env {
     let env = start_cluster();
-    let pids = env.cluster.nodes().iter().map(|n| n.pid()).collect();
-    chstorm_local::kill_and_remove_at_exit(pids, env.dir.path().to_path_buf());
+    chstorm_local::kill_and_remove_at_exit(env.cluster.pids(), env.dir.path().to_path_buf());
     env
 }
 
