@@ -199,3 +199,57 @@ fn bad_requests_are_one_line_errors() {
     assert!(matches!(e, LocalError::PortInUse { .. }) && e.to_string().contains("gateway="), "{e}");
     assert!(!tmp.path().join(TOPOLOGY_FILE).exists());
 }
+
+/// The replicated layout: a ZooKeeper in DIR/zookeeper, ON CLUSTER DDL, a part written on one
+/// replica fetched by the other, the ZooKeeper lost and back, and `down` stopping it last.
+#[test]
+fn replicated_cluster_on_cluster_ddl_fetches_and_zookeeper_loss() {
+    let tmp = tempfile::tempdir().unwrap();
+    let _guard = Guard(tmp.path());
+    let mut s = spec(tmp.path(), 1, 2);
+    s.replicated = true;
+    let mut cluster = LocalCluster::start(s).unwrap();
+    let topo = cluster.topology().clone();
+    let zk = topo.zookeeper.clone().expect("a ZooKeeper");
+    assert!(topo.replicated() && alive(zk.pid) && zk.dir.ends_with("zookeeper"));
+    assert!(topo.nodes.iter().all(|n| n.interserver_port.is_some()));
+    assert_eq!(cluster.pids().len(), 3);
+    let (a, b) = (cluster.node(1, 1), cluster.node(1, 2));
+    let ddl = "CREATE TABLE t ON CLUSTER storm (x UInt64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/t', '{replica}') ORDER BY x";
+    assert_eq!(a.query(ddl).unwrap().lines().count(), 2, "one row per node");
+    a.query("INSERT INTO t VALUES (1), (2)").unwrap();
+    b.query("SYSTEM SYNC REPLICA t").unwrap();
+    assert_eq!(b.query("SELECT count() FROM t").unwrap(), "2\n", "fetched from its peer");
+    assert_eq!(b.query("SELECT substitution FROM system.macros WHERE macro = 'replica'").unwrap(), "2\n");
+    let status = cluster_status(tmp.path()).unwrap().unwrap();
+    assert!(status.all_up() && status.zookeeper.unwrap().up == Some(true));
+
+    // Without its ZooKeeper a replicated table turns read-only; reads go on.
+    cluster.kill_zookeeper();
+    let t = std::time::Instant::now();
+    while cluster.node(1, 1).query("SELECT is_readonly FROM system.replicas").unwrap() != "1\n" {
+        assert!(t.elapsed() < Duration::from_secs(15), "still writable without ZooKeeper");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let e = cluster.node(1, 1).query("INSERT INTO t VALUES (3)").unwrap_err().to_string();
+    assert!(e.contains("Code: 242"), "{e}");
+    assert_eq!(cluster.node(1, 1).query("SELECT count() FROM t").unwrap(), "2\n");
+    assert!(!cluster_status(tmp.path()).unwrap().unwrap().all_up(), "the ZooKeeper is down");
+    cluster.restart_zookeeper().unwrap();
+    let t = std::time::Instant::now();
+    while cluster.node(1, 1).query("INSERT INTO t VALUES (3)").is_err() {
+        assert!(t.elapsed() < Duration::from_secs(30), "no writes after the ZooKeeper came back");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // `down` (another process's view) stops the nodes, then the ZooKeeper.
+    let topo = cluster.detach();
+    assert!(down(tmp.path()).unwrap());
+    let zk = topo.zookeeper.unwrap();
+    for p in topo.nodes.iter().map(|n| n.pid).chain([zk.pid]) {
+        // SAFETY: plain syscall on a pid that is our exited child.
+        unsafe { libc::waitpid(p as libc::pid_t, std::ptr::null_mut(), 0) };
+        assert!(!alive(p), "pid {p} still runs");
+    }
+    assert!(!zk.dir.join("zookeeper.pid").exists());
+}

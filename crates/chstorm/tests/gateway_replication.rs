@@ -92,6 +92,7 @@ fn routed_reads_skip_lagging_replicas_and_use_them_again_once_caught_up() {
     );
     let (s, b) = post(&format!("{n11}/?load_balancing=in_order&insert_distributed_sync=1"), &insert);
     assert_eq!(s, 200, "{b}");
+    let inserted = Instant::now();
     let new_versions = "SELECT count() FROM items_local FINAL WHERE item_id % 97 = 0 AND version >= 100";
     let held = |n: &str| post(n, new_versions).1.trim().parse::<u64>().unwrap();
     assert_eq!((held(&n12), held(&n22)), (0, 0), "the second replicas lag");
@@ -104,6 +105,7 @@ fn routed_reads_skip_lagging_replicas_and_use_them_again_once_caught_up() {
                 .is_some_and(|d| d >= MAX_DELAY_S as f64)
         })
     });
+    eprintln!("the lagging replicas were steered away from {:?} after the insert", inserted.elapsed());
     std::thread::sleep(Duration::from_millis(500));
     let grants_before = metric(&gw, &replica_series("chstorm_gateway_thread_grant_count", "1.2")).unwrap_or(0.0);
     let mut through = chstorm_data::SqlClient::new(&gw, &Default::default()).unwrap();
@@ -192,6 +194,7 @@ fn routed_reads_skip_lagging_replicas_and_use_them_again_once_caught_up() {
     assert!(refused.1.starts_with("Code: 369"), "the Distributed table: {refused:?}");
 
     // The replicas catch up: they are used again, and every answer is the new version.
+    let started = Instant::now();
     for n in [&n11, &n12, &n22] {
         assert_eq!(post(n, "SYSTEM START FETCHES items_local").0, 200);
         assert_eq!(post(n, "SYSTEM SYNC REPLICA items_local").0, 200);
@@ -201,6 +204,7 @@ fn routed_reads_skip_lagging_replicas_and_use_them_again_once_caught_up() {
             .iter()
             .all(|r| metric(&gw, &replica_series("chstorm_gateway_replica_routed_delay_seconds", r)) == Some(0.0))
     });
+    eprintln!("every replica was read fresh again {:?} after its fetches started", started.elapsed());
     std::thread::sleep(Duration::from_millis(500));
     let mut seen = std::collections::BTreeSet::new();
     for &(shop, item, version) in keys.iter().cycle().take(80) {

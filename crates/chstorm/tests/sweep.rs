@@ -254,3 +254,37 @@ fn resume_refuses_points_measured_differently_or_restarts() {
     assert_eq!(moved.len(), 1);
     assert!(moved[0].path().join("results.jsonl").exists());
 }
+
+/// The Shopee suite (suites/shopee.yaml, quick mode cut to 4 queries a point at one client)
+/// through a gateway on the tests' replicated 2x2 cluster: every point runs and no query fails.
+/// (Its shop is an expression of the item id, not a literal, so its lookups go through the
+/// Distributed table: fan-outs.)
+#[test]
+fn the_shopee_suite_runs_through_a_gateway_on_a_replicated_cluster() {
+    let env = chstorm_testenv::start_cluster();
+    assert!(env.cluster.topology().replicated());
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(env.gateway_config(|t| t))).unwrap();
+    let url = format!("http://{}", gw.addr);
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../suites/shopee.yaml")).unwrap();
+    let quick = "quick:\n  duration: 1s\n  warmup: 300ms\n  concurrency: [1, 16]\n";
+    assert!(text.contains(quick), "the suite's quick mode changed; update this test");
+    let dir = tempfile::tempdir().unwrap();
+    let suite = dir.path().join("shopee.yaml");
+    std::fs::write(&suite, text.replace(quick, "quick:\n  requests: 4\n  warmup: 0s\n  concurrency: [1]\n")).unwrap();
+    let out = dir.path().join("out");
+    let run = Command::new(env!("CARGO_BIN_EXE_chstorm"))
+        .args(["sweep", "--suite", suite.to_str().unwrap(), "--quick", "--url", &url, "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    assert!(stdout.contains("shopee: 16 points planned, 16 run now, 0 already done, 0 failed"), "{stdout}");
+    let m = chstorm_testenv::curl(&[&format!("{url}/metrics")]).2;
+    let answered = |ok: bool| -> f64 {
+        m.lines()
+            .filter(|l| l.starts_with("chstorm_gateway_requests_total{") && l.contains("status=\"200\"") == ok)
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    assert!(answered(true) >= 64.0 && answered(false) == 0.0, "{m}");
+}
