@@ -125,7 +125,7 @@ mod tests {
             "SummingMergeTree"
         );
         assert_eq!(
-            local_create("CREATE MATERIALIZED VIEW mv ENGINE = Memory AS SELECT 1").unwrap().object,
+            local_create("CREATE MATERIALIZED VIEW mv ENGINE = Memory AS SELECT 1", Grammar::V18_16).unwrap().object,
             "MATERIALIZED VIEW"
         );
     }
