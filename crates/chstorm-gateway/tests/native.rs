@@ -159,23 +159,31 @@ fn native_port_end_to_end() {
     assert!(routed >= 20.0, "routed native queries: {routed}\n{metrics}");
     eprintln!("2. {routed} native queries were routed to one shard");
 
-    // 3. INSERT with data, compressed and not, into a Distributed table written synchronously;
-    //    then the rows are there, as the node sees them.
-    for u in env.node_urls() {
-        let ddl = [
-            "CREATE TABLE IF NOT EXISTS nat_local (k UInt64, s String) ENGINE = MergeTree ORDER BY k",
-            "CREATE TABLE IF NOT EXISTS nat AS nat_local ENGINE = Distributed(storm, default, nat_local, k)",
-        ];
-        for q in ddl {
-            assert_eq!(post(&u, q).0, 200, "{q}");
-        }
+    // 3. INSERT with data, compressed and not, into a Distributed table written synchronously
+    //    over replicated local tables (the cluster has internal_replication: the Distributed
+    //    table writes one replica of each shard); once every replica fetched, the rows are
+    //    there, as the node sees them.
+    let ddl = [
+        "CREATE TABLE IF NOT EXISTS nat_local ON CLUSTER storm (k UInt64, s String) \
+         ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/default.nat_local', '{replica}') ORDER BY k",
+        "CREATE TABLE IF NOT EXISTS nat ON CLUSTER storm AS nat_local ENGINE = Distributed(storm, default, nat_local, k)",
+    ];
+    for q in ddl {
+        let (s, b) = post(&env.node_url(1, 1), q);
+        assert_eq!(s, 200, "{q}: {b}");
     }
-    let data: String = (0..50_000).map(|i| format!("{i}\tvalue {i}\n")).collect();
-    for extra in
+    // Two batches of other keys: a replicated table drops a block identical to one it has.
+    for (batch, extra) in
         [&["--insert_distributed_sync", "1"][..], &["--insert_distributed_sync", "1", "--compression", "0"][..]]
+            .into_iter()
+            .enumerate()
     {
+        let data: String = (batch * 50_000..(batch + 1) * 50_000).map(|i| format!("{i}\tvalue {i}\n")).collect();
         let (ok, _, err) = client(gp, "default", "", extra, "INSERT INTO nat FORMAT TSV", Some(data.as_bytes()));
         assert!(ok, "insert: {err}");
+    }
+    for u in env.node_urls() {
+        assert_eq!(post(&u, "SYSTEM SYNC REPLICA nat_local").0, 200);
     }
     let count = |port| client(port, "default", "", &[], "SELECT count(), sum(k) FROM nat", None).1;
     let through = count(gp);
