@@ -290,8 +290,11 @@ impl Writes {
             failed.len()
         );
         let flagged = seen.iter().filter(|l| l.stale.is_some()).count();
-        eprintln!("{flagged} answers carried X-Chstorm-Stale");
-        assert!(written.len() > 20 && seen.len() > 200, "the writes and the lookups really ran");
+        // Lookups sent when a version had been acknowledged for the whole bound: the ones the
+        // check can fail. (Writes fail while a replica of their shard is down: the quorum.)
+        let checked = seen.iter().filter(|l| written.iter().any(|(at, _)| *at + STALENESS_BOUND <= l.sent)).count();
+        eprintln!("{flagged} answers carried X-Chstorm-Stale; {checked} lookups checked against a version");
+        assert!(written.len() >= 4 && checked >= 50, "the writes and the checked lookups really ran");
         assert!(failed.is_empty(), "failed lookups: {failed:?}");
         assert_eq!(stale, 0, "answers older than {STALENESS_BOUND:?}");
     }
