@@ -199,7 +199,7 @@ impl State {
             let (round_done, round_wait) = tokio::sync::oneshot::channel();
             first_round.push(round_wait);
             let delays = (!self.config.health.max_replica_delay.0.is_zero())
-                .then(|| Arc::new(crate::cluster::delay_probe::DelayProbe::new(&rt.cfg, &rt.auth.text)));
+                .then(|| Arc::new(crate::cluster::delay_probe::DelayProbe::new(&rt.cfg, &rt.login.auth)));
             let task = tokio::spawn(crate::cluster::health::run(
                 rt.balancer.clone(),
                 self.upstream.clone(),
