@@ -306,14 +306,14 @@ fn each_user_may_run_as_its_own_clickhouse_user() {
     assert_eq!(c.clusters["storm"].login(), Login { user: "default".into(), password: String::new() });
     let err = |text: &str| parse(text).unwrap_err().to_string();
     let e = err(&with("    backend: {user: w, password: a, password_env: READER_PW}\n"));
-    assert_eq!(e, "g.yaml: line 76: users[0].backend: both password and password_env are set; keep one");
+    assert_eq!(e, "g.yaml: line 86: users[0].backend: both password and password_env are set; keep one");
     let e = err(&with("    backend: {user: w, password_env: NOT_THERE}\n"));
     assert!(
-        e.starts_with("g.yaml: line 76: users[0].backend.password_env: the environment variable NOT_THERE is not set"),
+        e.starts_with("g.yaml: line 86: users[0].backend.password_env: the environment variable NOT_THERE is not set"),
         "{e}"
     );
     let e = err(&with("    backend: {user: \"\"}\n"));
-    assert_eq!(e, "g.yaml: line 76: users[0].backend.user: the user name is empty");
+    assert_eq!(e, "g.yaml: line 86: users[0].backend.user: the user name is empty");
     let e = err(&with("    backend: {user: w, pasword: x}\n"));
     assert!(e.contains("unknown field `pasword`"), "{e}");
     let e = err(&with("    backend: {user: w, password_env: \"\"}\n"));
