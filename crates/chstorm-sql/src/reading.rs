@@ -118,18 +118,21 @@ impl Reading<'_> {
 
     /// The operator kinds the statements need, each once, in the config's order.
     pub fn operators(&self) -> Vec<Operator> {
-        let mut ops: Vec<Operator> = self
-            .classes
-            .iter()
-            .filter_map(|c| match c {
-                Class::Operator(o) => Some(*o),
-                _ => None,
-            })
-            .collect();
-        ops.sort();
-        ops.dedup();
-        ops
+        operators_of(self.classes.iter())
     }
+}
+
+/// The operator kinds of `classes`, each once, in the config's order.
+fn operators_of<'c>(classes: impl Iterator<Item = &'c Class>) -> Vec<Operator> {
+    let mut ops: Vec<Operator> = classes
+        .filter_map(|c| match c {
+            Class::Operator(o) => Some(*o),
+            _ => None,
+        })
+        .collect();
+    ops.sort();
+    ops.dedup();
+    ops
 }
 
 /// A statement as the grammars of its set read it: alike, or not.
@@ -169,16 +172,7 @@ impl<'a> Readings<'a> {
 
     /// The operator kinds any grammar's reading needs, each once, in the config's order.
     pub fn operators(&self) -> Vec<Operator> {
-        let mut ops: Vec<Operator> = self
-            .classes()
-            .filter_map(|c| match c {
-                Class::Operator(o) => Some(*o),
-                _ => None,
-            })
-            .collect();
-        ops.sort();
-        ops.dedup();
-        ops
+        operators_of(self.classes())
     }
 
     /// The deepest nesting any grammar reads ([`crate::rules::nesting_depth_of`]).

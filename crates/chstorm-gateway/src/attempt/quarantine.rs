@@ -114,6 +114,19 @@ impl Fnv {
     }
 }
 
+/// Marks shape `fp` now in `table`, kept within [`MAX_SHAPES`]: when full, its entries older
+/// than `ttl` go, and if it is still full it is emptied.
+fn stamp(table: &mut HashMap<u64, Instant, ahash::RandomState>, fp: u64, ttl: Duration) {
+    let now = Instant::now();
+    if table.len() >= MAX_SHAPES && !table.contains_key(&fp) {
+        table.retain(|_, at| now.duration_since(*at) < ttl);
+        if table.len() >= MAX_SHAPES {
+            table.clear();
+        }
+    }
+    table.insert(fp, now);
+}
+
 /// Why a shape is refused.
 #[derive(Debug, Clone)]
 pub struct Refusal {
@@ -153,21 +166,11 @@ impl Quarantine {
         self.tables.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A read of shape `fp` succeeded.
+    /// A statement of shape `fp` succeeded.
     pub fn succeeded(&self, fp: u64) {
-        if self.ttl.is_zero() {
-            return;
+        if !self.ttl.is_zero() {
+            stamp(&mut self.tables().good, fp, self.ttl);
         }
-        let now = Instant::now();
-        let mut t = self.tables();
-        if t.good.len() >= MAX_SHAPES && !t.good.contains_key(&fp) {
-            let ttl = self.ttl;
-            t.good.retain(|_, at| now.duration_since(*at) < ttl);
-            if t.good.len() >= MAX_SHAPES {
-                t.good.clear();
-            }
-        }
-        t.good.insert(fp, now);
     }
 
     /// Did a read of shape `fp` succeed within the TTL?
@@ -178,19 +181,9 @@ impl Quarantine {
     /// A write of shape `fp`, known good, killed its replica: a second death of the shape within
     /// the TTL makes it a query of death.
     pub fn strike(&self, fp: u64) {
-        if self.ttl.is_zero() {
-            return;
+        if !self.ttl.is_zero() {
+            stamp(&mut self.tables().struck, fp, self.ttl);
         }
-        let now = Instant::now();
-        let mut t = self.tables();
-        if t.struck.len() >= MAX_SHAPES && !t.struck.contains_key(&fp) {
-            let ttl = self.ttl;
-            t.struck.retain(|_, at| now.duration_since(*at) < ttl);
-            if t.struck.len() >= MAX_SHAPES {
-                t.struck.clear();
-            }
-        }
-        t.struck.insert(fp, now);
     }
 
     /// Was shape `fp` struck within the TTL?
