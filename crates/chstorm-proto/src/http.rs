@@ -9,9 +9,13 @@
 //!
 //! Supported answers: `Content-Length` and `chunked` bodies; `Connection: close`. Error answers
 //! (non-2xx) keep the first [`ERROR_BODY_LIMIT`] bytes for the message and the ClickHouse
-//! exception code (`X-ClickHouse-Exception-Code` header, or `Code: N` in the body).
+//! exception code (`X-ClickHouse-Exception-Code` header, or `Code: N` in the body). A 200 answer
+//! that a current server cut after writing its exception into the body
+//! ([`crate::rules::exception_after_head`]) is that exception, not a broken connection. A head
+//! may have any number of headers (a current server writes an `X-ClickHouse-Progress` header
+//! every 100 ms when asked) within [`MAX_ANSWER_HEAD`].
 
-use crate::error::{parse_exception_code, ProtoError};
+use crate::error::{exception_after_head, parse_exception_code, ProtoError, EXCEPTION_TAG_HEADER, MAX_BODY_EXCEPTION};
 use crate::stream::{Connector, Stream};
 use crate::target::Target;
 use crate::QueryStats;
@@ -21,8 +25,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Bytes of an error answer's body kept for its message.
 pub const ERROR_BODY_LIMIT: usize = 1024;
-/// Largest response head accepted, in bytes.
-const MAX_HEAD: usize = 64 * 1024;
+/// Largest answer head read, by chstorm's client and by the gateway's: 1 MiB. A current server
+/// asked for `send_progress_in_http_headers` writes an `X-ClickHouse-Progress` header (about 150
+/// bytes) every `http_headers_progress_interval_ms` (100 ms) until its body starts: some 12
+/// minutes of a query's progress.
+pub const MAX_ANSWER_HEAD: usize = 1 << 20;
+/// Most headers one answer head may have: 16384 (the `http` crate's header maps hold at most
+/// 32768).
+pub const MAX_ANSWER_HEADERS: usize = 16 << 10;
+/// Headers parsed in place before a head with more needs room allocated for them.
+const INLINE_HEADERS: usize = 32;
 /// Read buffer size, in bytes: small, because a run may hold 10,000 connections; it grows
 /// (in steps of this size) only for answers that need it.
 const READ_BUF: usize = 4 * 1024;
@@ -113,9 +125,12 @@ pub struct HttpConn {
     rbuf: Vec<u8>,
     /// Set when the server asked to close, or the connection broke.
     closed: bool,
+    /// The end of the chunked body being read, for an exception a server wrote before it cut it.
+    tail: Vec<u8>,
 }
 
 /// How the body of an answer is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Framing {
     Length(u64),
     Chunked,
@@ -128,6 +143,7 @@ impl HttpConn {
             stream: connector.connect().await?,
             wbuf: Vec::with_capacity(1024),
             rbuf: Vec::with_capacity(READ_BUF),
+            tail: Vec::new(),
             closed: false,
         })
     }
@@ -210,12 +226,12 @@ impl HttpConn {
         self.stream.flush().await?;
 
         self.rbuf.clear();
-        let (status, framing, code_header, head_len, server_closes) = loop {
+        let Head { status, framing, code: code_header, len: head_len, closes: server_closes, tag } = loop {
             if let Some(parsed) = parse_head(&self.rbuf)? {
                 break parsed;
             }
-            if self.rbuf.len() >= MAX_HEAD {
-                return Err(ProtoError::Protocol(format!("HTTP answer head longer than {MAX_HEAD} bytes")));
+            if self.rbuf.len() >= MAX_ANSWER_HEAD {
+                return Err(ProtoError::Protocol(format!("HTTP answer head longer than {MAX_ANSWER_HEAD} bytes")));
             }
             if self.fill().await? == 0 {
                 return Err(ProtoError::Io(std::io::Error::new(
@@ -231,7 +247,17 @@ impl HttpConn {
         let mut err_body = Vec::new();
         let sink: Option<(&mut Vec<u8>, usize)> =
             if ok { keep.as_mut().map(|(v, l)| (&mut **v, *l)) } else { Some((&mut err_body, ERROR_BODY_LIMIT)) };
-        let bytes = self.read_body(head_len, framing, sink).await?;
+        let bytes = match self.read_body(head_len, framing, sink, ok).await {
+            Ok(b) => b,
+            // Cut by the server right after an exception it wrote into the body: that exception.
+            Err(e) if ok && framing == Framing::Chunked => {
+                self.closed = true;
+                let Some(x) = exception_after_head(&self.tail, tag.as_deref()) else { return Err(e) };
+                let message = x.message.lines().next().unwrap_or("").trim().to_string();
+                return Err(ProtoError::HttpStatus { status, code: x.code, message });
+            }
+            Err(e) => return Err(e),
+        };
         if ok {
             Ok(QueryStats { bytes, rows: 0 })
         } else {
@@ -258,8 +284,10 @@ impl HttpConn {
         mut pos: usize,
         framing: Framing,
         mut sink: Option<(&mut Vec<u8>, usize)>,
+        ok: bool,
     ) -> Result<u64, ProtoError> {
         let mut total = 0u64;
+        self.tail.clear();
         let mut keep = |data: &[u8]| {
             if let Some((v, limit)) = sink.as_mut() {
                 let room = limit.saturating_sub(v.len());
@@ -345,6 +373,9 @@ impl HttpConn {
                     let take = ((self.rbuf.len() - pos) as u64).min(left) as usize;
                     let data_part = take.min(left.saturating_sub(2) as usize);
                     keep(&self.rbuf[pos..pos + data_part]);
+                    if ok {
+                        keep_tail(&mut self.tail, &self.rbuf[pos..pos + data_part]);
+                    }
                     total += data_part as u64;
                     pos += take;
                     left -= take as u64;
@@ -353,6 +384,26 @@ impl HttpConn {
         }
         Ok(total)
     }
+}
+
+/// The most of a chunked answer's end kept to look for an exception block in, when it is cut.
+const TAIL: usize = MAX_BODY_EXCEPTION + 64;
+
+/// Appends `data` to `tail`, keeping at most its last [`TAIL`] bytes (trimmed in steps of
+/// [`TAIL`], so a byte is moved at most once).
+fn keep_tail(tail: &mut Vec<u8>, data: &[u8]) {
+    let data = &data[data.len().saturating_sub(TAIL)..];
+    if tail.len() + data.len() > 2 * TAIL {
+        tail.drain(..tail.len() + data.len() - TAIL);
+    }
+    tail.extend_from_slice(data);
+}
+
+/// How many headers the head that starts `buf` may have, at most: its line ends, as many as
+/// [`MAX_ANSWER_HEADERS`].
+pub fn header_room(buf: &[u8]) -> usize {
+    let end = buf.windows(3).position(|w| w == b"\n\r\n" || &w[..2] == b"\n\n").map_or(buf.len(), |i| i + 1);
+    buf[..end].iter().filter(|b| **b == b'\n').count().min(MAX_ANSWER_HEADERS)
 }
 
 fn eof(where_: &str) -> ProtoError {
@@ -369,12 +420,39 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, ProtoError> {
     u64::from_str_radix(s.trim(), 16).map_err(|_| ProtoError::Protocol(format!("bad chunk size '{}'", s.trim())))
 }
 
-type Head = (u16, Framing, Option<i32>, usize, bool);
+/// What the client reads of an answer head.
+struct Head {
+    status: u16,
+    framing: Framing,
+    /// `X-ClickHouse-Exception-Code`.
+    code: Option<i32>,
+    len: usize,
+    closes: bool,
+    /// `X-ClickHouse-Exception-Tag` (current servers send it on every answer).
+    tag: Option<String>,
+}
 
-/// Parses a complete response head, or returns None when more bytes are needed.
+/// Parses a complete response head, or returns None when more bytes are needed. Up to
+/// [`INLINE_HEADERS`] headers are parsed in place; a head with more gets room for as many as it
+/// has ([`header_room`]).
 fn parse_head(buf: &[u8]) -> Result<Option<Head>, ProtoError> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut resp = httparse::Response::new(&mut headers);
+    let mut inline = [httparse::EMPTY_HEADER; INLINE_HEADERS];
+    match parse_head_with(buf, &mut inline) {
+        Err(ProtoError::Protocol(m)) if m.ends_with(&httparse::Error::TooManyHeaders.to_string()) => {
+            let mut room = vec![httparse::EMPTY_HEADER; header_room(buf)];
+            parse_head_with(buf, &mut room).map_err(|e| match e {
+                ProtoError::Protocol(m) if m.ends_with(&httparse::Error::TooManyHeaders.to_string()) => {
+                    ProtoError::Protocol(format!("HTTP answer head with more than {MAX_ANSWER_HEADERS} headers"))
+                }
+                e => e,
+            })
+        }
+        r => r,
+    }
+}
+
+fn parse_head_with<'b>(buf: &'b [u8], headers: &mut [httparse::Header<'b>]) -> Result<Option<Head>, ProtoError> {
+    let mut resp = httparse::Response::new(headers);
     let head_len = match resp.parse(buf) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Ok(None),
@@ -383,6 +461,7 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ProtoError> {
     let status = resp.code.unwrap_or(0);
     let mut framing = Framing::UntilClose;
     let mut code = None;
+    let mut tag = None;
     let mut closes = resp.version == Some(0);
     for h in resp.headers.iter() {
         let name = h.name;
@@ -401,13 +480,15 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ProtoError> {
             }
         } else if name.eq_ignore_ascii_case("x-clickhouse-exception-code") {
             code = std::str::from_utf8(h.value).ok().and_then(|s| s.trim().parse().ok());
+        } else if name.eq_ignore_ascii_case(EXCEPTION_TAG_HEADER) {
+            tag = std::str::from_utf8(h.value).ok().map(|s| s.trim().to_string());
         }
     }
     // A 1xx/204/304 answer has no body.
     if status < 200 || status == 204 || status == 304 {
         framing = Framing::Length(0);
     }
-    Ok(Some((status, framing, code, head_len, closes)))
+    Ok(Some(Head { status, framing, code, len: head_len, closes, tag }))
 }
 
 #[cfg(test)]
@@ -440,7 +521,7 @@ mod tests {
 
     #[test]
     fn parses_heads() {
-        let (status, framing, code, len, closes) =
+        let Head { status, framing, code, len, closes, .. } =
             parse_head(b"HTTP/1.1 500 Internal\r\nX-ClickHouse-Exception-Code: 202\r\nContent-Length: 5\r\nConnection: Close\r\n\r\nabcde")
                 .unwrap()
                 .unwrap();
@@ -451,5 +532,84 @@ mod tests {
         assert!(parse_head(b"garbage\r\n\r\n").is_err());
         assert_eq!(parse_chunk_size(b"1a;ext=1").unwrap(), 26);
         assert!(parse_chunk_size(b"zz").is_err());
+        // Hundreds of progress headers, within the head's size; past the count, one line.
+        for n in [0usize, 31, 32, 33, 500, 5000] {
+            let mut h = b"HTTP/1.1 200 OK\r\nX-ClickHouse-Exception-Tag: abc\r\n".to_vec();
+            for i in 0..n {
+                h.extend_from_slice(format!("X-ClickHouse-Progress: {{\"read_rows\":\"{i}\"}}\r\n").as_bytes());
+            }
+            h.extend_from_slice(b"Transfer-Encoding: chunked\r\n\r\n1\r\n\n");
+            let head = parse_head(&h).unwrap().expect("whole");
+            assert_eq!((head.status, head.framing, head.tag.as_deref()), (200, Framing::Chunked, Some("abc")), "{n}");
+            assert!(parse_head(&h[..h.len() - 10]).unwrap().is_none() || n == 0);
+        }
+        let mut h = b"HTTP/1.1 200 OK\r\n".to_vec();
+        for _ in 0..=MAX_ANSWER_HEADERS {
+            h.extend_from_slice(b"A: b\r\n");
+        }
+        h.extend_from_slice(b"\r\n");
+        let e = parse_head(&h).err().expect("too many").to_string();
+        assert!(e.contains("more than 16384 headers"), "{e}");
+    }
+
+    /// Serves `answer` to every request on a loopback port, closing after each.
+    async fn serve_once(answer: Vec<u8>) -> Target {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut b = vec![0u8; 64 << 10];
+                let _ = s.read(&mut b).await;
+                let _ = s.write_all(&answer).await;
+            }
+        });
+        Target::parse(&format!("http://{addr}")).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_cut_after_the_servers_exception_is_that_exception() {
+        let text = "Code: 395. DB::Exception: Value passed to 'throwIf' function is non-zero. (FUNCTION_THROW_IF_VALUE_IS_NON_ZERO)";
+        let tag = "kq3vzmw8rt1ydx5a";
+        let tagged = format!("\r\n__exception__\r\n{tag}\r\n{text}\n{} {tag}\r\n__exception__\r\n", text.len() + 1);
+        let untagged = format!("__exception__\r\n{text}\n");
+        for (head, block, code) in [
+            (format!("X-ClickHouse-Exception-Tag: {tag}\r\n"), tagged, Some(395)),
+            (String::new(), untagged, Some(395)),
+            (String::new(), "3\n4".to_string(), None),
+        ] {
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n{head}\r\n4\r\n1\n2\n\r\n{:x}\r\n{block}\r\n",
+                block.len()
+            );
+            let t = serve_once(answer.into_bytes()).await;
+            let c = Connector::new(&t, &crate::TlsOptions::default(), Duration::from_secs(5)).unwrap();
+            let mut conn = HttpConn::connect(&c).await.unwrap();
+            let e =
+                conn.send(&RequestHead::query(&t, &[], true), b"SELECT 1", Duration::from_secs(5)).await.unwrap_err();
+            match (code, &e) {
+                (Some(c), ProtoError::HttpStatus { status: 200, code: Some(got), message }) => {
+                    assert_eq!((*got, message.as_str()), (c, text));
+                    assert_eq!(e.kind_key(), "clickhouse_395");
+                }
+                (None, ProtoError::Io(_)) => assert_eq!(e.kind_key(), "io"),
+                _ => panic!("{code:?}: {e:?}"),
+            }
+            assert!(!conn.reusable());
+        }
+    }
+
+    #[test]
+    fn the_tail_keeps_the_end_of_the_body() {
+        let mut tail = Vec::new();
+        let mut all = Vec::new();
+        for i in 0..10_000u32 {
+            let piece = format!("row {i}\n").into_bytes();
+            keep_tail(&mut tail, &piece);
+            all.extend_from_slice(&piece);
+            assert!(tail.len() <= 2 * TAIL);
+            assert!(all.ends_with(&tail) && (tail.len() >= TAIL || tail.len() == all.len()));
+        }
+        keep_tail(&mut tail, &vec![b'x'; 3 * TAIL]);
+        assert_eq!(tail, vec![b'x'; TAIL]);
     }
 }

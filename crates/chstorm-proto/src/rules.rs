@@ -6,7 +6,9 @@
 //!
 //! Must not import anything from the rest of chstorm: it is pure text rules.
 
-pub use crate::error::{parse_exception_code, RETRY_SAFE_CODES};
+pub use crate::error::{
+    exception_after_head, parse_exception_code, BodyException, EXCEPTION_TAG_HEADER, RETRY_SAFE_CODES,
+};
 
 /// The exception code of an HTTP answer: the `X-ClickHouse-Exception-Code` header when there is
 /// one (every release since 2018 sends it), else the `Code: N` at the start of the text (18.16:
@@ -20,7 +22,8 @@ pub fn http_exception_code(header: Option<&str>, body: &[u8]) -> Option<i32> {
 
 /// True when ClickHouse's exception `code` proves the query did not run, so it may be sent again
 /// (to another replica): TOO_MANY_SIMULTANEOUS_QUERIES (202), SOCKET_TIMEOUT (209),
-/// NETWORK_ERROR (210), ALL_CONNECTION_TRIES_FAILED (279).
+/// NETWORK_ERROR (210), ALL_CONNECTION_TRIES_FAILED (279), SERVER_OVERLOADED (745, current
+/// releases only).
 pub fn retry_safe_code(code: i32) -> bool {
     RETRY_SAFE_CODES.contains(&code)
 }
@@ -61,6 +64,7 @@ mod tests {
             (209, true),  // SOCKET_TIMEOUT
             (210, true),  // NETWORK_ERROR
             (279, true),  // ALL_CONNECTION_TRIES_FAILED
+            (745, true),  // SERVER_OVERLOADED (current releases)
             (173, true),  // CANNOT_ALLOCATE_MEMORY
             (225, true),  // NO_ZOOKEEPER
             (999, true),  // KEEPER_EXCEPTION
@@ -92,6 +96,12 @@ mod tests {
         assert_eq!(http_exception_code(Some("241"), b"Code: 202"), Some(241));
         assert_eq!(http_exception_code(Some(" x"), b"Code: 60. DB::Exception"), Some(60));
         assert_eq!(http_exception_code(None, b"nothing"), None);
-        assert!(retry_safe_code(202) && retry_safe_code(279) && !retry_safe_code(159) && !retry_safe_code(60));
+        assert!(
+            retry_safe_code(202)
+                && retry_safe_code(279)
+                && retry_safe_code(745)
+                && !retry_safe_code(159)
+                && !retry_safe_code(60)
+        );
     }
 }

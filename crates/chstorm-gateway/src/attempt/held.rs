@@ -17,6 +17,14 @@
 //!   ([`HttpHead::whole`]), where three writes each pay the loopback peer's receive and wake-up (about
 //!   11 µs apiece on 2 cores, `docs/PERFORMANCE.md`).
 //!
+//! A break is not always a broken replica: from 24.x a server whose query fails after its 200 head
+//! writes the exception into the body (`__exception__` and the text; 25.11 on, inside a block
+//! tagged by the head's `X-ClickHouse-Exception-Tag`) and then cuts the answer on purpose, with no
+//! final chunk (`cancelWithException` in ClickHouse's
+//! `src/Server/HTTP/HTTP1/HTTP1ServerResponse.cpp`). An answer that breaks right after such a
+//! block ([`chstorm_proto::rules::exception_after_head`]) is the server's answer: it goes to the
+//! client as it came, cut the same way, and is neither retried nor held against its replica.
+//!
 //! Holding costs no latency a client could see: 18.16 holds its answer in its output buffer
 //! (1 MiB) and sends the segments back to back at the query's end. An answer longer than
 //! 64 KiB, or still coming one per-try deadline after its head, streams from there, its held
@@ -25,6 +33,7 @@
 
 use crate::cluster::upstream::{full, BackendError, BoxError, GBody, Prefixed};
 use bytes::Bytes;
+use chstorm_proto::rules::{exception_after_head, EXCEPTION_TAG_HEADER};
 use http::Response;
 use http_body::{Body, Frame};
 use std::pin::Pin;
@@ -97,10 +106,38 @@ pub async fn hold(
                 }
             },
             Some(Err(e)) => {
+                // A current server's own error after its head, then the cut it makes on purpose
+                // (`cancelWithException`): its answer, passed on as it came, cut the same way.
+                let tag = parts.headers.get(EXCEPTION_TAG_HEADER).and_then(|v| v.to_str().ok());
+                if exception_after_head(&held, tag).is_some() {
+                    let rest = Prefixed::wrap(held.freeze(), Cut::wrap(e));
+                    return Ok(HttpHead::streaming(Response::from_parts(parts, rest)));
+                }
                 let message = format!("the answer broke after {} bytes: {e}", held.len());
                 return Err(BackendError { connect: false, message });
             }
         }
+    }
+}
+
+/// A body whose only frame is the error its answer was cut with.
+struct Cut(Option<BoxError>);
+
+impl Cut {
+    fn wrap(e: BoxError) -> GBody {
+        use http_body_util::BodyExt;
+        Cut(Some(e)).boxed_unsync()
+    }
+}
+
+impl Body for Cut {
+    type Data = Bytes;
+    type Error = BoxError;
+    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Poll::Ready(self.0.take().map(Err))
+    }
+    fn is_end_stream(&self) -> bool {
+        self.0.is_none()
     }
 }
 
@@ -259,6 +296,33 @@ mod tests {
         let e = hold(answer(&["1\n", "2\n"], true), 1024, LONG, |_| ()).await.unwrap_err();
         assert!(!e.connect, "the query was sent: its outcome is unknown");
         assert_eq!(e.message, "the answer broke after 4 bytes: the backend went away");
+    }
+
+    #[tokio::test]
+    async fn a_cut_after_the_server_s_own_exception_is_its_answer() {
+        let text = "Code: 395. DB::Exception: Value passed to 'throwIf' function is non-zero";
+        let tagged = format!(
+            "\r\n__exception__\r\nt0t0t0t0t0t0t0t0\r\n{text}\n{} t0t0t0t0t0t0t0t0\r\n__exception__\r\n",
+            text.len() + 1
+        );
+        let untagged = format!("__exception__\r\n{text}\n");
+        for (tag, block) in [(Some("t0t0t0t0t0t0t0t0"), tagged.as_str()), (None, untagged.as_str())] {
+            let mut resp = answer(&["1\n", "2\n", block], true);
+            if tag.is_some() {
+                resp.headers_mut().insert(EXCEPTION_TAG_HEADER, http::HeaderValue::from_static("t0t0t0t0t0t0t0t0"));
+            }
+            let r = hold(resp, 1024, LONG, |_| ()).await.expect("the server's answer, not a broken one");
+            assert!(r.whole.is_none(), "it is cut, as the server cut it");
+            let mut body = r.resp.into_body();
+            let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+            assert_eq!(first, format!("1\n2\n{block}"));
+            assert!(body.frame().await.unwrap().is_err(), "then the same cut");
+        }
+        // A block with another answer's tag, or a cut inside one, is a broken answer.
+        let mut resp = answer(&["1\n", &tagged], true);
+        resp.headers_mut().insert(EXCEPTION_TAG_HEADER, http::HeaderValue::from_static("other"));
+        assert!(hold(resp, 1024, LONG, |_| ()).await.is_err());
+        assert!(hold(answer(&["1\n", &untagged[..10]], true), 1024, LONG, |_| ()).await.is_err());
     }
 
     #[tokio::test]

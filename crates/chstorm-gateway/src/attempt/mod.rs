@@ -24,7 +24,7 @@
 //! * **re-issue on down**: an idempotent read waiting on a replica that gets marked down
 //!   (probe or passive detection) is cancelled and sent elsewhere at once;
 //! * **retry**: after a failure that proves the query did not run (connect refused, ClickHouse
-//!   codes 202, 209, 210, 279) or, for reads, whose outcome is unknown (reset before the head);
+//!   codes 202, 209, 210, 279, 745) or, for reads, whose outcome is unknown (reset before the head);
 //! * never for writes after they may have run, never in a session, never after the first byte
 //!   of an answer went to the client (the loop ends at the first answer head; over HTTP that
 //!   head comes with its answer held, [`held`], so an answer cut before its end is retried

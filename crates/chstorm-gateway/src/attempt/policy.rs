@@ -12,7 +12,7 @@ pub enum Failure {
     Unsent(String),
     /// The connection broke before the answer head: the query's fate is unknown.
     Lost(String),
-    /// ClickHouse answered with a code proving the query did not run there (202, 209, 210, 279;
+    /// ClickHouse answered with a code proving the query did not run there (202, 209, 210, 279, 745;
     /// 216, the query id taken: [`chstorm_proto::rules::may_run_elsewhere`]).
     Busy(i32),
     /// The replica was marked down while the attempt waited.

@@ -6,7 +6,7 @@
 //! read that has sent nothing to the client yet (its answer is held up to 256 KiB or the per-try
 //! deadline, see [`super::transport`]) moves to another replica when its connection is refused
 //! or breaks (unless its replica died of it: a query of death, [`crate::attempt::quarantine`]), its
-//! replica is marked down, or the server answers a retry-safe code (202, 209, 210, 279); one
+//! replica is marked down, or the server answers a retry-safe code (202, 209, 210, 279, 745); one
 //! whose replica is silent for the per-try deadline is hedged. While the attempts run, the
 //! client is watched: a Cancel drops them (each query is killed on its replica) and ends the
 //! answer. The answer's packets are relayed as read ([`super::block`]), what was held at once,

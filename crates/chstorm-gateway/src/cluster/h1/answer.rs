@@ -14,10 +14,13 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// The largest answer head read: 64 KiB (hyper's client allows about 400 KiB; ClickHouse's
-/// heads are a few hundred bytes, a long run of `X-ClickHouse-Progress` headers a few KiB).
-const MAX_HEAD: usize = 64 * 1024;
-/// The most headers an answer head may have.
+/// The largest answer head read: 1 MiB, as chstorm's own client's
+/// ([`chstorm_proto::http::MAX_ANSWER_HEAD`]): ClickHouse's heads are a few hundred bytes, but a
+/// current server asked for `send_progress_in_http_headers` writes an `X-ClickHouse-Progress`
+/// header every 100 ms until its body starts.
+const MAX_HEAD: usize = chstorm_proto::http::MAX_ANSWER_HEAD;
+/// Headers parsed with room on the stack; a head with more gets room for as many as it has (at
+/// most [`chstorm_proto::http::MAX_ANSWER_HEADERS`]).
 const MAX_HEADERS: usize = 128;
 /// The longest chunk-size line, and the most trailer bytes, of a chunked body: 4 KiB.
 const MAX_LINE: usize = 4 * 1024;
@@ -55,8 +58,17 @@ pub async fn read_head(conn: &mut Conn, to_head: bool) -> Result<Head, BackendEr
             // Uninitialised room for the headers: `httparse` writes the ones it finds, and no
             // 4 KiB of empty headers is written first on every answer.
             let mut room = [const { std::mem::MaybeUninit::<httparse::Header>::uninit() }; MAX_HEADERS];
+            let mut more = Vec::new();
             let mut r = httparse::Response::new(&mut []);
-            match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, &conn.buf, &mut room) {
+            let mut parsed =
+                httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, &conn.buf, &mut room);
+            if parsed == Err(httparse::Error::TooManyHeaders) {
+                more.resize_with(chstorm_proto::http::header_room(&conn.buf), std::mem::MaybeUninit::uninit);
+                r = httparse::Response::new(&mut []);
+                parsed =
+                    httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut r, &conn.buf, &mut more);
+            }
+            match parsed {
                 Ok(httparse::Status::Complete(n)) => {
                     let code = r.code.unwrap_or(0);
                     if (100..200).contains(&code) && code != 101 {
@@ -74,6 +86,10 @@ pub async fn read_head(conn: &mut Conn, to_head: bool) -> Result<Head, BackendEr
                     return Err(failed(format!("an answer head over {} KiB", MAX_HEAD >> 10)))
                 }
                 Ok(httparse::Status::Partial) => {}
+                Err(httparse::Error::TooManyHeaders) => {
+                    let max = chstorm_proto::http::MAX_ANSWER_HEADERS;
+                    return Err(failed(format!("an answer head with more than {max} headers")));
+                }
                 Err(e) => return Err(failed(format!("a malformed answer head: {e}"))),
             }
         }

@@ -313,10 +313,14 @@ async fn interim_heads_are_skipped_and_a_head_request_has_no_body() {
 #[tokio::test]
 async fn bad_answers_fail_in_one_line() {
     let big: &'static [u8] =
-        Box::leak(format!("HTTP/1.1 200 OK\r\nX: {}\r\n", "a".repeat(70 << 10)).into_bytes().into_boxed_slice());
+        Box::leak(format!("HTTP/1.1 200 OK\r\nX: {}\r\n", "a".repeat(1100 << 10)).into_bytes().into_boxed_slice());
+    // More headers than any map may hold, within the head's size.
+    let many: &'static [u8] =
+        Box::leak(format!("HTTP/1.1 200 OK\r\n{}\r\n", "A: b\r\n".repeat(20_000)).into_bytes().into_boxed_slice());
     for (ans, want) in [
         (b"SSH-2.0-OpenSSH\r\n\r\n" as &[u8], "a malformed answer head"),
-        (big, "an answer head over 64 KiB"),
+        (big, "an answer head over 1024 KiB"),
+        (many, "an answer head with more than 16384 headers"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", "two different Content-Length headers"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\n1\n", "the connection closed before the answer's end"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "a bad chunk size \"zz\""),

@@ -213,7 +213,14 @@ async fn send_body<IO: AsyncWrite + Unpin>(
                 continue;
             }
             Step::Frame(None) => break,
-            Step::Frame(Some(Err(_))) => return Err(()),
+            // What came before the break goes out first (a current server's exception after its
+            // head is the last thing it sends before it cuts its answer), then the same cut.
+            Step::Frame(Some(Err(_))) => {
+                let _ = io.write_all(out).await;
+                let _ = io.flush().await;
+                out.clear();
+                return Err(());
+            }
             Step::Frame(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) => data,
                 Err(_) => continue, // trailers: none is announced, so none is sent
