@@ -45,6 +45,12 @@ pub enum ProtoError {
     /// The peer broke the protocol (unexpected packet, malformed HTTP, unsupported column type).
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A native block has rows of a column type whose bytes the codec cannot delimit (an
+    /// aggregate function's state, `Variant`, `Dynamic`, `JSON`, ...): the server did nothing
+    /// wrong, and the stream cannot be read past this block. A proxy passes the rest on as it
+    /// comes ([`crate::native::server`]).
+    #[error("unsupported column type '{0}' over the native protocol; use an http:// URL for this query")]
+    UnknownType(String),
     /// TLS configuration problem on our side (bad CA file).
     #[error("TLS setup: {0}")]
     TlsSetup(String),
@@ -73,7 +79,7 @@ impl ProtoError {
             },
             ProtoError::Server { code, .. } if RETRY_SAFE_CODES.contains(code) => Fault::Upstream,
             ProtoError::Server { .. } => Fault::Client,
-            ProtoError::Protocol(_) => Fault::Us,
+            ProtoError::Protocol(_) | ProtoError::UnknownType(_) => Fault::Us,
         }
     }
 
@@ -90,7 +96,7 @@ impl ProtoError {
     }
 
     /// The key under which the load engine counts this error: `connect`, `timeout`, `io`,
-    /// `protocol`, `clickhouse_<code>` when the server named an exception code, else
+    /// `protocol`, `unsupported_type`, `clickhouse_<code>` when the server named an exception code, else
     /// `http_<status>`.
     pub fn kind_key(&self) -> Cow<'static, str> {
         match self {
@@ -99,6 +105,7 @@ impl ProtoError {
             ProtoError::Timeout(..) => Cow::Borrowed("timeout"),
             ProtoError::Io(_) => Cow::Borrowed("io"),
             ProtoError::Protocol(_) => Cow::Borrowed("protocol"),
+            ProtoError::UnknownType(_) => Cow::Borrowed("unsupported_type"),
             ProtoError::HttpStatus { code: Some(c), .. } | ProtoError::Server { code: c, .. } => {
                 Cow::Owned(format!("clickhouse_{c}"))
             }

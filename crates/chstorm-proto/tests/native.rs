@@ -258,8 +258,8 @@ fn unsupported_type_is_a_protocol_error() {
     rt().block_on(async {
         let mut conn = connect(server).await;
         match conn.query("", "SELECT uniqState(number) FROM numbers(10)", T).await {
-            Err(ProtoError::Protocol(m)) => {
-                assert!(m.contains("unsupported column type 'AggregateFunction(uniq, UInt64)'"), "{m}")
+            Err(e @ ProtoError::UnknownType(_)) => {
+                assert!(e.to_string().contains("unsupported column type 'AggregateFunction(uniq, UInt64)'"), "{e}")
             }
             other => panic!("{other:?}"),
         }

@@ -26,6 +26,14 @@
 //! in `clickhouse-benchmark`) pass as the frames they came in; LZ4, ZSTD and uncompressed
 //! frames are understood.
 //!
+//! A block with rows of a column type the gateway cannot delimit (an aggregate function's state
+//! such as `sumState`'s, `Variant`, `Dynamic`, `JSON`, `BFloat16`) is the server's answer all the
+//! same: from that block on, the answer streams through to the client as it comes
+//! ([`query`]'s `stream_through`), not held, hedged or retried, and its replica is not blamed.
+//! The client's next Query or Ping tells that the answer is over; its backend connection is then
+//! closed, and a session pinned to it ends. Blocks without rows (every SELECT's header block)
+//! carry no column data, so their types need not be known.
+//!
 //! # Sessions
 //!
 //! A client connection is a session on one server ([`query`]): `SET` and `USE` are kept by the

@@ -335,7 +335,7 @@ async fn answer(
         }
         Outcome::Answer(answered) => {
             let Answered { head, mut won, .. } = *answered;
-            let NativeHead { conn: backend, code, exception, raw } = head;
+            let NativeHead { conn: backend, code, exception, raw, undelimited } = head;
             let raw = progress_then(&progress, revision, raw);
             let Some(mut backend) = backend else {
                 // The server refused the Hello (no such database, a bad login): no query ran.
@@ -347,13 +347,18 @@ async fn answer(
                 won.guard.reason = "replica_failed";
                 return (502, say(&mut conn.w, exception_bytes(210, msg)).await);
             }
-            let first = First { code, exception, raw };
+            let first = First { code, exception, raw, undelimited };
             match relay(conn, &mut backend, transport.q.compression, plan, Some(first)).await {
-                End::Done { clean, server_ended, status } => {
+                End::Done { clean, server_ended, status, undelimited } => {
                     if server_ended {
                         won.guard.disarm();
                     } else {
                         won.guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
+                    }
+                    if pin && undelimited {
+                        // The state it would pin the session to is on a connection left in an
+                        // unknown place: the session ends instead of losing it unseen.
+                        return (status, false);
                     }
                     if pin && server_ended && !backend.io.has_buffered() {
                         conn.pinned = Some(Pinned::new(backend, state.metrics.native_pinned.clone()));
@@ -361,6 +366,10 @@ async fn answer(
                         transport.pool.put(backend);
                     }
                     (status, true)
+                }
+                End::Cut(status) => {
+                    won.guard.reason = "timeout";
+                    (status, false)
                 }
                 End::ClientGone => {
                     won.guard.reason = "client_gone";
@@ -376,8 +385,13 @@ async fn answer(
 /// How a relay ended.
 enum End {
     /// The answer ended (EndOfStream or an exception): `clean` when the connection may be
-    /// pooled; `server_ended` when the server ended it (no KILL needed); `status` for the metrics.
-    Done { clean: bool, server_ended: bool, status: u16 },
+    /// pooled; `server_ended` when the server ended it (no KILL needed); `status` for the metrics;
+    /// `undelimited` when its end was streamed through ([`stream_through`]): the backend
+    /// connection's state is not known.
+    Done { clean: bool, server_ended: bool, status: u16, undelimited: bool },
+    /// An undelimited answer stopped at the body deadline: the client's stream is mid-block, so
+    /// its connection closes (and the query is killed).
+    Cut(u16),
     /// The client left or broke the protocol: close it (and cancel the query).
     ClientGone,
 }
@@ -387,6 +401,8 @@ struct First {
     code: u64,
     exception: Option<i32>,
     raw: Vec<u8>,
+    /// `raw` ends inside a block the gateway cannot delimit: the rest streams through.
+    undelimited: bool,
 }
 
 /// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
@@ -402,6 +418,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut last_write: Option<std::time::Instant> = None;
     let revision = b.revision;
     let BackendConn { io, w: bw, scratch, .. } = b;
+    if let Some(f) = first.as_ref().filter(|f| f.undelimited) {
+        return stream_through(conn, io, bw, &f.raw, body_deadline).await;
+    }
     let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
     loop {
         packet.clear();
@@ -445,7 +464,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                                 &format!("chstorm gateway: no answer within {secs} s; the query was killed"),
                             ));
                             let _ = conn.w.write_all(&out).await;
-                            return End::Done { clean: false, server_ended: false, status: 504 };
+                            return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };
                         }
                     }
                 }
@@ -453,13 +472,17 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
         };
         let (code, exc) = match result {
             Ok(p) => (p.code, p.exception),
+            Err(chstorm_proto::ProtoError::UnknownType(_)) => {
+                out.extend_from_slice(&packet);
+                return stream_through(conn, io, bw, &out, body_deadline).await;
+            }
             Err(e) => {
                 out.extend_from_slice(&exception_bytes(
                     210,
                     &format!("chstorm gateway: the replica failed mid-answer: {e}"),
                 ));
                 let _ = conn.w.write_all(&out).await;
-                return End::Done { clean: false, server_ended: false, status: 502 };
+                return End::Done { clean: false, server_ended: false, status: 502, undelimited: false };
             }
         };
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
@@ -487,7 +510,71 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
         }
         if end {
             let clean = code == server::END_OF_STREAM && !cancelled && !io.has_buffered();
-            return End::Done { clean, server_ended: true, status: if exc.is_some() { 500 } else { 200 } };
+            let status = if exc.is_some() { 500 } else { 200 };
+            return End::Done { clean, server_ended: true, status, undelimited: false };
+        }
+    }
+}
+
+/// Passes the rest of an answer the gateway cannot delimit (a block with rows of a column type
+/// it does not know: an aggregate function's state, `Variant`, `Dynamic`, `JSON`) to the client
+/// as it comes, `pending` first. The client's Data and Cancel packets go on to the replica; its
+/// next Query or Ping says the answer is over (a client sends neither before it has read its
+/// answer's end), and is left for the session to read. The backend connection is then closed,
+/// never pooled: where it stands is not known. Such an answer is not held, hedged or retried;
+/// its query never counts against its replica.
+async fn stream_through(
+    conn: &mut ClientConn,
+    io: &mut chstorm_proto::native::wire::Io<tokio::net::tcp::OwnedReadHalf>,
+    bw: &mut tokio::net::tcp::OwnedWriteHalf,
+    pending: &[u8],
+    body_deadline: Option<tokio::time::Instant>,
+) -> End {
+    let ended = End::Done { clean: false, server_ended: true, status: 200, undelimited: true };
+    if conn.w.write_all(pending).await.is_err() {
+        return End::ClientGone;
+    }
+    let mut chunk = Vec::with_capacity(64 << 10);
+    loop {
+        let sleep = async {
+            match body_deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = io.fill_some() => {
+                if r.is_err() {
+                    return ended; // the server closed: its answer is what it sent
+                }
+                chunk.clear();
+                chunk.extend_from_slice(io.buffered());
+                io.consume(chunk.len());
+                if conn.w.write_all(&chunk).await.is_err() {
+                    return End::ClientGone;
+                }
+            }
+            _ = conn.ready() => {
+                let next = conn.io.buffered().first().map(|b| u64::from(*b));
+                if matches!(next, Some(chstorm_proto::native::packets::client::QUERY | chstorm_proto::native::packets::client::PING)) {
+                    return ended;
+                }
+                match conn.read_packet().await {
+                    ClientPacket::Data { raw, .. } => {
+                        let _ = bw.write_all(&raw).await;
+                    }
+                    ClientPacket::Cancel => {
+                        let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
+                    }
+                    p => {
+                        refuse_packet(conn, p).await;
+                        return End::ClientGone;
+                    }
+                }
+            }
+            // Inside a block the client could read no exception: its connection closes.
+            _ = sleep => return End::Cut(504),
         }
     }
 }
@@ -622,8 +709,9 @@ async fn pinned(plan: &Plan, transport: &mut Native<'_>, conn: &mut ClientConn) 
         return (502, false);
     }
     match relay(conn, &mut p.conn, transport.q.compression, plan, None).await {
-        End::Done { server_ended, status, .. } => {
-            let keep = server_ended && !p.conn.io.has_buffered();
+        End::Cut(status) => (status, false),
+        End::Done { server_ended, status, undelimited, .. } => {
+            let keep = server_ended && !p.conn.io.has_buffered() && !undelimited;
             if keep {
                 conn.pinned = Some(p);
             }

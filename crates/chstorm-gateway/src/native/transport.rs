@@ -55,6 +55,11 @@ pub struct NativeHead {
     /// The packets' bytes, to relay as they are (a held read's Progress packets are not among
     /// them: they went to the request's [`HeldProgress`]).
     pub raw: Vec<u8>,
+    /// The last packet is a block with rows of a column type the gateway cannot delimit
+    /// ([`chstorm_proto::ProtoError::UnknownType`]): `raw` ends with the part of it read so far,
+    /// and the rest of the answer goes to the client as it comes, undelimited
+    /// ([`super::query`]).
+    pub undelimited: bool,
 }
 
 /// A read's Progress packets are held in place for this long (100 ms, 18.16's default
@@ -310,7 +315,8 @@ impl Transport for Native<'_> {
                             let (code, message) = e.refused.unwrap_or_default();
                             let mut raw = Vec::new();
                             packets::exception(&mut raw, code, &message);
-                            return Ok(NativeHead { conn: None, code: server::EXCEPTION, exception: Some(code), raw });
+                            let (exception, undelimited) = (Some(code), false);
+                            return Ok(NativeHead { conn: None, code: server::EXCEPTION, exception, raw, undelimited });
                         }
                         Err(e) => return Err(BackendError { connect: true, message: e.message }),
                     }
@@ -337,7 +343,21 @@ impl Transport for Native<'_> {
                 let at = held.raw.len();
                 let read =
                     read_server_packet(&mut conn.io, revision, compressed, &mut conn.scratch, &mut held.raw).await;
-                let p = read.map_err(|e| lost("reading the answer from", conn.native(), &e))?;
+                let p = match read {
+                    Ok(p) => p,
+                    // The server's answer, not a fault: no longer held, hedged or retried.
+                    Err(ProtoError::UnknownType(_)) => {
+                        let raw = held.raw;
+                        return Ok(NativeHead {
+                            conn: Some(conn),
+                            code: server::DATA,
+                            exception: None,
+                            raw,
+                            undelimited: true,
+                        });
+                    }
+                    Err(e) => return Err(lost("reading the answer from", conn.native(), &e)),
+                };
                 if p.code == server::PROGRESS {
                     live.activity.set_pace(pace);
                 }
@@ -349,13 +369,20 @@ impl Transport for Native<'_> {
                     replica.answered_at(came);
                     live.activity.bump_at(came);
                 }
+                let head = |conn, raw| NativeHead {
+                    conn: Some(conn),
+                    code: p.code,
+                    exception: p.exception,
+                    raw,
+                    undelimited: false,
+                };
                 if !hold {
-                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held.raw });
+                    return Ok(head(conn, held.raw));
                 }
                 held.push(p.code, at, &progress, came);
                 let end = p.code == server::END_OF_STREAM || p.code == server::EXCEPTION;
                 if end || held.raw.len() >= HOLD_AT {
-                    return Ok(NativeHead { conn: Some(conn), code: p.code, exception: p.exception, raw: held.raw });
+                    return Ok(head(conn, held.raw));
                 }
             }
         }))
@@ -388,7 +415,9 @@ impl Transport for Native<'_> {
 }
 
 /// Reads one server packet whole and appends its bytes to `out`; on an error `out` is left as
-/// it was. A packet already whole in the read buffer is found there without awaiting
+/// it was, but for [`ProtoError::UnknownType`] (a block with rows of a type no reader here can
+/// delimit), where `out` ends with the bytes of the packet read so far, for the caller to pass
+/// on with the rest. A packet already whole in the read buffer is found there without awaiting
 /// ([`scan`]); any other is read field by field.
 pub async fn read_server_packet(
     io: &mut Io<OwnedReadHalf>,
@@ -434,7 +463,7 @@ pub async fn read_server_packet(
     }
     .await;
     *out = io.tee_take();
-    if r.is_err() {
+    if r.as_ref().is_err_and(|e| !matches!(e, ProtoError::UnknownType(_))) {
         out.truncate(at);
     }
     r

@@ -219,9 +219,7 @@ fn one_arg<'a>(args: Option<&'a str>, full: &str) -> Result<&'a str, ProtoError>
 
 /// The error for a column type this module cannot skip.
 pub fn unsupported(ty: &str) -> ProtoError {
-    ProtoError::Protocol(format!(
-        "unsupported column type '{ty}' over the native protocol; use an http:// URL for this query"
-    ))
+    ProtoError::UnknownType(ty.to_string())
 }
 
 /// Width in bytes of fixed-width types (with their arguments, where the width depends on them).
@@ -566,7 +564,9 @@ mod tests {
             "",
         ] {
             match p.compile(ty) {
-                Err(ProtoError::Protocol(m)) => assert!(m.contains("unsupported column type"), "{m}"),
+                Err(e @ ProtoError::UnknownType(_)) => {
+                    assert!(e.to_string().contains("unsupported column type"), "{e}")
+                }
                 other => panic!("{ty}: {other:?}"),
             }
         }

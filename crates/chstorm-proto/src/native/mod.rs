@@ -422,6 +422,9 @@ impl NativeConn {
                     self.io.read_bytes_into(&mut self.type_name).await?;
                     let ty = std::str::from_utf8(&self.type_name)
                         .map_err(|_| ProtoError::Protocol("column type name is not UTF-8".into()))?;
+                    if rows == 0 {
+                        continue; // no column data (the header block): any type will do
+                    }
                     self.plan.compile(ty)?;
                     skip_column(&mut self.io, &self.plan, &mut self.stack, rows).await?;
                 }

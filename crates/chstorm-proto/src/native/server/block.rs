@@ -272,6 +272,12 @@ async fn plain<S: AsyncRead + Unpin>(
         io.read_bytes_into(type_name).await?;
         let ty =
             std::str::from_utf8(type_name).map_err(|_| ProtoError::Protocol("column type name is not UTF-8".into()))?;
+        // A block without rows has no column data: its types need not be known (a SELECT's
+        // header block, an INSERT's), so only a block with rows of an unknown type is
+        // undelimited.
+        if rows == 0 {
+            continue;
+        }
         plan.compile(ty)?;
         skip_column(io, plan, stack, rows).await?;
     }
