@@ -44,7 +44,7 @@ async fn native_read(addr: std::net::SocketAddr, query_id: &str, sql: &str) -> (
     let info = packets::read_server_hello(&mut io).await.unwrap();
     let revision = info.revision.min(CLIENT_REVISION);
     let mut q = Vec::new();
-    packets::write_query(&mut q, &packets::client_info(revision), query_id, sql);
+    packets::write_query(&mut q, &packets::client_info(revision), query_id, sql, revision);
     q.extend_from_slice(&packets::empty_data(revision));
     let t0 = Instant::now();
     io.write_all(&q).await.unwrap();

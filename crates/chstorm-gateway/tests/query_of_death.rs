@@ -65,7 +65,7 @@ async fn native_exception(addr: std::net::SocketAddr, sql: &str) -> (i32, String
     let revision =
         packets::read_server_hello(&mut io).await.unwrap().revision.min(chstorm_proto::native::CLIENT_REVISION);
     let mut q = Vec::new();
-    packets::write_query(&mut q, &packets::client_info(revision), "qod-native", sql);
+    packets::write_query(&mut q, &packets::client_info(revision), "qod-native", sql, revision);
     q.extend_from_slice(&packets::empty_data(revision));
     io.write_all(&q).await.unwrap();
     let read = async {

@@ -2,13 +2,15 @@
 //!
 //! * [`target`]: parsing of `http://`, `https://`, `clickhouse://` and `clickhouses://` URLs.
 //! * [`http`]: a lean HTTP/1.1 client that writes pre-rendered requests and discards bodies.
-//! * [`native`]: a client for ClickHouse's native TCP protocol (revision 54412), and its server
+//! * [`native`]: a client for ClickHouse's native TCP protocol (up to revision 54460), and its server
 //!   side ([`native::server`]: a client's packets read, a server's written, blocks delimited).
 //! * [`stream`]: TCP or TLS byte streams with connect timeouts.
 //! * [`error`]: one error type that says who is at fault and whether a retry is safe.
 //! * [`rules`]: ClickHouse's rules shared by every part of chstorm: retry-safe exception codes,
 //!   exception parsing, statement kinds.
 //! * [`cancel`]: giving up on a query without leaving it running on the server.
+//! * [`versions`]: what differs between ClickHouse releases (18.16 and current ones), and the
+//!   native revision chstorm speaks.
 //!
 //! # Boundaries
 //!
@@ -26,6 +28,7 @@ pub mod native;
 pub mod rules;
 pub mod stream;
 pub mod target;
+pub mod versions;
 
 #[cfg(test)]
 mod test_rng;

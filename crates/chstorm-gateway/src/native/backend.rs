@@ -2,7 +2,8 @@
 //!
 //! A connection is opened with the login of the user whose query needs it (its `backend`, else
 //! its cluster's: `crate::state::State::login`) at the revision the client negotiated (at most
-//! 54412), so the packets relayed between them have one layout. It goes back to the pool only
+//! 54460, `chstorm_proto::versions::NATIVE_REVISION`), so the packets relayed between them have
+//! one layout. It goes back to the pool only
 //! after an exchange that ended cleanly (EndOfStream, no Cancel, nothing left unread); anything
 //! else drops it, which closes it. Pooled connections are keyed by replica, login, database and
 //! revision (a connection opened for one login is never handed to another's query), kept idle
@@ -109,7 +110,13 @@ impl BackendConn {
         backend_hello(&mut hello, revision, database, &login.user, &login.password);
         let exchange = async {
             w.write_all(&hello).await?;
-            read_server_hello(&mut io).await
+            let server = read_server_hello(&mut io).await?;
+            // From 54458 the Hello exchange ends with the client's addendum: no quota key (the
+            // connection serves every client of the gateway).
+            let mut addendum = Vec::new();
+            chstorm_proto::native::packets::write_addendum(&mut addendum, revision.min(server.revision), "");
+            w.write_all(&addendum).await?;
+            Ok::<_, chstorm_proto::ProtoError>(server)
         };
         let server = match tokio::time::timeout(HELLO_TIMEOUT, exchange).await {
             Ok(Ok(s)) => s,

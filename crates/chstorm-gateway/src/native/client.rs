@@ -43,6 +43,11 @@ pub enum ClientPacket {
     },
     Cancel,
     Ping,
+    /// A TablesStatusRequest (a distributed client asks for its tables' replication delay), its
+    /// bytes: a replica answers it.
+    TablesStatus(Vec<u8>),
+    /// KeepAlive: nothing to answer.
+    KeepAlive,
     /// The client left (or broke the protocol: the message says how).
     Gone(Option<String>),
     /// A Query packet with a setting the gateway cannot read.
@@ -167,6 +172,24 @@ impl ClientConn {
             }
             client::CANCEL => ClientPacket::Cancel,
             client::PING => ClientPacket::Ping,
+            client::KEEP_ALIVE => ClientPacket::KeepAlive,
+            client::TABLES_STATUS_REQUEST => {
+                let io = &mut self.io;
+                io.tee_start_charged(vec![client::TABLES_STATUS_REQUEST as u8], self.mem.charge());
+                let read = async {
+                    let n = io.count(MAX_STATUS_TABLES, "tables in a TablesStatusRequest").await?;
+                    for _ in 0..2 * n {
+                        io.string_max(packets::MAX_HELLO_STRING).await?; // database, table
+                    }
+                    Ok::<_, chstorm_proto::ProtoError>(())
+                }
+                .await;
+                let (raw, _charge) = self.io.tee_take_charged();
+                match read {
+                    Ok(()) => ClientPacket::TablesStatus(raw),
+                    Err(e) => self.failed("a TablesStatusRequest", e),
+                }
+            }
             other => ClientPacket::Gone(Some(format!("packet {other} from the client is not supported"))),
         }
     }
@@ -200,6 +223,9 @@ impl ClientConn {
         }
     }
 }
+
+/// Most tables one TablesStatusRequest may name.
+const MAX_STATUS_TABLES: u64 = 1 << 16;
 
 /// What a timed-out read says (a client that left says nothing).
 fn timed_out(e: &chstorm_proto::ProtoError) -> Option<String> {

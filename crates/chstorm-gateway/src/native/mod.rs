@@ -4,22 +4,30 @@
 //!
 //! # Revision
 //!
-//! The gateway's Hello announces 54412, as 18.16 does, and a session speaks `min(client's
-//! revision, 54412)`: 54412 is ClickHouse 18.16's revision and the one `chstorm_proto::native`
-//! speaks; a client below 54401 is refused at its Hello
-//! ([`chstorm_proto::native::server::packets::MIN_CLIENT_REVISION`]), so the settings in a Query
-//! packet come in the old typed format ([`chstorm_proto::native::server::typed_settings`]).
-//! Backend connections are opened at the same revision, so every packet relayed has one layout
-//! on both sides. Features of later revisions are
-//! therefore not offered, even between a new client and a new server: settings as strings
-//! (54429), client write info in Progress (54420), server-side query parameters, the Hello
-//! addendum and quota keys of 54458+, OpenTelemetry, profile events packets, parallel replicas,
-//! interserver secrets, and `TablesStatus` requests.
+//! A session speaks the highest revision its client, the gateway and the replicas all speak:
+//! the gateway offers at most 54460 ([`chstorm_proto::versions::NATIVE_REVISION`], which says
+//! why that one) to the replicas, announces `min(54460, theirs)` in its Hello, and the client
+//! speaks the lower of that and its own, as with a server: 54412 over ClickHouse 18.16, 54460
+//! over a current release, whatever the client (a 26.9 client offers 54492). Backend
+//! connections are opened at the session's revision, so every packet relayed has one layout on
+//! both sides; the gateway reads and writes each layout it speaks: settings in 18.16's typed
+//! format below 54429 ([`chstorm_proto::native::server::typed_settings`]) and as strings with
+//! flags from it (any setting of any release passes), the Hello addendum (54458), query
+//! parameters (54459: relayed as they came), `ClientInfo` of every revision and interface (a
+//! clickhouse-local or chdb client is interface 6), ProfileEvents packets, Progress with its
+//! elapsed time. A client below 54401 is refused at its Hello
+//! ([`chstorm_proto::native::server::packets::MIN_CLIENT_REVISION`]). A replica that speaks a
+//! lower revision than a session's (one downgraded while the session lives) is not used for it.
+//! Not offered: what revisions above 54460 add (password-complexity rules, interserver nonces,
+//! sparse serialization, chunked packets, timezone updates), parallel replicas and interserver
+//! secrets (the gateway serves initial queries only).
 //!
 //! # What is relayed
 //!
-//! Data, Progress, ProfileInfo, Totals, Extremes, Log, TableColumns, Exception and EndOfStream
-//! from the server, Data (external tables, INSERT blocks) and Cancel from the client: parsed
+//! Data, Progress, ProfileInfo, Totals, Extremes, Log, TableColumns, ProfileEvents, PartUUIDs,
+//! TimezoneUpdate, Exception and EndOfStream from the server, Data (external tables, INSERT
+//! blocks) and Cancel from the client, and a client's TablesStatusRequest (answered by a
+//! replica's TablesStatusResponse): parsed
 //! only to find where each packet ends, and passed on as the very bytes read
 //! ([`chstorm_proto::native::server::block`]).
 //! Compressed blocks (the Query packet's flag, on by default in `clickhouse-client` and always
@@ -49,7 +57,8 @@
 //!
 //! Modules: [`backend`] (connections and pool), [`client_io`] (a client connection, plain,
 //! TLS or, in tests, in memory), [`client`] (the connection's state and the client's packets, as
-//! the session and the query share them), [`session`] (one client connection, and the graceful stop), [`query`]
+//! the session and the query share them), [`session`] (one client connection, and the graceful stop),
+//! [`status`] (a client's TablesStatusRequest), [`query`]
 //! (one query: admission, plan, attempts, relay), [`transport`] (an attempt on a replica, for
 //! the attempt loop the HTTP port uses too). The wire format, server side (the client's Hello
 //! and Query, the gateway's Hello and Exception, 18.16's setting types, block boundaries), is
@@ -60,6 +69,7 @@ pub mod client;
 pub mod client_io;
 pub mod query;
 pub mod session;
+pub mod status;
 pub mod transport;
 
 #[cfg(test)]

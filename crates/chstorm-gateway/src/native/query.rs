@@ -317,7 +317,7 @@ async fn answer(
                         chstorm_proto::native::wire::put_varuint(&mut end, server::END_OF_STREAM);
                         return (499, say(&mut conn.w, end).await);
                     }
-                    ClientPacket::Ping => {}
+                    ClientPacket::Ping | ClientPacket::KeepAlive => {}
                     p => {
                         let status = if matches!(p, ClientPacket::TooBig(_)) { 413 } else { 499 };
                         return (status, refuse_packet(conn, p).await);
@@ -451,7 +451,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                                 cancelled = true;
                                 let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
                             }
-                            ClientPacket::Ping => {}
+                            ClientPacket::Ping | ClientPacket::KeepAlive => {}
                             p => {
                                 refuse_packet(conn, p).await;
                                 return End::ClientGone;
@@ -629,8 +629,12 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &Reading<
         if k == "readonly" && !matches!(v.as_str(), "0" | "1" | "2") {
             return Err((36, format!("readonly is 0, 1 or 2, not {v}")));
         }
+        // In the typed format (18.16's revision) a value must be of its setting's type; from
+        // 54429 every value is a string the server checks itself.
         let auto = k == "max_threads" && v.eq_ignore_ascii_case("auto");
-        super::settings::put_setting(&mut Vec::new(), k, if auto { "0" } else { v })
+        let value =
+            if auto && conn.revision < chstorm_proto::native::packets::rev::SETTINGS_AS_STRINGS { "0" } else { v };
+        super::settings::put_setting_at(&mut Vec::new(), k, value, 0, conn.revision)
             .map_err(|e| (115, e.to_string()))?;
     }
     let params: Vec<(String, String)> = pairs.iter().filter(|(k, _)| k != "readonly").cloned().collect();
@@ -639,7 +643,10 @@ fn set(user: &UserRt, cluster: &ClusterRt, conn: &mut ClientConn, sql: &Reading<
     crate::query::plan::plan(req, &user.cfg, &cluster.cfg, max_per_query, String::new)
         .map_err(|r| (r.kind.code(), r.native_text().to_string()))?;
     for (k, mut v) in pairs {
-        if k == "max_threads" && v.eq_ignore_ascii_case("auto") {
+        if k == "max_threads"
+            && v.eq_ignore_ascii_case("auto")
+            && conn.revision < chstorm_proto::native::packets::rev::SETTINGS_AS_STRINGS
+        {
             v = "0".into(); // 18.16's MaxThreads: 0 is auto
         }
         conn.settings.retain(|(sk, _)| *sk != k);

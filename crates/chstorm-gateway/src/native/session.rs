@@ -83,6 +83,13 @@ pub async fn serve_client(
             _ => return None,
         };
         let (user, revision) = handshake(&shared, &state, &hello, peer, &mut w).await?;
+        // From 54458 the client says its quota key once it has read the Hello
+        // (`TCPHandler::receiveAddendum`). The backend connections, shared by the gateway's
+        // clients, do not carry it.
+        if revision >= chstorm_proto::native::packets::rev::ADDENDUM {
+            let addendum = io.string_max(packets::MAX_HELLO_STRING);
+            tokio::time::timeout(hello_timeout, addendum).await.ok()?.ok()?;
+        }
         Some((io, w, hello.database, user, revision))
     };
     let setup = tokio::select! {
@@ -135,8 +142,12 @@ pub async fn serve_client(
                 conn.query_charge = None;
                 keep
             }
-            // A Cancel after the query ended, or stray data: nothing to do.
-            ClientPacket::Cancel | ClientPacket::Data { .. } => true,
+            ClientPacket::TablesStatus(request) => {
+                let state = shared.state.load_full();
+                super::status::answer(&shared, &state, &user, &mut conn, &request).await
+            }
+            // A Cancel after the query ended, stray data, a keep-alive: nothing to do.
+            ClientPacket::Cancel | ClientPacket::Data { .. } | ClientPacket::KeepAlive => true,
             p @ (ClientPacket::BadSetting(_) | ClientPacket::TooBig(_) | ClientPacket::Gone(_)) => {
                 conn.refuse(p).await;
                 false
@@ -188,16 +199,21 @@ async fn handshake(
             return None;
         }
     };
-    let revision = hello.revision.min(CLIENT_REVISION);
-    let info = match server_info(shared, state, &user.cfg, &hello.database, revision).await {
+    // The revision: the highest the client, the gateway and the replicas all speak. The backends'
+    // Hello tells theirs; the gateway announces `min(54460, theirs)`, and the client then speaks
+    // the lower of that and its own, as with a server.
+    let offered = hello.revision.min(CLIENT_REVISION);
+    let info = match server_info(shared, state, &user.cfg, &hello.database, offered).await {
         Ok(i) => i,
         Err((code, msg)) => {
             let _ = w.write_all(&refuse(code, msg)).await;
             return None;
         }
     };
+    let announced = info.revision.min(CLIENT_REVISION);
+    let revision = hello.revision.min(announced);
     let mut out = Vec::with_capacity(64);
-    packets::server_hello(&mut out, &info, revision);
+    packets::server_hello(&mut out, &info, announced, revision);
     w.write_all(&out).await.ok()?;
     Some((user, revision))
 }

@@ -15,7 +15,10 @@ use arc_swap::ArcSwap;
 use chstorm_proto::native::packets::{self as client_packets, read_exception, read_server_hello, server};
 use chstorm_proto::native::server::packets::MIN_CLIENT_REVISION;
 use chstorm_proto::native::wire::{put_str, put_varuint, Io};
-use chstorm_proto::native::{ServerInfo, CLIENT_REVISION};
+use chstorm_proto::native::ServerInfo;
+
+/// The revision of the backends these tests fake (18.16's), so the sessions'.
+const CLIENT_REVISION: u64 = 54412;
 use chstorm_proto::ProtoError;
 use sha2::Digest;
 use std::sync::Arc;
@@ -109,7 +112,13 @@ impl Client {
     /// Sends a Query packet (and the empty block that ends the client's data).
     async fn query(&mut self, sql: &str) {
         let mut out = Vec::new();
-        client_packets::write_query(&mut out, &client_packets::client_info(CLIENT_REVISION), "q1", sql);
+        client_packets::write_query(
+            &mut out,
+            &client_packets::client_info(CLIENT_REVISION),
+            "q1",
+            sql,
+            CLIENT_REVISION,
+        );
         out.extend_from_slice(&client_packets::empty_data(CLIENT_REVISION));
         self.send(out).await;
     }

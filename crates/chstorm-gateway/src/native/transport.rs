@@ -256,11 +256,12 @@ impl Native<'_> {
         };
         let mut out = Vec::with_capacity(head.len() + 64 + tail.len() + self.held.len());
         out.extend_from_slice(head);
+        let revision = self.q.revision;
         if let Some(t) = threads {
-            super::settings::put_setting(&mut out, "max_threads", itoa::Buffer::new().format(t))?;
+            super::settings::put_setting_at(&mut out, "max_threads", itoa::Buffer::new().format(t), 0, revision)?;
         }
         if self.readonly {
-            super::settings::put_setting(&mut out, "readonly", "1")?;
+            super::settings::put_setting_at(&mut out, "readonly", "1", 0, revision)?;
         }
         out.extend_from_slice(tail);
         out.extend_from_slice(self.held);
@@ -438,14 +439,22 @@ pub async fn read_server_packet(
         let code = io.varuint().await?;
         let mut exc = None;
         match code {
-            server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
+            server::DATA | server::TOTALS | server::EXTREMES | server::LOG | server::PROFILE_EVENTS => {
                 if revision >= rev::TEMPORARY_TABLES {
                     io.skip_string().await?;
                 }
-                // Server logs are never compressed.
-                skip_block(io, revision, compressed && code != server::LOG, scratch, super::block::server_mem())
-                    .await?;
+                // Server logs and profile events are never compressed.
+                let c = compressed && code != server::LOG && code != server::PROFILE_EVENTS;
+                skip_block(io, revision, c, scratch, super::block::server_mem()).await?;
             }
+            server::TIMEZONE_UPDATE => io.skip_string().await?,
+            server::PART_UUIDS => {
+                let n = io.count(1 << 24, "part UUID count").await?;
+                for _ in 0..n {
+                    let _: [u8; 16] = io.array().await?;
+                }
+            }
+            server::READ_TASK_REQUEST => {}
             server::PROGRESS => skip_progress(io, revision).await?,
             server::PROFILE_INFO => skip_profile_info(io).await?,
             server::EXCEPTION => match read_exception(io).await {
@@ -513,7 +522,7 @@ mod tests {
             let _ = s.read(&mut buf).await.unwrap();
             let info = crate::native::tests::backend_info();
             let mut hello = Vec::new();
-            server_hello(&mut hello, &info, REV);
+            server_hello(&mut hello, &info, REV, REV);
             s.write_all(&hello).await.unwrap();
             let _ = s.read(&mut buf).await.unwrap();
             for (packet, pause) in answer {

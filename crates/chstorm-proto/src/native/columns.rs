@@ -217,6 +217,23 @@ fn one_arg<'a>(args: Option<&'a str>, full: &str) -> Result<&'a str, ProtoError>
     }
 }
 
+/// Reads the byte that follows a column's type in a block from revision 54454 (`NativeReader`,
+/// `DBMS_MIN_REVISION_WITH_CUSTOM_SERIALIZATION`): 0, or 1 when a custom serialization (sparse,
+/// replicated) follows, whose layout this module does not know: [`ProtoError::UnknownType`],
+/// as for a type it cannot skip. A server sends 1 only to clients from revision 54465, above
+/// the revision chstorm speaks; so 1 is a peer's mistake or a revision this crate does not
+/// speak, told apart from a broken stream all the same.
+pub async fn custom_serialization<S: AsyncRead + Unpin>(
+    io: &mut Io<S>,
+    revision: u64,
+    ty: &str,
+) -> Result<(), ProtoError> {
+    if revision >= super::packets::rev::CUSTOM_SERIALIZATION && io.u8().await? != 0 {
+        return Err(ProtoError::UnknownType(format!("{ty} with a custom serialization")));
+    }
+    Ok(())
+}
+
 /// The error for a column type this module cannot skip.
 pub fn unsupported(ty: &str) -> ProtoError {
     ProtoError::UnknownType(ty.to_string())

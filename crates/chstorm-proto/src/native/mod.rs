@@ -13,9 +13,11 @@
 //!   that ends the client's data are encoded into one reused buffer;
 //! * **does not allocate per query** on the hot path: the read buffer, write buffer, type-name
 //!   scratch and skip plans are reused for the life of the connection;
-//! * **controls the advertised protocol revision**: it speaks revision [`CLIENT_REVISION`]
-//!   (54412, what ClickHouse 18.16 speaks), which old servers understand natively and current
-//!   releases still accept, so one wire format serves every server version.
+//! * **negotiates the protocol revision**: it offers [`CLIENT_REVISION`] (54460, see
+//!   [`crate::versions::NATIVE_REVISION`] for why that one) and speaks `min(server's, 54460)`:
+//!   54412 with ClickHouse 18.16, 54460 with every current release, each in its own layout
+//!   (the Hello addendum, `ClientInfo`'s fields, Progress's, the columns' serialization byte,
+//!   ProfileEvents packets).
 //!
 //! # Errors before the server reads the client's data
 //!
@@ -30,7 +32,8 @@
 //! costs one round trip, only for queries that fail before returning anything.
 //!
 //! Settings are never sent in the binary Query packet (below revision 54429 each value is
-//! typed per setting); [`append_settings_clause`] adds a SQL `SETTINGS` clause instead.
+//! typed per setting, from it a string); [`append_settings_clause`] adds a SQL `SETTINGS`
+//! clause instead, which every revision carries alike.
 //!
 //! Modules: [`wire`] (primitives and the buffered reader), [`packets`] (packet layouts),
 //! [`columns`] (type names and skipping column data), [`text`] (decoding small results to
@@ -59,7 +62,7 @@ use wire::Io;
 
 /// The protocol revision chstorm advertises. The connection speaks
 /// `min(server revision, CLIENT_REVISION)`.
-pub const CLIENT_REVISION: u64 = 54412;
+pub const CLIENT_REVISION: u64 = crate::versions::NATIVE_REVISION;
 
 /// Most columns one block may have.
 pub(crate) const MAX_COLUMNS: u64 = 1 << 20;
@@ -346,7 +349,7 @@ impl NativeConn {
     ) -> Result<QueryStats, ProtoError> {
         self.reconnect_if_out_of_step().await?;
         self.wbuf.clear();
-        packets::write_query(&mut self.wbuf, &self.client_info, query_id, sql);
+        packets::write_query(&mut self.wbuf, &self.client_info, query_id, sql, self.revision);
         self.wbuf.extend_from_slice(&self.empty_data);
         self.stage = Stage::Writing;
         self.io.write_all(&self.wbuf).await?;
@@ -383,9 +386,16 @@ impl NativeConn {
                     stats.rows += self.read_block(sink.as_deref_mut()).await?;
                     stats.bytes += self.io.position() - start;
                 }
-                code::TOTALS | code::EXTREMES | code::LOG => {
+                code::TOTALS | code::EXTREMES | code::LOG | code::PROFILE_EVENTS => {
                     self.skip_table_name().await?;
                     self.read_block(None).await?;
+                }
+                code::TIMEZONE_UPDATE => self.io.skip_string().await?,
+                code::PART_UUIDS => {
+                    let n = self.io.count(MAX_ROWS, "part UUID count").await?;
+                    for _ in 0..n {
+                        let _: [u8; 16] = self.io.array().await?;
+                    }
                 }
                 code::PROGRESS => packets::skip_progress(&mut self.io, self.revision).await?,
                 code::PROFILE_INFO => packets::skip_profile_info(&mut self.io).await?,
@@ -422,6 +432,7 @@ impl NativeConn {
                     self.io.read_bytes_into(&mut self.type_name).await?;
                     let ty = std::str::from_utf8(&self.type_name)
                         .map_err(|_| ProtoError::Protocol("column type name is not UTF-8".into()))?;
+                    columns::custom_serialization(&mut self.io, self.revision, ty).await?;
                     if rows == 0 {
                         continue; // no column data (the header block): any type will do
                     }
@@ -436,7 +447,9 @@ impl NativeConn {
                 let mut values: Vec<Vec<String>> = Vec::with_capacity(columns.min(1024) as usize);
                 for _ in 0..columns {
                     self.io.skip_string().await?;
-                    let ty = TextType::parse(&self.io.string().await?)?;
+                    let name = self.io.string().await?;
+                    columns::custom_serialization(&mut self.io, self.revision, &name).await?;
+                    let ty = TextType::parse(&name)?;
                     let mut column = Vec::new();
                     text::read_column(&mut self.io, &ty, rows, &mut column).await?;
                     values.push(column);
@@ -450,10 +463,17 @@ impl NativeConn {
     }
 }
 
-/// Sends the client Hello and reads the server's answer.
+/// Sends the client Hello and reads the server's answer, then sends the addendum (an empty
+/// quota key) when the revision they agree on has one.
 async fn handshake(io: &mut Io<Stream>, hello: &[u8]) -> Result<ServerInfo, ProtoError> {
     io.write_all(hello).await?;
-    packets::read_server_hello(io).await
+    let server = packets::read_server_hello(io).await?;
+    let mut addendum = Vec::new();
+    packets::write_addendum(&mut addendum, server.revision.min(CLIENT_REVISION), "");
+    if !addendum.is_empty() {
+        io.write_all(&addendum).await?;
+    }
+    Ok(server)
 }
 
 #[cfg(test)]

@@ -6,13 +6,17 @@ use super::{ServerInfo, CLIENT_REVISION};
 use crate::error::ProtoError;
 use tokio::io::AsyncRead;
 
-/// Packets the client sends.
+/// Packets the client sends (`Protocol::Client` in ClickHouse's `src/Core/Protocol.h`).
 pub mod client {
     pub const HELLO: u64 = 0;
     pub const QUERY: u64 = 1;
     pub const DATA: u64 = 2;
     pub const CANCEL: u64 = 3;
     pub const PING: u64 = 4;
+    /// A list of tables whose replication delay the client asks for (from revision 54226).
+    pub const TABLES_STATUS_REQUEST: u64 = 5;
+    /// Keeps the connection alive; no body, no answer.
+    pub const KEEP_ALIVE: u64 = 6;
 }
 
 /// Packets the server sends.
@@ -29,9 +33,20 @@ pub mod server {
     pub const TABLES_STATUS_RESPONSE: u64 = 9;
     pub const LOG: u64 = 10;
     pub const TABLE_COLUMNS: u64 = 11;
+    /// The UUIDs of the parts a query read (a varint count, 16 bytes each).
+    pub const PART_UUIDS: u64 = 12;
+    /// A cluster table function's request for the next task: no body.
+    pub const READ_TASK_REQUEST: u64 = 13;
+    /// A block of profile events, never compressed (from revision 54451).
+    pub const PROFILE_EVENTS: u64 = 14;
+    /// The session's time zone changed: a string (from revision 54464).
+    pub const TIMEZONE_UPDATE: u64 = 17;
 }
 
-/// Protocol revisions at which fields were added (`DBMS_MIN_REVISION_WITH_*` in ClickHouse).
+/// Protocol revisions at which fields were added (`DBMS_MIN_REVISION_WITH_*` and
+/// `DBMS_MIN_PROTOCOL_VERSION_WITH_*` in ClickHouse's `src/Core/ProtocolDefines.h`), up to the
+/// revision chstorm speaks ([`super::CLIENT_REVISION`]); what later revisions add is in
+/// [`crate::versions`].
 pub mod rev {
     pub const TEMPORARY_TABLES: u64 = 50264;
     pub const TOTAL_ROWS_IN_PROGRESS: u64 = 51554;
@@ -39,10 +54,37 @@ pub mod rev {
     pub const CLIENT_INFO: u64 = 54032;
     pub const SERVER_TIMEZONE: u64 = 54058;
     pub const QUOTA_KEY_IN_CLIENT_INFO: u64 = 54060;
+    pub const TABLES_STATUS: u64 = 54226;
     pub const SERVER_DISPLAY_NAME: u64 = 54372;
     pub const VERSION_PATCH: u64 = 54401;
-    /// Progress carries written rows and bytes; above [`super::CLIENT_REVISION`], so never used.
+    /// Progress carries written rows and bytes.
     pub const CLIENT_WRITE_INFO: u64 = 54420;
+    /// Settings in a Query packet as strings with flags, not each in its own type.
+    pub const SETTINGS_AS_STRINGS: u64 = 54429;
+    /// The Query packet has an interserver secret's hash (empty from a client) after its settings.
+    pub const INTERSERVER_SECRET: u64 = 54441;
+    /// `ClientInfo` has an OpenTelemetry trace context flag (and the context when it is 1).
+    pub const OPENTELEMETRY: u64 = 54442;
+    /// `ClientInfo` of the HTTP interface has `X-Forwarded-For`.
+    pub const X_FORWARDED_FOR_IN_CLIENT_INFO: u64 = 54443;
+    /// `ClientInfo` of the HTTP interface has the referer.
+    pub const REFERER_IN_CLIENT_INFO: u64 = 54447;
+    /// `ClientInfo` has the distributed depth (a varint).
+    pub const DISTRIBUTED_DEPTH: u64 = 54448;
+    /// `ClientInfo` has the initial query's start time (microseconds, UInt64).
+    pub const INITIAL_QUERY_START_TIME: u64 = 54449;
+    /// The server sends ProfileEvents packets.
+    pub const INCREMENTAL_PROFILE_EVENTS: u64 = 54451;
+    /// `ClientInfo` has the parallel replicas' three varints.
+    pub const PARALLEL_REPLICAS: u64 = 54453;
+    /// Each column of a block has a byte after its type: 1 when a custom serialization follows.
+    pub const CUSTOM_SERIALIZATION: u64 = 54454;
+    /// After the Hello exchange the client sends an addendum: its quota key.
+    pub const ADDENDUM: u64 = 54458;
+    /// The Query packet ends with its query parameters, in the settings' string format.
+    pub const PARAMETERS: u64 = 54459;
+    /// Progress carries the query's elapsed time (nanoseconds).
+    pub const SERVER_QUERY_TIME_IN_PROGRESS: u64 = 54460;
 }
 
 /// Query processing stage `Complete`.
@@ -71,6 +113,14 @@ const fn parse_u64(s: &str) -> u64 {
 pub const CLIENT_VERSION_MAJOR: u64 = parse_u64(env!("CARGO_PKG_VERSION_MAJOR"));
 pub const CLIENT_VERSION_MINOR: u64 = parse_u64(env!("CARGO_PKG_VERSION_MINOR"));
 pub const CLIENT_VERSION_PATCH: u64 = parse_u64(env!("CARGO_PKG_VERSION_PATCH"));
+
+/// Appends the client's Hello addendum, which a client at `revision` from 54458 sends once it
+/// has read the server's Hello: its quota key (`TCPHandler::receiveAddendum`).
+pub fn write_addendum(out: &mut Vec<u8>, revision: u64, quota_key: &str) {
+    if revision >= rev::ADDENDUM {
+        put_str(out, quota_key.as_bytes());
+    }
+}
 
 /// Appends the client Hello.
 pub fn write_hello(out: &mut Vec<u8>, database: &str, user: &str, password: &str) {
@@ -134,6 +184,9 @@ pub fn client_info(revision: u64) -> Vec<u8> {
     put_str(&mut out, b""); // initial_user
     put_str(&mut out, b""); // initial_query_id
     put_str(&mut out, b"0.0.0.0:0"); // initial_address
+    if revision >= rev::INITIAL_QUERY_START_TIME {
+        out.extend_from_slice(&0u64.to_le_bytes()); // the server sets it for an initial query
+    }
     out.push(INTERFACE_TCP);
     put_str(&mut out, id.os_user.as_bytes());
     put_str(&mut out, id.hostname.as_bytes());
@@ -144,8 +197,19 @@ pub fn client_info(revision: u64) -> Vec<u8> {
     if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
         put_str(&mut out, b""); // quota_key
     }
+    if revision >= rev::DISTRIBUTED_DEPTH {
+        put_varuint(&mut out, 0);
+    }
     if revision >= rev::VERSION_PATCH {
         put_varuint(&mut out, CLIENT_VERSION_PATCH);
+    }
+    if revision >= rev::OPENTELEMETRY {
+        out.push(0); // no trace context
+    }
+    if revision >= rev::PARALLEL_REPLICAS {
+        put_varuint(&mut out, 0); // collaborate_with_initiator
+        put_varuint(&mut out, 0); // count_participating_replicas
+        put_varuint(&mut out, 0); // number_of_current_replica
     }
     out
 }
@@ -169,17 +233,24 @@ pub fn empty_data(revision: u64) -> Vec<u8> {
     out
 }
 
-/// Appends a Query packet (stage Complete, no compression, no settings).
-pub fn write_query(out: &mut Vec<u8>, client_info: &[u8], query_id: &str, sql: &str) {
+/// Appends a Query packet at `revision` (stage Complete, no compression, no settings, no
+/// parameters; `client_info` made by [`client_info`] for the same revision).
+pub fn write_query(out: &mut Vec<u8>, client_info: &[u8], query_id: &str, sql: &str, revision: u64) {
     put_varuint(out, client::QUERY);
     put_str(out, query_id.as_bytes());
     out.extend_from_slice(client_info);
-    // Settings: none, just the empty name that ends the list. Per-query settings travel as a
-    // SQL SETTINGS clause instead (see `append_settings_clause`).
+    // Settings: none, just the empty name that ends the list (in either format). Per-query
+    // settings travel as a SQL SETTINGS clause instead (see `append_settings_clause`).
     put_str(out, b"");
+    if revision >= rev::INTERSERVER_SECRET {
+        put_str(out, b""); // no interserver secret
+    }
     put_varuint(out, STAGE_COMPLETE);
     put_varuint(out, 0); // compression off
     put_str(out, sql.as_bytes());
+    if revision >= rev::PARAMETERS {
+        put_str(out, b""); // no parameters
+    }
 }
 
 /// Reads an Exception packet's body (the code is already consumed) into the top exception.
@@ -211,9 +282,12 @@ async fn read_exception_inner<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<Pr
 }
 
 /// How many `VarUInt`s a Progress packet's body has at `revision`: rows and bytes, then
-/// total_rows from 51554, then written_rows and written_bytes from 54420.
+/// total_rows from 51554, then written_rows and written_bytes from 54420, then the elapsed
+/// nanoseconds from 54460 (`Progress::write` in ClickHouse's `src/IO/Progress.cpp`).
 pub fn progress_fields(revision: u64) -> usize {
-    2 + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS) + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO)
+    2 + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS)
+        + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO)
+        + usize::from(revision >= rev::SERVER_QUERY_TIME_IN_PROGRESS)
 }
 
 /// Skips a Progress packet's body.
@@ -230,7 +304,7 @@ pub const DEFAULT_INTERACTIVE_DELAY: std::time::Duration = std::time::Duration::
 
 /// A Progress packet's counters, each an increment since the server's previous Progress
 /// packet (clients add them up). `total_rows` is sent from revision 51554, the `written_*`
-/// pair from 54420; an older revision leaves them zero.
+/// pair from 54420, `elapsed_ns` from 54460; an older revision leaves them zero.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Progress {
     pub rows: u64,
@@ -238,6 +312,7 @@ pub struct Progress {
     pub total_rows: u64,
     pub written_rows: u64,
     pub written_bytes: u64,
+    pub elapsed_ns: u64,
 }
 
 impl Progress {
@@ -245,7 +320,7 @@ impl Progress {
     /// is not one.
     pub fn decode(packet: &[u8], revision: u64) -> Option<Progress> {
         // The code, then the body's fields.
-        let mut fields = [0u64; 6];
+        let mut fields = [0u64; 7];
         let mut at = 0;
         for f in fields.iter_mut().take(1 + progress_fields(revision)) {
             let (v, len) = super::wire::decode_varuint(&packet[at..]).ok()??;
@@ -258,6 +333,7 @@ impl Progress {
             total_rows: fields[3],
             written_rows: fields[4],
             written_bytes: fields[5],
+            elapsed_ns: fields[6],
         })
     }
 
@@ -268,6 +344,7 @@ impl Progress {
         self.total_rows = self.total_rows.saturating_add(o.total_rows);
         self.written_rows = self.written_rows.saturating_add(o.written_rows);
         self.written_bytes = self.written_bytes.saturating_add(o.written_bytes);
+        self.elapsed_ns = self.elapsed_ns.saturating_add(o.elapsed_ns);
     }
 
     /// Appends it as a Progress packet spoken at `revision`.
@@ -281,6 +358,9 @@ impl Progress {
         if revision >= rev::CLIENT_WRITE_INFO {
             put_varuint(out, self.written_rows);
             put_varuint(out, self.written_bytes);
+        }
+        if revision >= rev::SERVER_QUERY_TIME_IN_PROGRESS {
+            put_varuint(out, self.elapsed_ns);
         }
     }
 }
@@ -323,13 +403,14 @@ mod tests {
 
     #[test]
     fn progress_round_trips_at_every_revision_and_skip_agrees() {
-        let p = Progress { rows: 1, bytes: 300, total_rows: 1 << 40, written_rows: 7, written_bytes: 128 };
-        for (revision, kept) in [(51000u64, 2usize), (54412, 3), (54420, 5)] {
+        let p =
+            Progress { rows: 1, bytes: 300, total_rows: 1 << 40, written_rows: 7, written_bytes: 128, elapsed_ns: 9 };
+        for (revision, kept) in [(51000u64, 2usize), (54412, 3), (54420, 5), (54460, 6)] {
             let mut out = Vec::new();
             p.encode(&mut out, revision);
             let got = Progress::decode(&out, revision).expect("a Progress packet");
-            let fields = [got.rows, got.bytes, got.total_rows, got.written_rows, got.written_bytes];
-            let want = [p.rows, p.bytes, p.total_rows, p.written_rows, p.written_bytes];
+            let fields = [got.rows, got.bytes, got.total_rows, got.written_rows, got.written_bytes, got.elapsed_ns];
+            let want = [p.rows, p.bytes, p.total_rows, p.written_rows, p.written_bytes, p.elapsed_ns];
             assert_eq!(&fields[..kept], &want[..kept], "revision {revision}");
             assert!(fields[kept..].iter().all(|f| *f == 0), "revision {revision}");
             // A truncated packet, a longer one and another packet are not Progress.

@@ -272,6 +272,7 @@ async fn plain<S: AsyncRead + Unpin>(
         io.read_bytes_into(type_name).await?;
         let ty =
             std::str::from_utf8(type_name).map_err(|_| ProtoError::Protocol("column type name is not UTF-8".into()))?;
+        crate::native::columns::custom_serialization(io, revision, ty).await?;
         // A block without rows has no column data: its types need not be known (a SELECT's
         // header block, an INSERT's), so only a block with rows of an unknown type is
         // undelimited.

@@ -48,15 +48,16 @@ pub async fn read_client_hello<S: AsyncRead + Unpin>(io: &mut Io<S>) -> Result<C
     Ok(ClientHello { client_name, revision, database, user, password })
 }
 
-/// The gateway's Hello: the backend's name, version and timezone. It announces revision 54412
-/// whatever the client's, as 18.16 announces its own; its fields are those a client at
-/// `revision` (the negotiated one) reads.
-pub fn server_hello(out: &mut Vec<u8>, info: &ServerInfo, revision: u64) {
+/// The gateway's Hello: the backend's name, version and timezone. It announces `announced` (the
+/// revision the gateway speaks with its backends: `min(54460, theirs)`), as a server announces
+/// its own whatever the client's; its fields are those a client at `revision` (the negotiated
+/// one, `min(client's, announced)`) reads (`TCPHandler::sendHello`).
+pub fn server_hello(out: &mut Vec<u8>, info: &ServerInfo, announced: u64, revision: u64) {
     put_varuint(out, server::HELLO);
     put_str(out, info.name.as_bytes());
     put_varuint(out, info.version_major);
     put_varuint(out, info.version_minor);
-    put_varuint(out, crate::native::CLIENT_REVISION);
+    put_varuint(out, announced);
     if revision >= rev::SERVER_TIMEZONE {
         put_str(out, info.timezone.as_bytes());
     }
@@ -91,6 +92,16 @@ pub struct Query {
     pub settings: Vec<(String, String)>,
     /// The settings whose values were not valid UTF-8, as sent: they go to the backend so.
     pub raw_settings: Vec<(String, Vec<u8>)>,
+    /// The flags of settings sent as strings (revision 54429 on: 1 important, 2 custom), where
+    /// they are not 0: they go to a backend that reads strings so.
+    pub setting_flags: Vec<(String, u64)>,
+    /// The query parameters' section (revision 54459 on) as it came, its end included; empty
+    /// below 54459.
+    pub parameters_raw: Vec<u8>,
+    /// How many parameters it has.
+    pub parameters: usize,
+    /// The revision the packet was read at.
+    pub revision: u64,
     pub stage: u64,
     pub compression: bool,
     /// The query's text (invalid UTF-8 replaced, for planning; see `raw_sql`).
@@ -113,9 +124,28 @@ pub enum QueryError {
     /// The stream is broken or out of step: close the connection.
     #[error(transparent)]
     Proto(#[from] ProtoError),
-    /// A setting 18.16 does not know: its value cannot be skipped (code 115; close).
+    /// A setting 18.16 does not know, in the typed format of revisions below 54429: its value
+    /// cannot be skipped (code 115; close).
     #[error("Unknown setting {0}")]
     UnknownSetting(String),
+}
+
+/// Where a setting's value ends and what it is, in the format of `revision`.
+enum SettingsFormat {
+    /// Below 54429: each value in its setting's type ([`type_of`]).
+    Typed,
+    /// 54429 on: a varint of flags, then the value as a string.
+    Strings,
+}
+
+impl SettingsFormat {
+    fn of(revision: u64) -> SettingsFormat {
+        if revision >= rev::SETTINGS_AS_STRINGS {
+            SettingsFormat::Strings
+        } else {
+            SettingsFormat::Typed
+        }
+    }
 }
 
 /// Reads a Query packet's body at `revision`; what it holds is charged to `charge` before it
@@ -127,13 +157,14 @@ pub async fn read_query<S: AsyncRead + Unpin>(
 ) -> Result<Query, QueryError> {
     let mut buf = Vec::new();
     io.read_bytes_charged(&mut buf, MAX_HELLO_STRING, charge).await?;
-    let mut q = Query { query_id: text(buf).0, ..Query::default() };
+    let mut q = Query { query_id: text(buf).0, revision, ..Query::default() };
     if revision >= rev::CLIENT_INFO {
         io.tee_start(Vec::with_capacity(128));
         let info = read_client_info(io, revision).await;
         q.client_info = io.tee_take();
         q.query_kind = info?;
     }
+    let format = SettingsFormat::of(revision);
     loop {
         if let Err(e) = charge.grow(SETTING_OVERHEAD) {
             return Err(io.fail_mem(e).into());
@@ -144,10 +175,20 @@ pub async fn read_query<S: AsyncRead + Unpin>(
         if name.is_empty() {
             break;
         }
-        let value = match type_of(&name) {
-            Some(Ty::UInt) => io.varuint().await?.to_string(),
-            Some(Ty::Int) => unzigzag(io.varuint().await?).to_string(),
-            Some(Ty::Str) => {
+        let ty = match format {
+            SettingsFormat::Typed => type_of(&name).ok_or_else(|| QueryError::UnknownSetting(name.clone()))?,
+            SettingsFormat::Strings => {
+                let flags = io.varuint().await?;
+                if flags != 0 {
+                    q.setting_flags.push((name.clone(), flags));
+                }
+                Ty::Str
+            }
+        };
+        let value = match ty {
+            Ty::UInt => io.varuint().await?.to_string(),
+            Ty::Int => unzigzag(io.varuint().await?).to_string(),
+            Ty::Str => {
                 let mut buf = Vec::new();
                 io.read_bytes_charged(&mut buf, MAX_TEXT_LEN, charge).await?;
                 let (value, raw) = text(buf);
@@ -156,16 +197,44 @@ pub async fn read_query<S: AsyncRead + Unpin>(
                 }
                 value
             }
-            None => return Err(QueryError::UnknownSetting(name)),
         };
         q.settings.push((name, value));
+    }
+    if revision >= rev::INTERSERVER_SECRET {
+        io.skip_string().await?; // a client's is empty; the gateway sends its own (empty)
     }
     q.stage = io.varuint().await?;
     q.compression = io.varuint().await? != 0;
     let mut buf = Vec::new();
     io.read_bytes_charged(&mut buf, MAX_STRING_LEN, charge).await?;
     (q.sql, q.raw_sql) = text(buf);
+    if revision >= rev::PARAMETERS {
+        io.tee_start(Vec::new());
+        let read = read_parameters(io, charge).await;
+        q.parameters_raw = io.tee_take();
+        q.parameters = read?;
+    }
     Ok(q)
+}
+
+/// Reads the query parameters' section (names, flags and values as strings, to an empty name);
+/// returns how many there are.
+async fn read_parameters<S: AsyncRead + Unpin>(io: &mut Io<S>, charge: &mut Charge) -> Result<usize, ProtoError> {
+    let mut n = 0;
+    loop {
+        if let Err(e) = charge.grow(SETTING_OVERHEAD) {
+            return Err(io.fail_mem(e));
+        }
+        let mut name = Vec::new();
+        io.read_bytes_charged(&mut name, MAX_HELLO_STRING, charge).await?;
+        if name.is_empty() {
+            return Ok(n);
+        }
+        io.varuint().await?;
+        let mut value = Vec::new();
+        io.read_bytes_charged(&mut value, MAX_TEXT_LEN, charge).await?;
+        n += 1;
+    }
 }
 
 /// [`read_query`] on a Query packet's body already whole in `buf`, without awaiting: the query
@@ -175,19 +244,30 @@ pub async fn read_query<S: AsyncRead + Unpin>(
 /// with [`read_query`], which says why. A test checks the two agree on generated packets.
 pub fn query_in(buf: &[u8], revision: u64, charge: &mut Charge) -> Option<(Query, usize)> {
     let mut c = Cursor::new(buf);
-    let mut q = Query { query_id: text(charged(&mut c, MAX_HELLO_STRING, charge)?).0, ..Query::default() };
+    let mut q = Query { query_id: text(charged(&mut c, MAX_HELLO_STRING, charge)?).0, revision, ..Query::default() };
     if revision >= rev::CLIENT_INFO {
         let from = c.pos();
         q.query_kind = client_info_in(&mut c, revision)?;
         q.client_info = buf[from..c.pos()].to_vec();
     }
+    let format = SettingsFormat::of(revision);
     loop {
         charge.grow(SETTING_OVERHEAD).ok()?;
         let name = text(charged(&mut c, MAX_HELLO_STRING, charge)?).0;
         if name.is_empty() {
             break;
         }
-        let value = match type_of(&name)? {
+        let ty = match format {
+            SettingsFormat::Typed => type_of(&name)?,
+            SettingsFormat::Strings => {
+                let flags = c.varuint()?;
+                if flags != 0 {
+                    q.setting_flags.push((name.clone(), flags));
+                }
+                Ty::Str
+            }
+        };
+        let value = match ty {
             Ty::UInt => c.varuint()?.to_string(),
             Ty::Int => unzigzag(c.varuint()?).to_string(),
             Ty::Str => {
@@ -200,9 +280,25 @@ pub fn query_in(buf: &[u8], revision: u64, charge: &mut Charge) -> Option<(Query
         };
         q.settings.push((name, value));
     }
+    if revision >= rev::INTERSERVER_SECRET {
+        c.string(MAX_STRING_LEN)?;
+    }
     q.stage = c.varuint()?;
     q.compression = c.varuint()? != 0;
     (q.sql, q.raw_sql) = text(charged(&mut c, MAX_STRING_LEN, charge)?);
+    if revision >= rev::PARAMETERS {
+        let from = c.pos();
+        loop {
+            charge.grow(SETTING_OVERHEAD).ok()?;
+            if charged(&mut c, MAX_HELLO_STRING, charge)?.is_empty() {
+                break;
+            }
+            c.varuint()?;
+            charged(&mut c, MAX_TEXT_LEN, charge)?;
+            q.parameters += 1;
+        }
+        q.parameters_raw = buf[from..c.pos()].to_vec();
+    }
     Some((q, c.pos()))
 }
 
@@ -223,9 +319,12 @@ fn client_info_in(c: &mut Cursor<'_>, revision: u64) -> Option<u8> {
     for _ in 0..3 {
         c.string(MAX_STRING_LEN)?; // initial_user, initial_query_id, initial_address
     }
+    if revision >= rev::INITIAL_QUERY_START_TIME {
+        c.take(8)?;
+    }
     let interface = c.u8()?;
     match interface {
-        1 => {
+        INTERFACE_TCP => {
             for _ in 0..3 {
                 c.string(MAX_STRING_LEN)?; // os_user, client_hostname, client_name
             }
@@ -233,20 +332,44 @@ fn client_info_in(c: &mut Cursor<'_>, revision: u64) -> Option<u8> {
                 c.varuint()?; // version major, minor, client revision
             }
         }
-        2 => {
+        INTERFACE_HTTP => {
             c.u8()?; // http_method
             c.string(MAX_STRING_LEN)?; // http_user_agent
+            if revision >= rev::X_FORWARDED_FOR_IN_CLIENT_INFO {
+                c.string(MAX_STRING_LEN)?;
+            }
+            if revision >= rev::REFERER_IN_CLIENT_INFO {
+                c.string(MAX_STRING_LEN)?;
+            }
         }
-        _ => return None,
+        _ => {} // gRPC, MySQL, PostgreSQL, local (6: clickhouse-local, chdb), ...: no fields
     }
     if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
         c.string(MAX_STRING_LEN)?;
     }
-    if revision >= rev::VERSION_PATCH && interface == 1 {
+    if revision >= rev::DISTRIBUTED_DEPTH {
         c.varuint()?;
+    }
+    if revision >= rev::VERSION_PATCH && interface == INTERFACE_TCP {
+        c.varuint()?;
+    }
+    if revision >= rev::OPENTELEMETRY && c.u8()? != 0 {
+        c.take(16 + 8)?; // trace_id, span_id
+        c.string(MAX_STRING_LEN)?; // tracestate
+        c.take(1)?; // trace_flags
+    }
+    if revision >= rev::PARALLEL_REPLICAS {
+        for _ in 0..3 {
+            c.varuint()?;
+        }
     }
     Some(kind)
 }
+
+/// `ClientInfo::Interface::TCP` and `::HTTP` (`src/Interpreters/ClientInfo.h`), the two with
+/// fields of their own.
+const INTERFACE_TCP: u8 = 1;
+const INTERFACE_HTTP: u8 = 2;
 
 /// Reads a `ClientInfo`; returns its query kind.
 async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -> Result<u8, ProtoError> {
@@ -257,9 +380,12 @@ async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -
     io.skip_string().await?; // initial_user
     io.skip_string().await?; // initial_query_id
     io.skip_string().await?; // initial_address
+    if revision >= rev::INITIAL_QUERY_START_TIME {
+        let _: [u8; 8] = io.array().await?;
+    }
     let interface = io.u8().await?;
     match interface {
-        1 => {
+        INTERFACE_TCP => {
             io.skip_string().await?; // os_user
             io.skip_string().await?; // client_hostname
             io.skip_string().await?; // client_name
@@ -267,17 +393,36 @@ async fn read_client_info<S: AsyncRead + Unpin>(io: &mut Io<S>, revision: u64) -
             io.varuint().await?;
             io.varuint().await?; // client revision
         }
-        2 => {
+        INTERFACE_HTTP => {
             io.u8().await?; // http_method
             io.skip_string().await?; // http_user_agent
+            if revision >= rev::X_FORWARDED_FOR_IN_CLIENT_INFO {
+                io.skip_string().await?;
+            }
+            if revision >= rev::REFERER_IN_CLIENT_INFO {
+                io.skip_string().await?;
+            }
         }
-        other => return Err(ProtoError::Protocol(format!("unknown client interface {other}"))),
+        _ => {} // no fields of its own (`ClientInfo::read`)
     }
     if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
         io.skip_string().await?;
     }
-    if revision >= rev::VERSION_PATCH && interface == 1 {
+    if revision >= rev::DISTRIBUTED_DEPTH {
         io.varuint().await?;
+    }
+    if revision >= rev::VERSION_PATCH && interface == INTERFACE_TCP {
+        io.varuint().await?;
+    }
+    if revision >= rev::OPENTELEMETRY && io.u8().await? != 0 {
+        let _: [u8; 24] = io.array().await?; // trace_id, span_id
+        io.skip_string().await?; // tracestate
+        io.u8().await?; // trace_flags
+    }
+    if revision >= rev::PARALLEL_REPLICAS {
+        for _ in 0..3 {
+            io.varuint().await?;
+        }
     }
     Ok(kind)
 }
@@ -295,8 +440,9 @@ pub fn backend_hello(out: &mut Vec<u8>, revision: u64, database: &str, user: &st
     put_str(out, password.as_bytes());
 }
 
-/// A Query packet for a backend: the client's `ClientInfo` (already in this revision's layout)
-/// and stage and compression, the planned settings (typed) and text.
+/// A Query packet for a backend: the client's `ClientInfo` (already in this revision's layout:
+/// the backend connection speaks the client's revision) and stage and compression, the planned
+/// settings (in the revision's format) and text, and the client's query parameters.
 pub fn backend_query(
     out: &mut Vec<u8>,
     q: &Query,
@@ -322,12 +468,16 @@ pub fn backend_query_head(
     out.extend_from_slice(&q.client_info);
     for (k, v) in settings {
         // A value that came as invalid UTF-8 and is passed on as it came goes as those bytes.
+        let flags = q.setting_flags.iter().find(|(fk, _)| fk == k).map_or(0, |(_, f)| *f);
         match q.raw_settings.iter().find(|(rk, raw)| rk == k && String::from_utf8_lossy(raw) == v.as_str()) {
             Some((_, raw)) => {
                 put_str(out, k.as_bytes());
+                if q.revision >= rev::SETTINGS_AS_STRINGS {
+                    put_varuint(out, flags);
+                }
                 put_str(out, raw);
             }
-            None => super::typed_settings::put_setting(out, k, v)?,
+            None => super::typed_settings::put_setting_at(out, k, v, flags, q.revision)?,
         }
     }
     Ok(())
@@ -337,11 +487,20 @@ pub fn backend_query_head(
 /// text.
 pub fn backend_query_tail(out: &mut Vec<u8>, q: &Query, sql: &str) {
     put_str(out, b"");
+    if q.revision >= rev::INTERSERVER_SECRET {
+        put_str(out, b""); // no interserver secret: the gateway is a client
+    }
     put_varuint(out, q.stage);
     put_varuint(out, q.compression as u64);
     match &q.raw_sql {
         Some(raw) if sql == q.sql => put_str(out, raw),
         _ => put_str(out, sql.as_bytes()),
+    }
+    if q.revision >= rev::PARAMETERS {
+        match q.parameters_raw.is_empty() {
+            true => put_str(out, b""),
+            false => out.extend_from_slice(&q.parameters_raw),
+        }
     }
 }
 

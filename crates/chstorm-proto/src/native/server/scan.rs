@@ -35,9 +35,9 @@ pub fn scan(buf: &[u8], revision: u64, compressed: bool, scratch: &mut Scratch) 
     let mut c = Cursor::new(buf);
     let Some(code) = c.varuint() else { return Scan::Unsure };
     let body = match code {
-        server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
-            // Server logs are never compressed.
-            if compressed && code != server::LOG {
+        server::DATA | server::TOTALS | server::EXTREMES | server::LOG | server::PROFILE_EVENTS => {
+            // Server logs and profile events are never compressed.
+            if compressed && code != server::LOG && code != server::PROFILE_EVENTS {
                 return Scan::Unsure;
             }
             data(&mut c, revision, &mut scratch.plan).map(drop)
@@ -96,6 +96,10 @@ fn data(c: &mut Cursor<'_>, revision: u64, plan: &mut Plan) -> Option<Shape> {
     for _ in 0..columns {
         c.string(MAX_STRING_LEN)?;
         let ty = std::str::from_utf8(c.string(MAX_TEXT_LEN)?).ok()?;
+        // The custom serialization byte (from 54454): only 0 is known here.
+        if revision >= rev::CUSTOM_SERIALIZATION && c.u8()? != 0 {
+            return None;
+        }
         if rows == 0 {
             continue; // no column data: the type need not be known (as `block` reads it)
         }

@@ -284,6 +284,25 @@ pub fn put_setting(out: &mut Vec<u8>, name: &str, value: &str) -> Result<(), Set
     Ok(())
 }
 
+/// Appends one setting in the format of `revision`: below 54429 typed ([`put_setting`]); from
+/// 54429 a string with `flags` (`BaseSettings::write`, `SettingsWriteFormat::STRINGS_WITH_FLAGS`),
+/// any name (the server says whether it knows it).
+pub fn put_setting_at(
+    out: &mut Vec<u8>,
+    name: &str,
+    value: &str,
+    flags: u64,
+    revision: u64,
+) -> Result<(), SettingError> {
+    if revision < crate::native::packets::rev::SETTINGS_AS_STRINGS {
+        return put_setting(out, name, value);
+    }
+    crate::native::wire::put_str(out, name.as_bytes());
+    put_varuint(out, flags);
+    crate::native::wire::put_str(out, value.as_bytes());
+    Ok(())
+}
+
 /// Decodes a zig-zag VarInt's value from its VarUInt form.
 pub fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)

@@ -5,7 +5,7 @@ use super::*;
 use crate::mem::{Budget, Mem};
 use crate::test_rng::Rng;
 
-const REVISIONS: [u64; 5] = [54032, 54058, 54060, 54401, 54412];
+const REVISIONS: [u64; 11] = [54032, 54058, 54060, 54401, 54412, 54429, 54442, 54449, 54453, 54459, 54460];
 
 fn client_info(r: &mut Rng, p: &mut Vec<u8>, revision: u64) {
     let kind = r.below(3) as u8;
@@ -14,20 +14,45 @@ fn client_info(r: &mut Rng, p: &mut Vec<u8>, revision: u64) {
         return;
     }
     (0..3).for_each(|_| put_str(p, &r.bytes(12)));
-    let interface = 1 + r.below(2) as u8;
+    if revision >= rev::INITIAL_QUERY_START_TIME {
+        p.extend_from_slice(&r.next().to_le_bytes());
+    }
+    // TCP, HTTP, or another interface (6: clickhouse-local and chdb) with no fields.
+    let interface = [1u8, 2, 6][r.below(3) as usize];
     p.push(interface);
     if interface == 1 {
         (0..3).for_each(|_| put_str(p, &r.bytes(12)));
         (0..3).for_each(|_| put_varuint(p, r.below(60000)));
-    } else {
+    } else if interface == 2 {
         p.push(r.below(3) as u8);
         put_str(p, &r.bytes(20));
+        if revision >= rev::X_FORWARDED_FOR_IN_CLIENT_INFO {
+            put_str(p, &r.bytes(10));
+        }
+        if revision >= rev::REFERER_IN_CLIENT_INFO {
+            put_str(p, &r.bytes(10));
+        }
     }
     if revision >= rev::QUOTA_KEY_IN_CLIENT_INFO {
         put_str(p, &r.bytes(8));
     }
+    if revision >= rev::DISTRIBUTED_DEPTH {
+        put_varuint(p, r.below(3));
+    }
     if revision >= rev::VERSION_PATCH && interface == 1 {
         put_varuint(p, r.below(30));
+    }
+    if revision >= rev::OPENTELEMETRY {
+        let traced = r.below(2) as u8;
+        p.push(traced);
+        if traced == 1 {
+            p.extend_from_slice(&r.bytes(24).iter().chain([0u8; 24].iter()).take(24).copied().collect::<Vec<_>>());
+            put_str(p, &r.bytes(10));
+            p.push(1);
+        }
+    }
+    if revision >= rev::PARALLEL_REPLICAS {
+        (0..3).for_each(|_| put_varuint(p, r.below(5)));
     }
 }
 
@@ -39,6 +64,13 @@ fn query(r: &mut Rng, revision: u64) -> Vec<u8> {
         client_info(r, &mut p, revision);
     }
     for _ in 0..r.below(5) {
+        if revision >= rev::SETTINGS_AS_STRINGS {
+            // Any name, flags, a string.
+            put_str(&mut p, [&b"max_threads"[..], b"enable_analyzer", b"async_insert"][r.below(3) as usize]);
+            put_varuint(&mut p, r.below(3));
+            put_str(&mut p, &r.bytes(6));
+            continue;
+        }
         match r.below(4) {
             0 => {
                 put_str(&mut p, [&b"max_threads"[..], b"max_block_size", b"readonly"][r.below(3) as usize]);
@@ -55,9 +87,20 @@ fn query(r: &mut Rng, revision: u64) -> Vec<u8> {
         }
     }
     put_str(&mut p, b"");
+    if revision >= rev::INTERSERVER_SECRET {
+        put_str(&mut p, b"");
+    }
     put_varuint(&mut p, r.below(3));
     put_varuint(&mut p, r.below(2));
     put_str(&mut p, &r.bytes(200));
+    if revision >= rev::PARAMETERS {
+        for _ in 0..r.below(3) {
+            put_str(&mut p, [&b"id"[..], b"name"][r.below(2) as usize]);
+            put_varuint(&mut p, 2); // custom
+            put_str(&mut p, &r.bytes(8));
+        }
+        put_str(&mut p, b"");
+    }
     p
 }
 

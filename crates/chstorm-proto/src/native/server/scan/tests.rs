@@ -7,7 +7,7 @@ use crate::native::server::block::{server_mem, skip_block, Scratch};
 use crate::native::wire::{put_str, put_varuint, Io};
 use crate::test_rng::Rng;
 
-const REVISIONS: [u64; 4] = [50264, 51554, 54412, 54420];
+const REVISIONS: [u64; 6] = [50264, 51554, 54412, 54420, 54454, 54460];
 
 /// A column type name, at most `depth` levels of nesting.
 fn type_name(r: &mut Rng, depth: u32) -> String {
@@ -65,7 +65,8 @@ fn packet(r: &mut Rng, revision: u64) -> Vec<u8> {
     let mut p = Vec::new();
     match r.below(5) {
         0 | 1 => {
-            put_varuint(&mut p, [server::DATA, server::TOTALS, server::EXTREMES, server::LOG][r.below(4) as usize]);
+            let codes = [server::DATA, server::TOTALS, server::EXTREMES, server::LOG, server::PROFILE_EVENTS];
+            put_varuint(&mut p, codes[r.below(codes.len() as u64) as usize]);
             put_str(&mut p, if r.below(2) == 0 { b"" } else { b"_data" });
             if revision >= rev::BLOCK_INFO {
                 p.extend_from_slice(&[1, r.below(2) as u8, 2]);
@@ -79,6 +80,9 @@ fn packet(r: &mut Rng, revision: u64) -> Vec<u8> {
                 put_str(&mut p, format!("c{c}").as_bytes());
                 let ty = type_name(r, 3);
                 put_str(&mut p, ty.as_bytes());
+                if revision >= rev::CUSTOM_SERIALIZATION {
+                    p.push(0); // no custom serialization
+                }
                 let mut plan = Plan::default();
                 plan.compile(&ty).unwrap();
                 column(r, &mut p, plan.nodes(), 0, rows);
@@ -88,7 +92,8 @@ fn packet(r: &mut Rng, revision: u64) -> Vec<u8> {
             put_varuint(&mut p, server::PROGRESS);
             let n = 2
                 + usize::from(revision >= rev::TOTAL_ROWS_IN_PROGRESS)
-                + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO);
+                + 2 * usize::from(revision >= rev::CLIENT_WRITE_INFO)
+                + usize::from(revision >= rev::SERVER_QUERY_TIME_IN_PROGRESS);
             (0..n).for_each(|_| put_varuint(&mut p, r.next() >> r.below(64)));
         }
         3 => {
@@ -114,11 +119,11 @@ async fn awaited_shape(bytes: &[u8], revision: u64, compressed: bool) -> Option<
     let mut io = Io::new(bytes);
     let code = io.varuint().await.ok()?;
     match code {
-        server::DATA | server::TOTALS | server::EXTREMES | server::LOG => {
+        server::DATA | server::TOTALS | server::EXTREMES | server::LOG | server::PROFILE_EVENTS => {
             if revision >= rev::TEMPORARY_TABLES {
                 io.skip_string().await.ok()?;
             }
-            let c = compressed && code != server::LOG;
+            let c = compressed && code != server::LOG && code != server::PROFILE_EVENTS;
             shape = Some(skip_block(&mut io, revision, c, &mut Scratch::default(), server_mem()).await.ok()?);
         }
         server::PROGRESS => skip_progress(&mut io, revision).await.ok()?,
