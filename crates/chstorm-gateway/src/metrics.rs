@@ -20,6 +20,7 @@
 //! | `chstorm_gateway_in_flight` | | queries holding a global slot |
 //! | `chstorm_gateway_queued` | | queries waiting for a global slot |
 //! | `chstorm_gateway_replica_up` | cluster, replica | 1 healthy, 0 down (replica = shard.replica, 1-based) |
+//! | `chstorm_gateway_replica_version` | cluster, replica, version | 1 for the ClickHouse version detected now (`unknown` while none is: before the first probe, after the replica went down), 0 for one detected before |
 //! | `chstorm_gateway_backend_connections` | | HTTP connections to the replicas open now, idle in the pools and busy (the native port's are not counted) |
 //! | `chstorm_gateway_retries_total` | | retries sent to another replica |
 //! | `chstorm_gateway_retry_budget_exhausted_total` | | retries refused by the budget |
@@ -85,6 +86,14 @@ pub struct RouteLabel {
 pub struct ReplicaLabels {
     pub cluster: String,
     pub replica: String,
+}
+
+/// A replica and its detected ClickHouse version (`18.16.1`, or `unknown`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    pub cluster: String,
+    pub replica: String,
+    pub version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -243,6 +252,7 @@ pub struct Metrics {
     pub in_flight: Gauge,
     pub queued: Gauge,
     pub replica_up: Family<ReplicaLabels, Gauge>,
+    pub replica_version: Family<VersionLabels, Gauge>,
     pub retries: Counter,
     pub budget_exhausted: Counter,
     pub killed: Family<KillLabel, Counter>,
@@ -280,6 +290,7 @@ impl Default for Metrics {
             in_flight: Gauge::default(),
             queued: Gauge::default(),
             replica_up: Family::default(),
+            replica_version: Family::default(),
             retries: Counter::default(),
             budget_exhausted: Counter::default(),
             killed: Family::default(),
@@ -326,6 +337,11 @@ impl Metrics {
         r.register("chstorm_gateway_in_flight", "Queries holding a global slot", self.in_flight.clone());
         r.register("chstorm_gateway_queued", "Queries waiting for a global slot", self.queued.clone());
         r.register("chstorm_gateway_replica_up", "1 when the replica is healthy", self.replica_up.clone());
+        r.register(
+            "chstorm_gateway_replica_version",
+            "1 for the replica's ClickHouse version detected now (unknown while none is), 0 for one before",
+            self.replica_version.clone(),
+        );
     }
 
     /// Retries, kills, per-try deadlines and hedges (the attempt policy's included), client

@@ -209,6 +209,18 @@ impl State {
                 round_done,
             ));
             self.health_tasks.push(task.abort_handle());
+            let (round_done, round_wait) = tokio::sync::oneshot::channel();
+            first_round.push(round_wait);
+            let versions = tokio::spawn(crate::cluster::version::run(
+                rt.balancer.clone(),
+                self.upstream.clone(),
+                rt.auth.header.clone(),
+                self.config.health.interval.0,
+                self.config.health.timeout.0,
+                self.metrics.clone(),
+                round_done,
+            ));
+            self.health_tasks.push(versions.abort_handle());
             if let Some(t) = self.config.threads.get(name) {
                 let b = Arc::new(crate::cluster::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));
                 let facts = crate::cluster::budget::probe::resolve(&b, &self.upstream, &rt.login.auth).await;

@@ -114,13 +114,49 @@ pub enum ErrorWording {
 
 impl ErrorWording {
     /// An exception's text as a server of this wording writes it, `message` after the
-    /// `DB::Exception: ` prefix.
+    /// `DB::Exception: ` prefix; the current wording ends with the code's name, when
+    /// [`error_name`] knows it (`Code: 210. DB::Exception: ... (NETWORK_ERROR)`: clients such as
+    /// @clickhouse/client read the name there).
     pub fn text(self, code: i32, message: &str) -> String {
-        match self {
-            ErrorWording::Old => format!("Code: {code}, e.displayText() = DB::Exception: {message}"),
-            ErrorWording::Current => format!("Code: {code}. DB::Exception: {message}"),
+        match (self, error_name(code)) {
+            (ErrorWording::Old, _) => format!("Code: {code}, e.displayText() = DB::Exception: {message}"),
+            (ErrorWording::Current, Some(name)) => {
+                let stop = if message.ends_with('.') { "" } else { "." };
+                format!("Code: {code}. DB::Exception: {message}{stop} ({name})")
+            }
+            (ErrorWording::Current, None) => format!("Code: {code}. DB::Exception: {message}"),
         }
     }
+}
+
+/// The names of the exception codes chstorm's own errors carry (`src/Common/ErrorCodes.cpp`).
+pub fn error_name(code: i32) -> Option<&'static str> {
+    Some(match code {
+        36 => "BAD_ARGUMENTS",
+        48 => "NOT_IMPLEMENTED",
+        62 => "SYNTAX_ERROR",
+        81 => "UNKNOWN_DATABASE",
+        101 => "UNEXPECTED_PACKET_FROM_CLIENT",
+        115 => "UNKNOWN_SETTING",
+        159 => "TIMEOUT_EXCEEDED",
+        164 => "READONLY",
+        167 => "TOO_DEEP_AST",
+        193 => "WRONG_PASSWORD",
+        195 => "IP_ADDRESS_NOT_ALLOWED",
+        202 => "TOO_MANY_SIMULTANEOUS_QUERIES",
+        209 => "SOCKET_TIMEOUT",
+        210 => "NETWORK_ERROR",
+        241 => "MEMORY_LIMIT_EXCEEDED",
+        279 => "ALL_CONNECTION_TRIES_FAILED",
+        381 => "HTTP_LENGTH_REQUIRED",
+        394 => "QUERY_WAS_CANCELLED",
+        456 => "UNKNOWN_QUERY_PARAMETER",
+        497 => "ACCESS_DENIED",
+        516 => "AUTHENTICATION_FAILED",
+        745 => "SERVER_OVERLOADED",
+        1002 => "UNKNOWN_EXCEPTION",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -136,7 +172,12 @@ mod tests {
         assert_eq!(ServerVersion::parse("24.8.4.13-lts").unwrap().label(), "24.8.4");
         assert_eq!(ServerVersion::parse("ok"), None);
         assert_eq!(ErrorWording::Old.text(210, "no replica"), "Code: 210, e.displayText() = DB::Exception: no replica");
-        assert_eq!(ErrorWording::Current.text(210, "no replica"), "Code: 210. DB::Exception: no replica");
+        assert_eq!(
+            ErrorWording::Current.text(210, "no replica"),
+            "Code: 210. DB::Exception: no replica. (NETWORK_ERROR)"
+        );
+        assert_eq!(ErrorWording::Current.text(9999, "x"), "Code: 9999. DB::Exception: x");
+        assert_eq!(ErrorWording::Current.text(164, "read-only."), "Code: 164. DB::Exception: read-only. (READONLY)");
         const { assert!(NATIVE_REVISION >= crate::native::packets::rev::SERVER_QUERY_TIME_IN_PROGRESS) };
     }
 }

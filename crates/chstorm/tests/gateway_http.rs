@@ -119,14 +119,18 @@ fn paths_and_401s_answer_as_clickhouse_does() {
         let (s, h, b) = curl(&a);
         assert_eq!(s, 401, "{args:?}: {b}");
         assert!(h.contains(realm), "{args:?}: {h}");
-        assert_eq!(b, "chstorm gateway: unknown user or wrong password\n");
+        // Worded as the cluster's 18.16 words its errors.
+        assert_eq!(b, "Code: 193, e.displayText() = DB::Exception: chstorm gateway: unknown user or wrong password\n");
     }
     let (s, h, b) = curl(&[&format!("{url}/?user=nobody&query=SELECT%201")]);
     assert!(s == 401 && h.contains(realm), "{h}{b}");
     // An absurd user name: one line that says what is wrong.
     let long = "x".repeat(5000);
     let (s, h, b) = curl(&["-H", &format!("X-ClickHouse-User: {long}"), "--data-binary", "SELECT 1", &url]);
-    assert_eq!((s, b.as_str()), (401, "chstorm gateway: the user name is 5000 bytes long; at most 128\n"));
+    assert_eq!(
+        (s, b.as_str()),
+        (401, "Code: 193, e.displayText() = DB::Exception: chstorm gateway: the user name is 5000 bytes long; at most 128\n")
+    );
     assert!(h.contains(realm));
     // /metrics lives on metrics_listen only; that listener serves nothing else.
     let murl = format!("http://{}", gw.metrics_addr.expect("metrics_listen is set"));
@@ -160,9 +164,16 @@ fn replicas_status_reports_shards_without_a_healthy_replica() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(status, 503, "{body}");
-    assert!(body.contains("storm.2.1:\tdown. http://127.0.0.1:1\n"), "{body}");
+    assert!(body.contains("storm.2.1:\tdown. http://127.0.0.1:1 version unknown\n"), "{body}");
     assert!(body.ends_with("storm.2:\tno healthy replica.\n"), "{body}");
     assert!(body.contains("storm.1.1:\tup. ") && body.contains("storm.1.2:\tup. "), "{body}");
+    // The replicas' detected version: 18.16.1 once probed (the first probe may still run).
+    assert!(
+        body.lines()
+            .filter(|l| l.contains("\tup. "))
+            .all(|l| l.ends_with(" version 18.16.1") || l.ends_with(" version unknown")),
+        "{body}"
+    );
     let (s, _, b) = curl(&["-I", &format!("{url}/replicas_status?verbose=1")]);
     assert_eq!(s, 503, "{b}");
     gw.stop();

@@ -7,6 +7,8 @@
 //!   [`health`]: the active probes. They are joined by snapshots and down signals.
 //! * [`replication`]: each replica's replication delay and how it sorts replicas for reads and
 //!   writes (pure); [`delay_probe`]: its query on the health loop.
+//!   [`version`]: each replica's detected ClickHouse version, read by what differs between
+//!   releases.
 //! * [`budget`]: the per-replica thread budget (`threads:`); RAII grants.
 //! * [`upstream`]: kept-alive pools per replica (one per worker) behind the `Backend` trait:
 //!   [`h1`], the gateway's own HTTP/1 client, for `http://` replicas; hyper's for `https://`
@@ -29,4 +31,5 @@ pub mod message;
 pub mod replica;
 pub mod replication;
 pub mod upstream;
+pub mod version;
 pub mod worker;

@@ -108,6 +108,8 @@ pub struct Replica {
     penalty: Mutex<(f64, Instant)>,
     /// Its replication delay, as the health loop last read it.
     pub(crate) replication: replication::State,
+    /// Its ClickHouse version, as detected ([`crate::cluster::version`]).
+    pub(crate) detected: crate::cluster::version::Detected,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -132,6 +134,7 @@ impl Replica {
             down: Mutex::new(CancellationToken::new()),
             penalty: Mutex::new((0.0, Instant::now())),
             replication: replication::State::default(),
+            detected: Default::default(),
         }
     }
 

@@ -230,6 +230,32 @@ impl Upstream {
         matches!(tokio::time::timeout(timeout, fut).await, Ok(Some(true)))
     }
 
+    /// The text `sql` answers on `r` (at most 4 KiB), as the user of `auth` (an `Authorization`
+    /// value), within `timeout`; None on any error. For the gateway's own small probes.
+    pub async fn query_text(
+        &self,
+        r: &ReplicaAddr,
+        sql: &str,
+        auth: &http::HeaderValue,
+        timeout: Duration,
+    ) -> Option<String> {
+        let uri = format!(
+            "{}/?query={}",
+            r.base,
+            crate::request::encode_params(&[("q".into(), sql.into())]).strip_prefix("q=")?
+        );
+        let req = hyper::Request::get(uri).header(http::header::AUTHORIZATION, auth.clone()).body(empty()).ok()?;
+        let fut = async {
+            let resp = self.probe_client.request(req).await.ok()?;
+            if !resp.status().is_success() {
+                return None;
+            }
+            let body = http_body_util::Limited::new(resp.into_body(), 4096).collect().await.ok()?.to_bytes();
+            String::from_utf8(body.to_vec()).ok()
+        };
+        tokio::time::timeout(timeout, fut).await.ok()?
+    }
+
     pub async fn send(
         &self,
         req: hyper::Request<GBody>,

@@ -87,11 +87,14 @@ pub fn not_found_text(target: &str) -> String {
 /// user allowed the gateway's listings):
 ///
 /// ```text
-/// storm.1.1:  up. http://127.0.0.1:18123
-/// storm.2.1:  down. http://127.0.0.1:18125
-/// storm.2.2:  down. http://127.0.0.1:18126
+/// storm.1.1:  up. http://127.0.0.1:18123 version 18.16.1
+/// storm.2.1:  down. http://127.0.0.1:18125 version unknown
+/// storm.2.2:  down. http://127.0.0.1:18126 version unknown
 /// storm.2:    no healthy replica.
 /// ```
+///
+/// Each replica's line ends with its detected ClickHouse version (`crate::cluster::version`),
+/// `unknown` while none is.
 ///
 /// Not ClickHouse's replication delay: the gateway's health checks use `/ping`. (18.16 answers a
 /// lagging replica with 200 and the delay list; later releases with 503, as here.)
@@ -108,8 +111,9 @@ pub fn replicas_status<'a>(
                 let state = if r.is_healthy() { "up" } else { "down" };
                 text.push_str(&format!("{}.{}:\t{state}.", b.cluster, r.label()));
                 if urls {
-                    text.push(' ');
-                    text.push_str(&r.addr.base);
+                    // Its address and detected version, for those who may see them.
+                    let version = r.version().map_or_else(|| "unknown".to_string(), |v| v.label());
+                    text.push_str(&format!(" {} version {version}", r.addr.base));
                 }
                 text.push('\n');
             }
@@ -202,12 +206,15 @@ mod tests {
         let r12 = b.shards[0][1].clone();
         b.set_health(&r12, false);
         assert_eq!(replicas_status([&b].into_iter(), false, true), (StatusCode::OK, "Ok.\n".into()));
+        b.shards[1][1].observe_hello(&chstorm_proto::native::ServerInfo::of_version(
+            chstorm_proto::versions::ServerVersion::V18_16,
+        ));
         let (s, t) = replicas_status([&b].into_iter(), true, true);
         assert_eq!(s, StatusCode::OK);
         assert_eq!(
             t,
-            "storm.1.1:\tup. http://127.0.0.1:1\nstorm.1.2:\tdown. http://127.0.0.1:2\n\
-             storm.2.1:\tup. http://127.0.0.1:3\nstorm.2.2:\tup. http://127.0.0.1:4\n"
+            "storm.1.1:\tup. http://127.0.0.1:1 version unknown\nstorm.1.2:\tdown. http://127.0.0.1:2 version unknown\n\
+             storm.2.1:\tup. http://127.0.0.1:3 version unknown\nstorm.2.2:\tup. http://127.0.0.1:4 version 18.16.1\n"
         );
         let (_, anonymous) = replicas_status([&b].into_iter(), true, false);
         assert_eq!(anonymous, "storm.1.1:\tup.\nstorm.1.2:\tdown.\nstorm.2.1:\tup.\nstorm.2.2:\tup.\n", "no URL");
@@ -216,7 +223,10 @@ mod tests {
         }
         let (s, t) = replicas_status([&b].into_iter(), false, true);
         assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(t.ends_with("storm.2.2:\tdown. http://127.0.0.1:4\nstorm.2:\tno healthy replica.\n"), "{t}");
+        assert!(
+            t.ends_with("storm.2.2:\tdown. http://127.0.0.1:4 version 18.16.1\nstorm.2:\tno healthy replica.\n"),
+            "{t}"
+        );
         let (s, t) = replicas_status([&b].into_iter(), false, false);
         assert_eq!(s, StatusCode::SERVICE_UNAVAILABLE);
         assert!(t.ends_with("storm.2.2:\tdown.\nstorm.2:\tno healthy replica.\n") && !t.contains("http"), "{t}");

@@ -11,8 +11,36 @@ use crate::attempt::{Answered, HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
 use crate::query::exit::Exit;
+use chstorm_proto::versions::ErrorWording;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::time::Duration;
+
+/// The gateway's own error as a server of `wording` words it (`Code: N. DB::Exception: ...` for
+/// current releases, `Code: N, e.displayText() = DB::Exception: ...` for 18.16), one line, with
+/// `X-ClickHouse-Exception-Code` as every release sends it (`setExceptionCode`). `message` may
+/// start with `Code: N. ` (the attempts' failures): the code is read there.
+pub fn error_reply(wording: ErrorWording, status: StatusCode, code: i32, message: &str) -> Response<GBody> {
+    let (code, text) = match chstorm_proto::rules::parse_exception_code(message.as_bytes()) {
+        Some(c) if message.starts_with("Code: ") => (c, message.split_once(". ").map_or(message, |(_, t)| t)),
+        _ => (code, message),
+    };
+    let mut r = reply(status, wording.text(code, text.trim_end()));
+    r.headers_mut().insert("x-clickhouse-exception-code", number(code as u64));
+    r
+}
+
+/// How the gateway words its own errors to a client of `cluster` (every cluster when None): as
+/// the oldest ClickHouse release detected among its replicas does, and as current releases do
+/// while none is known (`chstorm_proto::versions::ServerVersion::error_wording`).
+pub fn wording(state: &crate::state::State, cluster: Option<&str>) -> ErrorWording {
+    let lowest = state
+        .clusters
+        .iter()
+        .filter(|(name, _)| cluster.is_none_or(|c| c == name.as_str()))
+        .filter_map(|(_, c)| crate::cluster::version::lowest_version(&c.balancer))
+        .min();
+    lowest.map_or(ErrorWording::Current, |v| v.error_wording())
+}
 
 /// A one-line answer from the gateway itself.
 pub fn reply(status: StatusCode, msg: impl Into<String>) -> Response<GBody> {
@@ -30,6 +58,8 @@ pub struct Answer<'a, 'e> {
     pub fin: Option<&'a ClientFin>,
     /// `X-Chstorm-Warning` for the answer ([`crate::query::ddl`]).
     pub warning: Option<&'static str>,
+    /// How the gateway words its own errors to this client ([`wording`]).
+    pub wording: ErrorWording,
 }
 
 impl Answer<'_, '_> {
@@ -56,7 +86,7 @@ impl Answer<'_, '_> {
                         "ms": self.exit.started.elapsed().as_millis() as u64, "error": message}),
                 );
                 Served {
-                    resp: reply(status, message),
+                    resp: error_reply(self.wording, status, 1002, &message),
                     ids: Some(Ids {
                         replica: None,
                         route,

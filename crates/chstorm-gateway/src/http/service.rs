@@ -30,7 +30,7 @@ use super::body::Guarded;
 use super::client_fin::ClientFin;
 use super::ids::Served;
 use super::read::ClientBody;
-use super::respond::{reply, Answer};
+use super::respond::{error_reply, wording, Answer};
 use crate::attempt::{HttpParts, SendBody};
 use crate::cluster::upstream::{BoxError, GBody};
 use crate::config::User;
@@ -43,6 +43,7 @@ use crate::query::request::{new_query_id, BodyShape, QueryRequest};
 use crate::request::{HOP_BY_HOP, SHARD_KEY_HEADER};
 use crate::state::State;
 use bytes::Bytes;
+use chstorm_proto::versions::ErrorWording;
 use chstorm_sql::statement::StatementKind;
 use http::request::Parts;
 use http::{HeaderMap, Method, Request, Response, StatusCode};
@@ -80,10 +81,15 @@ pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
     resp
 }
 
-/// The one-line answer to `refusal`, recorded by `exit`; a 401 carries `WWW-Authenticate`.
-pub fn refused(exit: &Exit<'_>, refusal: &Refusal) -> Response<GBody> {
+/// The one-line answer to `refusal`, recorded by `exit`, worded as `wording` says (the
+/// refusal's kind gives its code); a 401 carries `WWW-Authenticate`.
+pub fn refused(exit: &Exit<'_>, refusal: &Refusal, wording: ErrorWording) -> Response<GBody> {
     exit.refused(refusal);
-    with_www_authenticate(reply(refusal.status(), refusal.message.clone()))
+    let text = match refusal.kind {
+        Kind::ClickHouse(_) => refusal.native_text(),
+        _ => refusal.message.as_str(),
+    };
+    with_www_authenticate(error_reply(wording, refusal.status(), refusal.kind.code(), text))
 }
 
 /// The answer with `guard` riding on its body (released when the body ends or is dropped).
@@ -112,16 +118,22 @@ where
     let (name, password) = credentials(&req);
     let user = match authenticate(&state.users, &name, &password, Some(peer.ip())) {
         Ok(u) => u,
-        Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal).into(),
+        Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal, wording(&state, None)).into(),
     };
     let _ = who.0.set(name);
     let permit = match admit_user(&user).await {
         Ok(p) => p,
-        Err(r) => return refused(&Exit::new(&state.metrics, &user.cfg.name), &r).into(),
+        Err(r) => {
+            let w = wording(&state, Some(&user.cfg.cluster));
+            return refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into();
+        }
     };
     let global = match admit_global(&state.global, &state.metrics).await {
         Ok(p) => p,
-        Err(r) => return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r).into(), permit),
+        Err(r) => {
+            let w = wording(&state, Some(&user.cfg.cluster));
+            return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r, w).into(), permit);
+        }
     };
     guarded(query(state, user.cfg.clone(), req, fin).await, (permit, global))
 }
@@ -204,14 +216,14 @@ where
     let exit = Exit::new(&state.metrics, &u.name);
     let Some(cluster) = state.clusters.get(&u.cluster) else {
         let why = format!("user '{}' names cluster '{}', which is gone", u.name, u.cluster);
-        return refused(&exit, &Refusal::new(Kind::Internal, why)).into();
+        return refused(&exit, &Refusal::new(Kind::Internal, why), wording(&state, None)).into();
     };
     let (parts, body) = (*req).into_parts();
     let body = body.map_err(|e| Box::new(e) as BoxError).boxed_unsync();
     let read =
         match super::read::read_within(&parts, body, crate::query::plan::restricted(&u), &state.client_mem()).await {
             Ok(r) => r,
-            Err(refusal) => return refused(&exit, &refusal).into(),
+            Err(refusal) => return refused(&exit, &refusal, wording(&state, Some(&u.cluster))).into(),
         };
     // The held body's room on the memory budget, until the attempts are done with it.
     let _held = read.charge;
@@ -220,7 +232,7 @@ where
     request.grammars = cluster.grammars();
     let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
-        Err(refusal) => return refused(&exit, &refusal).into(),
+        Err(refusal) => return refused(&exit, &refusal, wording(&state, Some(&u.cluster))).into(),
     };
     let http = for_http(&parts, u.readonly, plan.replace_body.is_some() || read.shape == BodyShape::Held);
     let body = match read.body {
@@ -244,14 +256,22 @@ where
         match fin {
             Some(fin) => tokio::select! {
                 o = run.as_mut() => o,
-                _ = fin.came() => return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ)).into(),
+                _ = fin.came() => {
+                    let w = wording(&state, Some(&u.cluster));
+                    return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ), w).into();
+                }
             },
             None => run.await,
         }
     };
     let query_id = std::mem::take(&mut plan.client_query_id);
     let warning = crate::query::ddl::warning(&plan, read.sql.as_deref());
-    Answer { exit: &exit, fin, warning }.outcome(outcome, plan.target.label(), query_id, plan.body_deadline)
+    Answer { exit: &exit, fin, warning, wording: wording(&state, Some(&u.cluster)) }.outcome(
+        outcome,
+        plan.target.label(),
+        query_id,
+        plan.body_deadline,
+    )
 }
 
 /// A query in an HTTP session ([`super::session`]): to the session's home, checked there

@@ -241,6 +241,7 @@ async fn server_info(
         let Some(native) = c.cfg.native.get(&r.addr.base) else { continue };
         match BackendConn::connect(native, database, revision, login, state.config.pool.connect_timeout.0).await {
             Ok(conn) => {
+                r.observe_hello(&conn.server);
                 let info = conn.server.clone();
                 *shared.server_info.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.clone());
                 shared.pool.put(conn);

@@ -310,7 +310,10 @@ impl Transport for Native<'_> {
                 // Nothing was sent when the connection or its Hello failed: the query did not run.
                 Start::Dial(d) => {
                     match BackendConn::connect(&d.native, &d.database, revision, &d.login, d.timeout).await {
-                        Ok(c) => c,
+                        Ok(c) => {
+                            replica.observe_hello(&c.server);
+                            c
+                        }
                         // The client's mistake is its answer, and no fault of the replica's.
                         Err(e) if e.blames_client() => {
                             let (code, message) = e.refused.unwrap_or_default();

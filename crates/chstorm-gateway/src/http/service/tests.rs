@@ -96,7 +96,11 @@ async fn a_read_only_users_insert_is_refused_with_403_and_counted_once() {
         let before = count(&state, "ro", 403, "rejected");
         let (status, _, text) = send(&state, request(method, uri, body)).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{uri} {body}: {text}");
-        assert!(text.starts_with("chstorm gateway: user 'ro' is read-only: only SELECT"), "{text}");
+        // Worded as a current server words it (no replica's version is known here).
+        assert!(
+            text.starts_with("Code: 164. DB::Exception: chstorm gateway: user 'ro' is read-only: only SELECT"),
+            "{text}"
+        );
         assert!(text.ends_with('\n') && text.lines().count() == 1, "one line: {text:?}");
         assert_eq!(count(&state, "ro", 403, "rejected"), before + 1, "{uri}: counted once");
     }
@@ -132,8 +136,23 @@ async fn an_unknown_user_gets_401_with_the_realm_and_is_counted_as_unknown() {
     let (status, headers, text) = send(&state, request(Method::POST, "/?user=nobody", "SELECT 1")).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(headers["www-authenticate"], WWW_AUTHENTICATE);
-    assert_eq!(text, "chstorm gateway: unknown user or wrong password\n");
+    assert_eq!(text, "Code: 193. DB::Exception: chstorm gateway: unknown user or wrong password. (WRONG_PASSWORD)\n");
+    assert_eq!(headers["x-clickhouse-exception-code"], "193");
     assert_eq!(count(&state, UNKNOWN_USER, 401, "rejected"), 1);
+    // A cluster whose replica says it is 18.16 gets 18.16's wording.
+    let r = state.clusters["storm"].balancer.replicas().next().unwrap().clone();
+    r.observe_hello(&chstorm_proto::native::ServerInfo {
+        name: "ClickHouse".into(),
+        version_major: 18,
+        version_minor: 16,
+        version_patch: 1,
+        revision: 54412,
+        timezone: "UTC".into(),
+        display_name: String::new(),
+    });
+    let (_, headers, text) = send(&state, request(Method::POST, "/?user=nobody", "SELECT 1")).await;
+    assert_eq!(text, "Code: 193, e.displayText() = DB::Exception: chstorm gateway: unknown user or wrong password\n");
+    assert_eq!(headers["x-clickhouse-exception-code"], "193");
 }
 
 #[test]
