@@ -16,8 +16,14 @@ pub fn is_credential(name: &http::HeaderName) -> bool {
     name == http::header::AUTHORIZATION || name == X_CLICKHOUSE_KEY
 }
 
-/// URL parameters of ClickHouse's HTTP interface that are not settings.
+/// URL parameters of ClickHouse's HTTP interface that are not settings: 18.16's, and those
+/// current releases reserve besides (`reserved_param_names` in ClickHouse's
+/// `src/Server/HTTPHandler.cpp`: `client_protocol_version`, which clickhouse-go sends on every
+/// request, and `close_session`). An 18.16 server takes the newer two for settings it does not
+/// know and says so itself.
 const NOT_SETTINGS: &[&str] = &[
+    "client_protocol_version",
+    "close_session",
     "query",
     "database",
     "default_format",
@@ -551,6 +557,7 @@ mod tests {
     #[test]
     fn settings_are_told_apart() {
         assert!(is_setting("max_threads") && is_setting("enable_http_compression"));
+        assert!(!is_setting("client_protocol_version") && !is_setting("close_session") && !is_setting("quota_key"));
         assert!(
             !is_setting("query") && !is_setting("param_id") && !is_setting("shard_key") && !is_setting("session_id")
         );

@@ -70,8 +70,43 @@ pub const WWW_AUTHENTICATE: &str = "Basic realm=\"ClickHouse server HTTP API\"";
 /// Headers not passed from the client to a backend besides the hop-by-hop ones: `expect` (the
 /// gateway answered it), `host`, the client's credentials (the gateway authenticates to the
 /// backends itself), the gateway's own, and the length (the forwarded body sets its own).
-const NOT_FORWARDED: &[&str] =
-    &["expect", "host", "authorization", "x-clickhouse-user", "x-clickhouse-key", SHARD_KEY_HEADER, "content-length"];
+const NOT_FORWARDED: &[&str] = &[
+    "expect",
+    "host",
+    "authorization",
+    "x-clickhouse-user",
+    "x-clickhouse-key",
+    "x-clickhouse-quota",
+    SHARD_KEY_HEADER,
+    "content-length",
+];
+
+static X_CLICKHOUSE_QUOTA: http::HeaderName = http::HeaderName::from_static("x-clickhouse-quota");
+
+/// The client's quota key, carried once, as the `quota_key` parameter: the gateway authenticates
+/// to its replicas with `Authorization`, beside which a current server reads the quota key from
+/// that parameter only (`authenticateUserByHTTP.cpp`), and 18.16 reads the parameter too. A key
+/// in `X-ClickHouse-Quota` becomes the parameter; one given both ways, differently, is refused as
+/// a current server refuses it (Code 36).
+fn quota_key_once(params: &mut Vec<(String, String)>, headers: &HeaderMap) -> Result<(), Refusal> {
+    let Some(header) = headers.get(&X_CLICKHOUSE_QUOTA).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    else {
+        return Ok(());
+    };
+    match params.iter().find(|(k, _)| k == "quota_key") {
+        Some((_, p)) if *p == header => Ok(()),
+        Some(_) => Err(Refusal::clickhouse(
+            36,
+            "Code: 36, e.displayText() = DB::Exception: Invalid authentication: it is not allowed to use \
+             X-ClickHouse-Quota HTTP header and 'quota_key' parameter simultaneously"
+                .into(),
+        )),
+        None => {
+            params.push(("quota_key".into(), header));
+            Ok(())
+        }
+    }
+}
 
 /// Adds `WWW-Authenticate` to a 401 that lacks it; other answers pass unchanged.
 pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
@@ -228,7 +263,11 @@ where
     // The held body's room on the memory budget, until the attempts are done with it.
     let _held = read.charge;
     let max_per_query = cluster.budget.as_ref().map(|b| b.cfg.max_per_query);
-    let mut request = query_request(&parts, read.params, read.sql.as_deref(), read.shape, read.form_read, &state);
+    let mut params = read.params;
+    if let Err(refusal) = quota_key_once(&mut params, &parts.headers) {
+        return refused(&exit, &refusal, wording(&state, Some(&u.cluster))).into();
+    }
+    let mut request = query_request(&parts, params, read.sql.as_deref(), read.shape, read.form_read, &state);
     request.grammars = cluster.grammars();
     let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,

@@ -250,3 +250,36 @@ fn the_gateways_listings_are_for_users_allowed_them_and_anonymous_askers_see_a_4
     let anonymous = Request::builder().uri("/metrics").body(()).unwrap();
     assert!(matches!(listing_access(&open, &anonymous, peer), Listing::Allowed));
 }
+
+#[tokio::test]
+async fn a_client_s_quota_key_reaches_the_backend_once_as_the_parameter() {
+    let fake = Arc::new(Fake { answer: "1\n", ..Fake::default() });
+    let state = state(fake.clone());
+    let with_quota = |uri: &str, key: &'static str| {
+        let mut r = request(Method::POST, uri, "SELECT 1");
+        r.headers_mut().insert("x-clickhouse-quota", key.parse().unwrap());
+        r
+    };
+    // The header becomes the parameter (beside the gateway's Authorization, a current server
+    // reads only the parameter); the same key both ways goes once.
+    for uri in ["/", "/?quota_key=k1"] {
+        let (status, _, text) = send(&state, with_quota(uri, "k1")).await;
+        assert_eq!(status, StatusCode::OK, "{text}");
+        let (_, _, target, _) = fake.sent.lock().unwrap().last().unwrap().clone();
+        assert_eq!(target.matches("quota_key=k1").count(), 1, "{target}");
+    }
+    // Two different keys: refused as a current server refuses them, nothing sent.
+    let before = fake.sent.lock().unwrap().len();
+    let (status, headers, text) = send(&state, with_quota("/?quota_key=k2", "k1")).await;
+    assert_eq!(
+        (status, &headers["x-clickhouse-exception-code"]),
+        (StatusCode::BAD_REQUEST, &"36".parse::<http::HeaderValue>().unwrap())
+    );
+    assert!(
+        text.starts_with(
+            "Code: 36. DB::Exception: Invalid authentication: it is not allowed to use X-ClickHouse-Quota"
+        ),
+        "{text}"
+    );
+    assert_eq!(fake.sent.lock().unwrap().len(), before);
+}
