@@ -165,3 +165,47 @@ fn current_servers_framings_pass_as_the_servers_own_answers() {
     assert!(na.overloaded.load(Ordering::SeqCst) > 0, "the overloaded replica was tried");
     drop(gw);
 }
+
+/// What ClickHouse 26.9's `url()` (chdb-core, installed by `scripts/install-deps`) reads from
+/// `base` for `sql`, or the code of its error.
+fn chdb_url(python: &std::path::Path, base: &str, sql: &str) -> String {
+    let q: String = sql
+        .bytes()
+        .map(|b| if b.is_ascii_alphanumeric() { (b as char).to_string() } else { format!("%{b:02X}") })
+        .collect();
+    let script = format!(
+        "import chdb\ntry:\n    print(chdb.query(\"SELECT * FROM url('{base}/?query={q}', TSV, 'x String') SETTINGS http_max_tries = 1\", 'TSV'), end='')\nexcept Exception as e:\n    print('ERROR', str(e).split('. ')[0])\n"
+    );
+    let out = std::process::Command::new("timeout").arg("120").arg(python).args(["-c", &script]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn clickhouse_26_9_s_url_through_the_gateway_as_straight_at_a_current_replica() {
+    let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/py/bin/python");
+    if !python.exists() {
+        eprintln!("skipped: chdb-core is not installed (scripts/install-deps installs it)");
+        return;
+    }
+    let (a, _) = fake(false);
+    let (b, _) = fake(false);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("gw.yaml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "listen: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [http://{a}, http://{b}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
+        ),
+    )
+    .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gw = rt.block_on(chstorm_gateway::Gateway::start(cfg)).unwrap();
+    for sql in ["SELECT 1 /* rows */", "SELECT throwIf(number > 3) FROM numbers(10) /* tagged */"] {
+        let direct = chdb_url(&python, &format!("http://{a}"), sql);
+        let through = chdb_url(&python, &format!("http://{}", gw.addr), sql);
+        eprintln!("{sql}: direct {direct:?}, through the gateway {through:?}");
+        assert_eq!(through, direct, "{sql}");
+        assert!(!direct.is_empty());
+    }
+    drop(gw);
+}

@@ -34,6 +34,10 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// The revision ClickHouse 26.9 announces.
 const SERVER_REVISION: u64 = 54492;
+/// The highest revision whose fields the fake writes: it announces this one to a client that
+/// would speak more (ClickHouse itself, offering 54492), so a client straight at it speaks
+/// what the fake is faithful to, as with the gateway.
+const FAITHFUL_UP_TO: u64 = 54460;
 const WAIT: Duration = Duration::from_secs(10);
 
 /// A block (BlockInfo, then the columns) at `revision`: `columns` of (name, type, data).
@@ -56,8 +60,35 @@ fn data_packet(code: u64, revision: u64, rows: u64, columns: &[(&str, &str, Vec<
     let mut p = Vec::new();
     put_varuint(&mut p, code);
     put_str(&mut p, b"");
-    p.extend_from_slice(&block(revision, rows, columns));
+    let b = block(revision, rows, columns);
+    if code != server::PROFILE_EVENTS && COMPRESS.with(|c| c.get()) {
+        p.extend_from_slice(&frame(&b));
+    } else {
+        p.extend_from_slice(&b);
+    }
     p
+}
+
+thread_local! {
+    /// The Query packet asked for compressed blocks (its compression flag): Data blocks go in
+    /// frames (`CompressedWriteBuffer`), ProfileEvents never.
+    static COMPRESS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `data` in one uncompressed frame (method 0x02), as ClickHouse's `CompressedWriteBuffer`
+/// writes it: the CityHash128 (v1.0.2) of the rest (its two halves as `cityhash-rs` names them,
+/// high then low), then the method byte, the
+/// frame's size with its 9-byte header and the data's size, then the data.
+fn frame(data: &[u8]) -> Vec<u8> {
+    let mut rest = vec![0x02];
+    rest.extend_from_slice(&((data.len() + 9) as u32).to_le_bytes());
+    rest.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    rest.extend_from_slice(data);
+    let hash = cityhash_rs::cityhash_102_128(&rest);
+    let mut out = ((hash >> 64) as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&(hash as u64).to_le_bytes());
+    out.extend_from_slice(&rest);
+    out
 }
 
 /// A ProfileEvents packet of one event (`ProfileEventsExt.cpp`'s columns).
@@ -81,11 +112,17 @@ fn profile_events(revision: u64) -> Vec<u8> {
     )
 }
 
-/// The answer to `q` at `revision`: one String column of `values`, as 26.9 frames it.
+/// The answer to a query at `revision`: one column `x` of type `ty`, as 26.9 frames it.
 fn answer(revision: u64, ty: &str, rows: u64, data: Vec<u8>) -> Vec<u8> {
-    let mut out = data_packet(server::DATA, revision, 0, &[("x", ty, Vec::new())]);
+    answer_named(revision, "x", ty, rows, data)
+}
+
+/// [`answer`] with the column named `name`.
+fn answer_named(revision: u64, name: &str, ty: &str, rows: u64, data: Vec<u8>) -> Vec<u8> {
+    let x = name;
+    let mut out = data_packet(server::DATA, revision, 0, &[(x, ty, Vec::new())]);
     out.extend_from_slice(&profile_events(revision));
-    out.extend_from_slice(&data_packet(server::DATA, revision, rows, &[("x", ty, data)]));
+    out.extend_from_slice(&data_packet(server::DATA, revision, rows, &[(x, ty, data)]));
     Progress { rows, bytes: 8 * rows, total_rows: rows, elapsed_ns: 120_000, ..Progress::default() }
         .encode(&mut out, revision);
     put_varuint(&mut out, server::PROFILE_INFO);
@@ -129,19 +166,46 @@ fn answer_to(revision: u64, q: &Query) -> Vec<u8> {
         d.extend_from_slice(&42u64.to_le_bytes());
         return answer(revision, "Variant(String, UInt64)", 3, d);
     }
+    if q.sql.starts_with("DESC") {
+        // `DESCRIBE TABLE system.one`, as ClickHouse's `remote()` asks a table's structure first
+        // (`getStructureOfRemoteTable`): name, type and five empty columns.
+        let col = |v: &str| ("c", "String", strings(&[v]));
+        let mut out = data_packet(server::DATA, revision, 0, &[("name", "String", Vec::new())]);
+        out.extend_from_slice(&data_packet(
+            server::DATA,
+            revision,
+            1,
+            &[
+                ("name", "String", strings(&["dummy"])),
+                ("type", "String", strings(&["UInt8"])),
+                ("default_type", col("").1, col("").2),
+                ("default_expression", "String", strings(&[""])),
+                ("comment", "String", strings(&[""])),
+                ("codec_expression", "String", strings(&[""])),
+                ("ttl_expression", "String", strings(&[""])),
+            ],
+        ));
+        out.extend_from_slice(&profile_events(revision));
+        put_varuint(&mut out, server::END_OF_STREAM);
+        return out;
+    }
+    if q.sql.contains("system.one") || q.sql.contains("`one`") {
+        return answer_named(revision, "dummy", "UInt8", 1, vec![0]);
+    }
     answer(revision, "UInt8", 1, vec![1])
 }
 
 async fn serve(tcp: TcpStream, seen: Arc<Seen>) -> Option<()> {
     let mut io = Io::new(tcp);
     let hello = read_client_hello(&mut io).await.ok()?;
-    let revision = hello.revision.min(SERVER_REVISION);
+    let announced = if hello.revision > FAITHFUL_UP_TO { FAITHFUL_UP_TO } else { SERVER_REVISION };
+    let revision = hello.revision.min(announced);
     let mut out = Vec::new();
     put_varuint(&mut out, server::HELLO);
     put_str(&mut out, b"ClickHouse");
     put_varuint(&mut out, 26);
     put_varuint(&mut out, 9);
-    put_varuint(&mut out, SERVER_REVISION);
+    put_varuint(&mut out, announced);
     put_str(&mut out, b"UTC");
     put_str(&mut out, b"fake");
     put_varuint(&mut out, 1);
@@ -171,19 +235,22 @@ async fn serve(tcp: TcpStream, seen: Arc<Seen>) -> Option<()> {
                 let q = read_query(&mut io, revision, &mut Mem::unbounded().charge()).await.ok()?;
                 seen.queries.fetch_add(1, Ordering::SeqCst);
                 seen.settings.lock().unwrap().extend(q.settings.iter().cloned());
-                // The client's data, to its empty block.
+                // The client's scalars and data, to its empty data block (`receivePacketsExpectData`).
                 loop {
-                    if io.varuint().await.ok()? != client::DATA {
+                    let code = io.varuint().await.ok()?;
+                    if code != client::DATA && code != client::SCALAR {
                         return None;
                     }
                     io.skip_string().await.ok()?;
                     let shape =
                         skip_block(&mut io, revision, q.compression, &mut scratch, &Mem::unbounded()).await.ok()?;
-                    if shape.is_empty() {
+                    if code == client::DATA && shape.is_empty() {
                         break;
                     }
                 }
-                io.write_all(&answer_to(revision, &q)).await.ok()?;
+                COMPRESS.with(|c| c.set(q.compression));
+                let answer = answer_to(revision, &q);
+                io.write_all(&answer).await.ok()?;
             }
             _ => return None,
         }
@@ -358,4 +425,102 @@ fn a_current_replica_s_revision_is_spoken_end_to_end() {
         assert_eq!(rows, vec![vec!["1".to_string()]]);
         gw.stop();
     });
+}
+
+/// clickhouse-go v2's test client (`scripts/install-deps` builds it into target/test-clients).
+fn chgo() -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/chgo");
+    p.exists().then_some(p)
+}
+
+/// What clickhouse-go prints for `sql` with `args` on the native port `addr`: (stdout, success).
+fn go_query(bin: &std::path::Path, addr: &str, args: &[&str], sql: &str) -> (String, bool) {
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg(bin)
+        .args(["-protocol", "native", "-addr", addr])
+        .args(args)
+        .args(["-query", sql])
+        .output()
+        .unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), out.status.success())
+}
+
+#[test]
+fn clickhouse_go_through_the_gateway_as_straight_at_a_current_replica() {
+    let Some(bin) = chgo() else {
+        eprintln!("skipped: clickhouse-go's test client is not built (scripts/install-deps builds it)");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, native, seen) = rt.block_on(async {
+        let (base, native, seen) = fake().await;
+        let cfg = dir.path().join("gw.yaml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
+            ),
+        )
+        .unwrap();
+        (chstorm_gateway::Gateway::start(cfg).await.unwrap(), native, seen)
+    });
+    let through = gw.native_addr.unwrap().to_string();
+    let cases: [(&[&str], &str, &str); 4] = [
+        (&[], "SELECT 1", "1\n"),
+        (&["-setting", "async_insert=1"], "SELECT getSetting('async_insert')", "1\n"),
+        (&["-setting", "enable_analyzer=1"], "SELECT getSetting('enable_analyzer')", "1\n"),
+        (&["-param", "p=x y"], "SELECT {p:String}", "x y"),
+    ];
+    for (args, sql, want) in cases {
+        let (a, b) = (go_query(&bin, &native, args, sql), go_query(&bin, &through, args, sql));
+        assert!(a.1 && a.0.contains(want), "{sql} straight at the fake: {}", a.0);
+        assert_eq!(a, b, "{sql} {args:?}");
+    }
+    assert!(seen.settings.lock().unwrap().iter().any(|(k, v)| k == "enable_analyzer" && v == "1"));
+    rt.block_on(async { gw.stop() });
+}
+
+/// ClickHouse 26.9 itself (chdb-core, `scripts/install-deps` installs it into target/test-clients).
+fn chdb() -> Option<std::path::PathBuf> {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/py/bin/python");
+    p.exists().then_some(p)
+}
+
+/// What 26.9's `remote()` to `addr` answers for `system.one`, or its error: its output.
+fn remote_one(python: &std::path::Path, addr: &str) -> String {
+    let script = format!(
+        "import chdb\ntry:\n    print(chdb.query(\"SELECT dummy FROM remote('{addr}', system.one)\", 'TSV'), end='')\nexcept Exception as e:\n    print('ERROR', str(e).split('. ')[0])\n"
+    );
+    let out = std::process::Command::new("timeout").arg("120").arg(python).args(["-c", &script]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+#[test]
+fn clickhouse_26_9_s_remote_through_the_gateway_as_straight_at_a_current_replica() {
+    let Some(python) = chdb() else {
+        eprintln!("skipped: chdb-core is not installed (scripts/install-deps installs it)");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (gw, native) = rt.block_on(async {
+        let (base, native, _) = fake().await;
+        let cfg = dir.path().join("gw.yaml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
+            ),
+        )
+        .unwrap();
+        (chstorm_gateway::Gateway::start(cfg).await.unwrap(), native)
+    });
+    let through = gw.native_addr.unwrap().to_string();
+    let (a, b) = (remote_one(&python, &native), remote_one(&python, &through));
+    eprintln!("direct: {a}\nthrough the gateway: {b}");
+    assert_eq!(a, "0\n", "straight at the fake");
+    assert_eq!(b, a);
+    rt.block_on(async { gw.stop() });
 }

@@ -231,6 +231,38 @@ fn native_port_end_to_end() {
     assert_eq!(metric(gw.addr, "chstorm_gateway_replica_up"), 4.0, "no replica marked down");
     eprintln!("5b. {} reads of aggregate states streamed through, every replica up", states.len());
 
+    // 5c. clickhouse-go v2 (native at the revision 18.16 speaks, and HTTP): the same rows or the
+    //     same error code through the gateway as straight from a node.
+    let chgo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients/chgo");
+    if chgo.exists() {
+        let dh = env.cluster.topology().node(1, 1).unwrap().http_url.trim_start_matches("http://").to_string();
+        let go = |protocol: &str, addr: &str, sql: &str| {
+            let out = Command::new("timeout")
+                .arg("60")
+                .arg(&chgo)
+                .args(["-protocol", protocol, "-addr", addr, "-query", sql])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        let (gn, gh) = (format!("127.0.0.1:{gp}"), gw.addr.to_string());
+        let dn = format!("127.0.0.1:{dp}");
+        for sql in [
+            "SELECT number, toString(number), [number] FROM numbers(5)",
+            "SELECT count() FROM items",
+            "SELECT sum(item_id) FROM items WHERE shop_id = 7",
+            "SELECT * FROM no_such_table",
+        ] {
+            for (protocol, direct, through) in [("native", &dn, &gn), ("http", &dh, &gh)] {
+                let (a, b) = (go(protocol, direct, sql), go(protocol, through, sql));
+                assert!(!a.is_empty() && a == b, "clickhouse-go {protocol} {sql}:\n direct {a}\n gateway {b}");
+            }
+        }
+        eprintln!("5c. clickhouse-go native and HTTP: the same answers through the gateway");
+    } else {
+        eprintln!("5c. skipped: clickhouse-go's test client is not built (scripts/install-deps builds it)");
+    }
+
     // 6. Wrong password and unknown user refused as 18.16 refuses them; the right one works.
     let (ok, _, direct) = client(dp, "default", "wrong", &[], "SELECT 1", None);
     assert!(!ok, "{direct}");

@@ -34,7 +34,8 @@ pub struct Shared {
 /// A packet from the client, read whole.
 pub enum ClientPacket {
     Query(Box<Query>),
-    /// A Data packet, its raw bytes; `empty` for the empty block that ends a run of data;
+    /// A Data packet (or a Scalar, laid out alike), its raw bytes; `empty` for the empty block
+    /// that ends a run of data;
     /// `charge` holds the bytes' room on the connection's account.
     Data {
         raw: Vec<u8>,
@@ -154,9 +155,9 @@ impl ClientConn {
                     Err(QueryError::Proto(e)) => self.failed("a Query packet", e),
                 }
             }
-            client::DATA => {
+            client::DATA | client::SCALAR => {
                 let io = &mut self.io;
-                io.tee_start_charged(vec![client::DATA as u8], self.mem.charge());
+                io.tee_start_charged(vec![code as u8], self.mem.charge());
                 let read = async {
                     if revision >= chstorm_proto::native::packets::rev::TEMPORARY_TABLES {
                         io.skip_string().await?;
@@ -166,7 +167,8 @@ impl ClientConn {
                 .await;
                 let (raw, charge) = self.io.tee_take_charged();
                 match read {
-                    Ok(shape) => ClientPacket::Data { raw, empty: shape.is_empty(), charge },
+                    // A scalar goes with the query's data, and never ends it.
+                    Ok(shape) => ClientPacket::Data { raw, empty: code == client::DATA && shape.is_empty(), charge },
                     Err(e) => self.failed("a data block from the client", e),
                 }
             }

@@ -41,6 +41,9 @@ use crate::query::request::{new_query_id, QueryRequest};
 use crate::state::{ClusterRt, State, UserRt};
 use chstorm_proto::mem::Charge;
 use chstorm_proto::native::packets::{server, QUERY_KIND_INITIAL};
+
+/// `ClientInfo::QueryKind::SECONDARY_QUERY` (`src/Interpreters/ClientInfo.h`).
+const QUERY_KIND_SECONDARY: u8 = 2;
 use chstorm_proto::native::server::packets::{self, Query};
 use chstorm_proto::rules::http_exception_code;
 use chstorm_sql::reading::{read_all, Reading};
@@ -111,7 +114,7 @@ async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge), boo
 }
 
 /// Runs one query for `user`; false when the client connection must be closed.
-pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut ClientConn, q: Query) -> bool {
+pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut ClientConn, mut q: Query) -> bool {
     let exit = Exit::new(&state.metrics, &user.cfg.name);
     let (held, _held_charge) = match external_tables(conn).await {
         Ok(h) => h,
@@ -130,9 +133,20 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         let why = format!("user '{}' names a cluster that is gone", user.cfg.name);
         return refused(&exit, &mut conn.w, &Refusal::new(Kind::Internal, why)).await;
     };
+    // A secondary query (ClickHouse as a client: `remote()`, a Distributed table's initiator)
+    // goes on as an initial one: the same bytes but the kind, so the replica runs it as the
+    // gateway's user with every check of an initial query (a server applies a secondary query's
+    // settings without their constraints, `TCPHandler::receiveQuery`).
+    if q.query_kind == QUERY_KIND_SECONDARY && !q.client_info.is_empty() {
+        q.client_info[0] = QUERY_KIND_INITIAL;
+        q.query_kind = QUERY_KIND_INITIAL;
+    }
     if q.query_kind != QUERY_KIND_INITIAL {
-        let msg = "only initial queries are served on the gateway's native port (not a server's secondary queries)";
-        return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, msg)).await;
+        let msg = format!(
+            "query kind {} is not served on the gateway's native port (only initial and secondary queries)",
+            q.query_kind
+        );
+        return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, &msg)).await;
     }
     let use_db = match session_statement(shared, state, user, cluster, conn, &q, &exit).await {
         Statement::Done(keep) => return keep,

@@ -362,8 +362,9 @@ async fn queries_refused_before_any_backend_keep_or_end_the_session_as_18_16_doe
         assert_eq!(code, 62, "{sql}: {msg}");
         assert!(msg.starts_with("DB::Exception: Syntax error: USE needs one database name"), "{msg}");
     }
-    // A server's secondary query (kind 2) is not served (48); the session goes on.
-    c.send(query_packet(2, &[], "SELECT 1")).await;
+    // A query of a kind beyond secondary (3) is not served (48); the session goes on. (A
+    // secondary query goes on as an initial one.)
+    c.send(query_packet(3, &[], "SELECT 1")).await;
     assert_eq!(c.exception().await.0, 48);
     // Settings in the Query packet are read typed and the session stays in step.
     let mut typed = Vec::new();

@@ -17,6 +17,9 @@ pub mod client {
     pub const TABLES_STATUS_REQUEST: u64 = 5;
     /// Keeps the connection alive; no body, no answer.
     pub const KEEP_ALIVE: u64 = 6;
+    /// A scalar (a subquery's result) the initiator of a distributed query sends after its
+    /// Query packet, before its external tables: laid out as a Data packet (from 54429).
+    pub const SCALAR: u64 = 7;
 }
 
 /// Packets the server sends.
