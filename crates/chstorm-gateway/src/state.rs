@@ -219,6 +219,7 @@ impl State {
                 self.config.health.timeout.0,
                 self.metrics.clone(),
                 round_done,
+                crate::cluster::server_settings::wanted(self.config.users.values(), name),
             ));
             self.health_tasks.push(versions.abort_handle());
             if let Some(t) = self.config.threads.get(name) {

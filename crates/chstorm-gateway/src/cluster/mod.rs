@@ -30,6 +30,7 @@ pub mod login;
 pub mod message;
 pub mod replica;
 pub mod replication;
+pub mod server_settings;
 pub mod upstream;
 pub mod version;
 pub mod worker;

@@ -230,14 +230,15 @@ impl Upstream {
         matches!(tokio::time::timeout(timeout, fut).await, Ok(Some(true)))
     }
 
-    /// The text `sql` answers on `r` (at most 4 KiB), as the user of `auth` (an `Authorization`
-    /// value), within `timeout`; None on any error. For the gateway's own small probes.
+    /// The text `sql` answers on `r` (at most `limit` bytes), as the user of `auth` (an
+    /// `Authorization` value), within `timeout`; None on any error. For the gateway's own probes.
     pub async fn query_text(
         &self,
         r: &ReplicaAddr,
         sql: &str,
         auth: &http::HeaderValue,
         timeout: Duration,
+        limit: usize,
     ) -> Option<String> {
         let uri = format!(
             "{}/?query={}",
@@ -250,7 +251,7 @@ impl Upstream {
             if !resp.status().is_success() {
                 return None;
             }
-            let body = http_body_util::Limited::new(resp.into_body(), 4096).collect().await.ok()?.to_bytes();
+            let body = http_body_util::Limited::new(resp.into_body(), limit).collect().await.ok()?.to_bytes();
             String::from_utf8(body.to_vec()).ok()
         };
         tokio::time::timeout(timeout, fut).await.ok()?

@@ -81,7 +81,8 @@ pub fn lowest_version(balancer: &Balancer) -> Option<ServerVersion> {
 /// [`RECHECK`] ago) is asked `SELECT version()` with the cluster's credentials (`auth`, an
 /// `Authorization` value), each ask bounded by `timeout`; `first_round` fires when the first
 /// round has finished (the gateway starts serving after it, so its first answers already know
-/// their replicas' versions).
+/// their replicas' versions). Once a replica's version is first known, the settings the config
+/// names (`wanted`) are checked against its `system.settings` ([`super::server_settings`]).
 pub async fn run(
     balancer: Arc<Balancer>,
     upstream: Arc<Upstream>,
@@ -90,8 +91,11 @@ pub async fn run(
     timeout: Duration,
     metrics: Arc<Metrics>,
     first_round: tokio::sync::oneshot::Sender<()>,
+    wanted: Vec<super::server_settings::Wanted>,
 ) {
     let mut first_round = Some(first_round);
+    // The config's settings are checked on the first replica whose version is known.
+    let mut settings_checked = false;
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut asked: Vec<Option<tokio::time::Instant>> = vec![None; balancer.replicas().count()];
@@ -119,6 +123,10 @@ pub async fn run(
                 let was = r.version();
                 r.set_version(v);
                 publish(&metrics, &balancer.cluster, &r, was);
+                if !settings_checked && v.is_some() {
+                    let c = &balancer.cluster;
+                    settings_checked = super::server_settings::check(&upstream, c, &r, &auth, &wanted, timeout).await;
+                }
             }
         }
         if let Some(done) = first_round.take() {
@@ -129,7 +137,7 @@ pub async fn run(
 
 /// `SELECT version()` on `r`'s HTTP interface; None when it does not answer with a version.
 async fn ask(upstream: &Upstream, r: &Replica, auth: &http::HeaderValue, timeout: Duration) -> Option<ServerVersion> {
-    let text = upstream.query_text(&r.addr, "SELECT version()", auth, timeout).await?;
+    let text = upstream.query_text(&r.addr, "SELECT version()", auth, timeout, 4096).await?;
     ServerVersion::parse(&text)
 }
 
