@@ -211,16 +211,15 @@ impl State {
             self.health_tasks.push(task.abort_handle());
             let (round_done, round_wait) = tokio::sync::oneshot::channel();
             first_round.push(round_wait);
-            let versions = tokio::spawn(crate::cluster::version::run(
-                rt.balancer.clone(),
-                self.upstream.clone(),
-                rt.auth.header.clone(),
-                self.config.health.interval.0,
-                self.config.health.timeout.0,
-                self.metrics.clone(),
-                round_done,
-                crate::cluster::server_settings::wanted(self.config.users.values(), name),
-            ));
+            let probe = crate::cluster::version::Probe {
+                upstream: self.upstream.clone(),
+                auth: rt.auth.header.clone(),
+                interval: self.config.health.interval.0,
+                timeout: self.config.health.timeout.0,
+                metrics: self.metrics.clone(),
+                wanted: crate::cluster::server_settings::wanted(self.config.users.values(), name),
+            };
+            let versions = tokio::spawn(crate::cluster::version::run(rt.balancer.clone(), probe, round_done));
             self.health_tasks.push(versions.abort_handle());
             if let Some(t) = self.config.threads.get(name) {
                 let b = Arc::new(crate::cluster::budget::ClusterBudget::new(&rt.cfg, t, Some(&self.metrics)));

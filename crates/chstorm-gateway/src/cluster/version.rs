@@ -76,6 +76,18 @@ pub fn lowest_version(balancer: &Balancer) -> Option<ServerVersion> {
     balancer.versions().into_iter().filter_map(|(_, v)| v).min()
 }
 
+/// How [`run`] asks: through `upstream`, as the cluster's user (`auth`, an `Authorization`
+/// value), each `interval`, each ask bounded by `timeout`, counted in `metrics`; `wanted`: the
+/// settings the config names for the cluster ([`super::server_settings`]).
+pub struct Probe {
+    pub upstream: Arc<Upstream>,
+    pub auth: http::HeaderValue,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub metrics: Arc<Metrics>,
+    pub wanted: Vec<super::server_settings::Wanted>,
+}
+
 /// Detects the versions of `balancer`'s replicas until the task is aborted: each `interval`,
 /// a replica marked down becomes unknown, and one up whose version is unknown (or was detected
 /// [`RECHECK`] ago) is asked `SELECT version()` with the cluster's credentials (`auth`, an
@@ -83,16 +95,8 @@ pub fn lowest_version(balancer: &Balancer) -> Option<ServerVersion> {
 /// round has finished (the gateway starts serving after it, so its first answers already know
 /// their replicas' versions). Once a replica's version is first known, the settings the config
 /// names (`wanted`) are checked against its `system.settings` ([`super::server_settings`]).
-pub async fn run(
-    balancer: Arc<Balancer>,
-    upstream: Arc<Upstream>,
-    auth: http::HeaderValue,
-    interval: Duration,
-    timeout: Duration,
-    metrics: Arc<Metrics>,
-    first_round: tokio::sync::oneshot::Sender<()>,
-    wanted: Vec<super::server_settings::Wanted>,
-) {
+pub async fn run(balancer: Arc<Balancer>, probe: Probe, first_round: tokio::sync::oneshot::Sender<()>) {
+    let Probe { upstream, auth, interval, timeout, metrics, wanted } = probe;
     let mut first_round = Some(first_round);
     // The config's settings are checked on the first replica whose version is known.
     let mut settings_checked = false;
