@@ -340,7 +340,10 @@ async fn in_session(
     loop {
         let route = match cluster.sessions.route(&s.id, &cluster.balancer, &replay, restarted).await {
             Ok(r) => r,
-            Err(why) => return refused(exit, &Refusal::new(Kind::SessionLost, why)).into(),
+            Err(why) => {
+                let w = wording(state, Some(&cluster.balancer.cluster));
+                return refused(exit, &Refusal::new(Kind::SessionLost, why), w).into();
+            }
         };
         let mut attempt_plan = plan.clone();
         if let Route::Home(at) | Route::Moved { to: at, .. } = &route {
@@ -379,7 +382,8 @@ async fn in_session(
             }
         }
         let query_id = std::mem::take(&mut plan.client_query_id);
-        return Answer { exit, fin: None, warning: None }.outcome(
+        let wording = wording(state, Some(&cluster.balancer.cluster));
+        return Answer { exit, fin: None, warning: None, wording }.outcome(
             outcome,
             plan.target.label(),
             query_id,
