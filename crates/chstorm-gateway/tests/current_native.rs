@@ -284,6 +284,16 @@ async fn fake() -> (String, String, Arc<Seen>) {
     (base, native_addr, seen)
 }
 
+/// A gateway config in `dir` over the fake at `base` (HTTP) and `native`: its path.
+fn config(dir: &std::path::Path, base: &str, native: &str) -> std::path::PathBuf {
+    let cfg = dir.join("gw.yaml");
+    let text = format!(
+        "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
+    );
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
 /// A client at revision 54460 (what clickhouse-go v2 speaks) on `addr`.
 struct Client {
     io: Io<TcpStream>,
@@ -371,14 +381,7 @@ fn a_current_replica_s_revision_is_spoken_end_to_end() {
     rt.block_on(async {
         let (base, native, seen) = fake().await;
         let dir = tempfile::tempdir().unwrap();
-        let cfg = dir.path().join("gw.yaml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
-            ),
-        )
-        .unwrap();
+        let cfg = config(dir.path(), &base, &native);
         let gw = chstorm_gateway::Gateway::start(cfg).await.unwrap();
         let through = gw.native_addr.unwrap().to_string();
 
@@ -456,14 +459,7 @@ fn clickhouse_go_through_the_gateway_as_straight_at_a_current_replica() {
     let dir = tempfile::tempdir().unwrap();
     let (gw, native, seen) = rt.block_on(async {
         let (base, native, seen) = fake().await;
-        let cfg = dir.path().join("gw.yaml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
-            ),
-        )
-        .unwrap();
+        let cfg = config(dir.path(), &base, &native);
         (chstorm_gateway::Gateway::start(cfg).await.unwrap(), native, seen)
     });
     let through = gw.native_addr.unwrap().to_string();
@@ -507,14 +503,7 @@ fn clickhouse_26_9_s_remote_through_the_gateway_as_straight_at_a_current_replica
     let dir = tempfile::tempdir().unwrap();
     let (gw, native) = rt.block_on(async {
         let (base, native, _) = fake().await;
-        let cfg = dir.path().join("gw.yaml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "listen: 127.0.0.1:0\nlisten_native: 127.0.0.1:0\nclusters:\n  c:\n    shards:\n      - replicas: [{base}]\n        native: [{native}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
-            ),
-        )
-        .unwrap();
+        let cfg = config(dir.path(), &base, &native);
         (chstorm_gateway::Gateway::start(cfg).await.unwrap(), native)
     });
     let through = gw.native_addr.unwrap().to_string();

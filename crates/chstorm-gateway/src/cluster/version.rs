@@ -171,15 +171,7 @@ mod tests {
         assert_eq!(r.version(), None, "unknown at first");
         r.set_version(ServerVersion::parse("18.16.1"));
         assert_eq!(r.version().unwrap().revision, None);
-        let info = ServerInfo {
-            name: "ClickHouse".into(),
-            version_major: 18,
-            version_minor: 16,
-            version_patch: 1,
-            revision: 54412,
-            timezone: "UTC".into(),
-            display_name: String::new(),
-        };
+        let info = ServerInfo::of_version(ServerVersion::V18_16);
         r.observe_hello(&info);
         assert_eq!(r.version(), Some(ServerVersion::V18_16));
         r.set_version(ServerVersion::parse("18.16.1"));

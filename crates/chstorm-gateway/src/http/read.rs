@@ -139,6 +139,18 @@ fn decompress(enc: Encoding, data: &[u8], limit: usize) -> Result<(Vec<u8>, bool
     }
 }
 
+/// A request whose body goes on unread (opaque): its `head`, then the rest.
+fn unread(
+    sql: Option<String>,
+    params: Vec<(String, String)>,
+    head: Bytes,
+    body: GBody,
+    charge: Charge,
+) -> ClientRequest {
+    let body = ClientBody::Opaque(crate::cluster::upstream::Prefixed::wrap(head, body));
+    ClientRequest { sql, params, shape: BodyShape::Opaque, body, form_read: false, charge }
+}
+
 /// [`decompress`] of an xz stream: its output stops at `limit + 1` bytes.
 fn decompress_xz(data: &[u8], limit: usize) -> Result<(Vec<u8>, bool), std::io::Error> {
     /// A writer that takes at most `max` bytes, then fails.
@@ -294,14 +306,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
     let head = head.freeze();
     // Snappy (one block) and xz are read whole or not at all: a longer body goes as it came.
     if !ended && matches!(enc, Encoding::Snappy | Encoding::Xz) {
-        return Ok(ClientRequest {
-            sql: url_query,
-            params,
-            shape: BodyShape::Opaque,
-            body: ClientBody::Opaque(crate::cluster::upstream::Prefixed::wrap(head, body)),
-            form_read: false,
-            charge,
-        });
+        return Ok(unread(url_query, params, head, body, charge));
     }
     let (wire, whole) = match enc {
         Encoding::Plain => (head.clone(), ended),
@@ -325,14 +330,7 @@ pub async fn read_within(parts: &Parts, mut body: GBody, forms: bool, mem: &Mem)
             Err(FrameError::Corrupt(why)) => return Err(unreadable(format!("decompress=1 and {why}"))),
         };
         let Some(decoded) = decoded else {
-            return Ok(ClientRequest {
-                sql: url_query,
-                params,
-                shape: BodyShape::Opaque,
-                body: ClientBody::Opaque(crate::cluster::upstream::Prefixed::wrap(head, body)),
-                form_read: false,
-                charge,
-            });
+            return Ok(unread(url_query, params, head, body, charge));
         };
         decoded
     } else {

@@ -447,12 +447,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 let read = read_server_packet(io, revision, compressed, scratch, &mut packet);
                 tokio::pin!(read);
                 loop {
-                    let sleep = async {
-                        match body_deadline {
-                            Some(d) => tokio::time::sleep_until(d).await,
-                            None => std::future::pending().await,
-                        }
-                    };
+                    let sleep = until(body_deadline);
                     tokio::select! {
                         biased;
                         r = &mut read => break r,
@@ -530,6 +525,14 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     }
 }
 
+/// Resolves at `deadline`; never without one.
+async fn until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Passes the rest of an answer the gateway cannot delimit (a block with rows of a column type
 /// it does not know: an aggregate function's state, `Variant`, `Dynamic`, `JSON`) to the client
 /// as it comes, `pending` first. The client's Data and Cancel packets go on to the replica; its
@@ -550,12 +553,7 @@ async fn stream_through(
     }
     let mut chunk = Vec::with_capacity(64 << 10);
     loop {
-        let sleep = async {
-            match body_deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
+        let sleep = until(body_deadline);
         tokio::select! {
             biased;
             r = io.fill_some() => {

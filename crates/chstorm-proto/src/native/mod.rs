@@ -83,6 +83,20 @@ pub struct ServerInfo {
 }
 
 impl ServerInfo {
+    /// What a ClickHouse server of version `v` says in its Hello (time zone UTC, no display
+    /// name; its revision `v`'s, else 18.16's): for tests and fakes.
+    pub fn of_version(v: crate::versions::ServerVersion) -> ServerInfo {
+        ServerInfo {
+            name: "ClickHouse".into(),
+            version_major: v.major,
+            version_minor: v.minor,
+            version_patch: v.patch,
+            revision: v.revision.unwrap_or(54412),
+            timezone: "UTC".into(),
+            display_name: String::new(),
+        }
+    }
+
     /// `major.minor.patch`, e.g. `18.16.1`.
     pub fn version(&self) -> String {
         format!("{}.{}.{}", self.version_major, self.version_minor, self.version_patch)
@@ -502,15 +516,7 @@ mod tests {
 
     #[test]
     fn version_string() {
-        let info = ServerInfo {
-            name: "ClickHouse".into(),
-            version_major: 18,
-            version_minor: 16,
-            version_patch: 1,
-            revision: 54412,
-            timezone: "UTC".into(),
-            display_name: String::new(),
-        };
+        let info = ServerInfo::of_version(crate::versions::ServerVersion::V18_16);
         assert_eq!(info.version(), "18.16.1");
     }
 }

@@ -141,15 +141,7 @@ async fn an_unknown_user_gets_401_with_the_realm_and_is_counted_as_unknown() {
     assert_eq!(count(&state, UNKNOWN_USER, 401, "rejected"), 1);
     // A cluster whose replica says it is 18.16 gets 18.16's wording.
     let r = state.clusters["storm"].balancer.replicas().next().unwrap().clone();
-    r.observe_hello(&chstorm_proto::native::ServerInfo {
-        name: "ClickHouse".into(),
-        version_major: 18,
-        version_minor: 16,
-        version_patch: 1,
-        revision: 54412,
-        timezone: "UTC".into(),
-        display_name: String::new(),
-    });
+    r.observe_hello(&chstorm_proto::native::ServerInfo::of_version(chstorm_proto::versions::ServerVersion::V18_16));
     let (_, headers, text) = send(&state, request(Method::POST, "/?user=nobody", "SELECT 1")).await;
     assert_eq!(text, "Code: 193, e.displayText() = DB::Exception: chstorm gateway: unknown user or wrong password\n");
     assert_eq!(headers["x-clickhouse-exception-code"], "193");
