@@ -58,8 +58,9 @@ pub struct Answer<'a, 'e> {
     pub fin: Option<&'a ClientFin>,
     /// `X-Chstorm-Warning` for the answer ([`crate::query::ddl`]).
     pub warning: Option<&'static str>,
-    /// How the gateway words its own errors to this client ([`wording`]).
-    pub wording: ErrorWording,
+    /// The state and the client's cluster, to word the gateway's own errors as [`wording`]
+    /// says: looked up only when there is one to word.
+    pub words: (&'a crate::state::State, &'a str),
 }
 
 impl Answer<'_, '_> {
@@ -86,7 +87,7 @@ impl Answer<'_, '_> {
                         "ms": self.exit.started.elapsed().as_millis() as u64, "error": message}),
                 );
                 Served {
-                    resp: error_reply(self.wording, status, 1002, &message),
+                    resp: error_reply(wording(self.words.0, Some(self.words.1)), status, 1002, &message),
                     ids: Some(Ids {
                         replica: None,
                         route,

@@ -305,7 +305,7 @@ where
     };
     let query_id = std::mem::take(&mut plan.client_query_id);
     let warning = crate::query::ddl::warning(&plan, read.sql.as_deref());
-    Answer { exit: &exit, fin, warning, wording: wording(&state, Some(&u.cluster)) }.outcome(
+    Answer { exit: &exit, fin, warning, words: (&state, &u.cluster) }.outcome(
         outcome,
         plan.target.label(),
         query_id,
@@ -382,8 +382,8 @@ async fn in_session(
             }
         }
         let query_id = std::mem::take(&mut plan.client_query_id);
-        let wording = wording(state, Some(&cluster.balancer.cluster));
-        return Answer { exit, fin: None, warning: None, wording }.outcome(
+        let words = (state, cluster.balancer.cluster.as_str());
+        return Answer { exit, fin: None, warning: None, words }.outcome(
             outcome,
             plan.target.label(),
             query_id,

@@ -6,7 +6,8 @@
 //!
 //! A session speaks the highest revision its client, the gateway and the replicas all speak:
 //! the gateway offers at most 54460 ([`chstorm_proto::versions::NATIVE_REVISION`], which says
-//! why that one) to the replicas, announces `min(54460, theirs)` in its Hello, and the client
+//! why that one) to the replicas, announces `min(54460, the lowest revision a replica of the
+//! user's cluster said in its Hello)` in its own Hello, and the client
 //! speaks the lower of that and its own, as with a server: 54412 over ClickHouse 18.16, 54460
 //! over a current release, whatever the client (a 26.9 client offers 54492). Backend
 //! connections are opened at the session's revision, so every packet relayed has one layout on

@@ -210,7 +210,13 @@ async fn handshake(
             return None;
         }
     };
-    let announced = info.revision.min(CLIENT_REVISION);
+    // The lowest revision a replica of the cluster said in its Hello (a rolling upgrade mixes
+    // them), else the first Hello's: every backend connection of the session then speaks it.
+    let lowest = state
+        .clusters
+        .get(&user.cfg.cluster)
+        .and_then(|c| c.balancer.replicas().filter_map(|r| r.version().and_then(|v| v.revision)).min());
+    let announced = lowest.unwrap_or(info.revision).min(CLIENT_REVISION);
     let revision = hello.revision.min(announced);
     let mut out = Vec::with_capacity(64);
     packets::server_hello(&mut out, &info, announced, revision);
