@@ -108,9 +108,14 @@ pub struct Replica {
     penalty: Mutex<(f64, Instant)>,
     /// Its replication delay, as the health loop last read it.
     pub(crate) replication: replication::State,
-    /// Its ClickHouse version, as detected ([`crate::cluster::version`]).
-    pub(crate) detected: crate::cluster::version::Detected,
+    /// Its ClickHouse version, as detected (`crate::cluster::version`, which reads and writes
+    /// it).
+    pub(crate) detected: Detected,
 }
+
+/// A replica's detected ClickHouse version (read with `Replica::version`).
+#[derive(Debug, Default)]
+pub struct Detected(pub(crate) arc_swap::ArcSwapOption<chstorm_proto::versions::ServerVersion>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())

@@ -22,15 +22,10 @@ use crate::cluster::balancer::Balancer;
 use crate::cluster::replica::Replica;
 use crate::cluster::upstream::Upstream;
 use crate::metrics::{Metrics, VersionLabels};
-use arc_swap::ArcSwapOption;
 use chstorm_proto::native::ServerInfo;
 use chstorm_proto::versions::ServerVersion;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A replica's detected version (in [`Replica`]; read with [`Replica::version`]).
-#[derive(Debug, Default)]
-pub struct Detected(ArcSwapOption<ServerVersion>);
 
 /// How often a replica whose version is known is asked again: every 60 s (a replica restarted
 /// faster than the health checks notice keeps its old version at most that long).

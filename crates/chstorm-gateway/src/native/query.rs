@@ -361,37 +361,58 @@ async fn answer(
                 won.guard.reason = "replica_failed";
                 return (502, say(&mut conn.w, exception_bytes(210, msg)).await);
             }
-            let first = First { code, exception, raw, undelimited };
-            match relay(conn, &mut backend, transport.q.compression, plan, Some(first)).await {
-                End::Done { clean, server_ended, status, undelimited } => {
-                    if server_ended {
-                        won.guard.disarm();
-                    } else {
-                        won.guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
-                    }
-                    if pin && undelimited {
-                        // The state it would pin the session to is on a connection left in an
-                        // unknown place: the session ends instead of losing it unseen.
-                        return (status, false);
-                    }
-                    if pin && server_ended && !backend.io.has_buffered() {
-                        conn.pinned = Some(Pinned::new(backend, state.metrics.native_pinned.clone()));
-                    } else if clean {
-                        transport.pool.put(backend);
-                    }
-                    (status, true)
-                }
-                End::Cut(status) => {
-                    won.guard.reason = "timeout";
-                    (status, false)
-                }
-                End::ClientGone => {
-                    won.guard.reason = "client_gone";
-                    // Cancel on the connection too; dropping it closes it.
-                    let _ = backend.w.try_write(&[chstorm_proto::native::packets::client::CANCEL as u8]);
-                    (499, false)
-                }
+            let end = if undelimited {
+                let deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
+                let BackendConn { io, w, .. } = &mut *backend;
+                stream_through(conn, io, w, &raw, deadline).await
+            } else {
+                let first = First { code, exception, raw };
+                relay(conn, &mut backend, transport.q.compression, plan, Some(first)).await
+            };
+            settle(state, transport, conn, backend, &mut won, end, pin)
+        }
+    }
+}
+
+/// After the winner's answer was relayed: its KILL guard, and where its backend connection goes
+/// (the pool, the session it pins, or closed); (status for the metrics, keep the client).
+fn settle(
+    state: &State,
+    transport: &Native<'_>,
+    conn: &mut ClientConn,
+    backend: Box<BackendConn>,
+    won: &mut crate::attempt::Won,
+    end: End,
+    pin: bool,
+) -> (u16, bool) {
+    match end {
+        End::Done { clean, server_ended, status, undelimited } => {
+            if server_ended {
+                won.guard.disarm();
+            } else {
+                won.guard.reason = if status == 504 { "timeout" } else { "replica_failed" };
             }
+            if pin && undelimited {
+                // The state it would pin the session to is on a connection left in an unknown
+                // place: the session ends instead of losing it unseen.
+                return (status, false);
+            }
+            if pin && server_ended && !backend.io.has_buffered() {
+                conn.pinned = Some(Pinned::new(backend, state.metrics.native_pinned.clone()));
+            } else if clean {
+                transport.pool.put(backend);
+            }
+            (status, true)
+        }
+        End::Cut(status) => {
+            won.guard.reason = "timeout";
+            (status, false)
+        }
+        End::ClientGone => {
+            won.guard.reason = "client_gone";
+            // Cancel on the connection too; dropping it closes it.
+            let _ = backend.w.try_write(&[chstorm_proto::native::packets::client::CANCEL as u8]);
+            (499, false)
         }
     }
 }
@@ -415,8 +436,6 @@ struct First {
     code: u64,
     exception: Option<i32>,
     raw: Vec<u8>,
-    /// `raw` ends inside a block the gateway cannot delimit: the rest streams through.
-    undelimited: bool,
 }
 
 /// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
@@ -432,9 +451,6 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
     let mut last_write: Option<std::time::Instant> = None;
     let revision = b.revision;
     let BackendConn { io, w: bw, scratch, .. } = b;
-    if let Some(f) = first.as_ref().filter(|f| f.undelimited) {
-        return stream_through(conn, io, bw, &f.raw, body_deadline).await;
-    }
     let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
     loop {
         packet.clear();
@@ -468,10 +484,8 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                         },
                         _ = sleep => {
                             let secs = plan.body_deadline.unwrap_or_default().as_secs();
-                            out.extend_from_slice(&exception_bytes(
-                                159,
-                                &format!("chstorm gateway: no answer within {secs} s; the query was killed"),
-                            ));
+                            let why = format!("chstorm gateway: no answer within {secs} s; the query was killed");
+                            out.extend_from_slice(&exception_bytes(159, &why));
                             let _ = conn.w.write_all(&out).await;
                             return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };
                         }

@@ -62,6 +62,14 @@ pub struct NativeHead {
     pub undelimited: bool,
 }
 
+impl NativeHead {
+    /// A head that ends inside a block of a type the gateway cannot delimit (`raw`, so far):
+    /// the rest streams through ([`super::query`]).
+    fn undelimited(conn: Box<BackendConn>, raw: Vec<u8>) -> NativeHead {
+        NativeHead { conn: Some(conn), code: server::DATA, exception: None, raw, undelimited: true }
+    }
+}
+
 /// A read's Progress packets are held in place for this long (100 ms, 18.16's default
 /// `interactive_delay`): a short read's answer leaves exactly as the replica sent it. From then
 /// on they go to the client apart ([`HeldProgress`]).
@@ -305,33 +313,13 @@ impl Transport for Native<'_> {
         };
         Some(Box::pin(async move {
             let was_pooled = matches!(start, Start::Pooled(_));
-            let mut conn = match start {
-                Start::Pooled(c) => c,
-                // Nothing was sent when the connection or its Hello failed: the query did not run.
-                Start::Dial(d) => {
-                    match BackendConn::connect(&d.native, &d.database, revision, &d.login, d.timeout).await {
-                        Ok(c) => {
-                            replica.observe_hello(&c.server);
-                            c
-                        }
-                        // The client's mistake is its answer, and no fault of the replica's.
-                        Err(e) if e.blames_client() => {
-                            let (code, message) = e.refused.unwrap_or_default();
-                            let mut raw = Vec::new();
-                            packets::exception(&mut raw, code, &message);
-                            let (exception, undelimited) = (Some(code), false);
-                            return Ok(NativeHead { conn: None, code: server::EXCEPTION, exception, raw, undelimited });
-                        }
-                        Err(e) => return Err(BackendError { connect: true, message: e.message }),
-                    }
-                }
+            let mut conn = match open(start, revision, &replica).await? {
+                Ok(c) => c,
+                Err(refused) => return Ok(refused),
             };
             if conn.revision != revision {
-                let message = format!(
-                    "replica {} speaks protocol revision {}, below the client's {revision}",
-                    replica.label(),
-                    conn.revision
-                );
+                let (r, c) = (replica.label(), conn.revision);
+                let message = format!("replica {r} speaks protocol revision {c}, below the client's {revision}");
                 return Err(BackendError { connect: true, message });
             }
             let lost = |what: &str, native: &str, e: &dyn std::fmt::Display| BackendError {
@@ -350,16 +338,7 @@ impl Transport for Native<'_> {
                 let p = match read {
                     Ok(p) => p,
                     // The server's answer, not a fault: no longer held, hedged or retried.
-                    Err(ProtoError::UnknownType(_)) => {
-                        let raw = held.raw;
-                        return Ok(NativeHead {
-                            conn: Some(conn),
-                            code: server::DATA,
-                            exception: None,
-                            raw,
-                            undelimited: true,
-                        });
-                    }
+                    Err(ProtoError::UnknownType(_)) => return Ok(NativeHead::undelimited(conn, held.raw)),
                     Err(e) => return Err(lost("reading the answer from", conn.native(), &e)),
                 };
                 if p.code == server::PROGRESS {
@@ -415,6 +394,35 @@ impl Transport for Native<'_> {
         if let Some(native) = self.natives.get(&replica.addr.base) {
             self.pool.reset(native);
         }
+    }
+}
+
+/// The attempt's connection: the pooled one, or a new one to the replica (whose Hello tells its
+/// version). Ok(Err(head)): the server refused the Hello for the client's reason (a bad
+/// database or login), its exception the answer, no fault of the replica's. Err: the connection
+/// or its Hello failed, and nothing was sent: the query did not run.
+async fn open(
+    start: Start,
+    revision: u64,
+    replica: &Replica,
+) -> Result<Result<Box<BackendConn>, NativeHead>, BackendError> {
+    let d = match start {
+        Start::Pooled(c) => return Ok(Ok(c)),
+        Start::Dial(d) => d,
+    };
+    match BackendConn::connect(&d.native, &d.database, revision, &d.login, d.timeout).await {
+        Ok(c) => {
+            replica.observe_hello(&c.server);
+            Ok(Ok(c))
+        }
+        Err(e) if e.blames_client() => {
+            let (code, message) = e.refused.unwrap_or_default();
+            let mut raw = Vec::new();
+            packets::exception(&mut raw, code, &message);
+            let (exception, undelimited) = (Some(code), false);
+            Ok(Err(NativeHead { conn: None, code: server::EXCEPTION, exception, raw, undelimited }))
+        }
+        Err(e) => Err(BackendError { connect: true, message: e.message }),
     }
 }
 
