@@ -213,7 +213,7 @@ impl State {
             first_round.push(round_wait);
             let probe = crate::cluster::version::Probe {
                 upstream: self.upstream.clone(),
-                auth: rt.auth.header.clone(),
+                auth: rt.login.header.clone(),
                 interval: self.config.health.interval.0,
                 timeout: self.config.health.timeout.0,
                 metrics: self.metrics.clone(),

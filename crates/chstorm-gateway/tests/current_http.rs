@@ -126,7 +126,7 @@ fn current_servers_framings_pass_as_the_servers_own_answers() {
     std::fs::write(
         &cfg,
         format!(
-            "listen: 127.0.0.1:0\nhealth:\n  interval: 200ms\nclusters:\n  c:\n    shards:\n      - replicas: [http://{a}, http://{b}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n"
+            "listen: 127.0.0.1:0\nhealth:\n  interval: 200ms\nclusters:\n  c:\n    shards:\n      - replicas: [http://{a}, http://{b}]\nusers:\n  - name: default\n    networks: [127.0.0.0/8]\n    cluster: c\n    metrics: true\n"
         ),
     )
     .unwrap();
@@ -147,7 +147,8 @@ fn current_servers_framings_pass_as_the_servers_own_answers() {
         assert!(through.2.contains(THROW), "{kind}: {through:?}");
         assert_eq!(queries() - before, 1, "{kind}: run once, not again elsewhere");
     }
-    // No replica was marked down by the servers' own errors; each one's version is known.
+    // No replica was marked down by the servers' own errors; each one's version is known (shown
+    // to a user with `metrics: true`).
     let (s, _, body) = curl(&[&format!("{url}/replicas_status?verbose=1")]);
     assert_eq!(s, 200, "{body}");
     assert_eq!(body.matches("up. ").count(), 2, "{body}");

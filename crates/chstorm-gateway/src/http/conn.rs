@@ -292,7 +292,9 @@ impl Listener {
             Endpoint::Metrics => match listing_access(&state, &req, peer) {
                 Listing::Allowed => self.metrics_answer(&state, accept()),
                 Listing::Anonymous => not_found(target),
-                Listing::Refused(refusal, label) => refused(&Exit::new(&state.metrics, &label), &refusal),
+                Listing::Refused(refusal, label) => {
+                    refused(&Exit::new(&state.metrics, &label), &refusal, super::respond::wording(&state, None))
+                }
             },
             Endpoint::NotFound => not_found(target),
             Endpoint::NotImplemented => {

@@ -47,15 +47,15 @@ async fn ask(
     request: &[u8],
 ) -> Result<Vec<u8>, String> {
     let cluster = state.clusters.get(&user.cfg.cluster).ok_or("the user's cluster is gone")?;
+    let login = state.login(&user.cfg, cluster);
     let mut last = String::from("no replica is up");
     for r in cluster.balancer.replicas().filter(|r| r.is_healthy()) {
         let Some(native) = cluster.cfg.native.get(&r.addr.base) else { continue };
-        let mut b = match shared.pool.take(native, &conn.database, conn.revision) {
+        let mut b = match shared.pool.take(native, login, &conn.database, conn.revision) {
             Some(c) => c,
             None => {
-                let (u, p) = (&cluster.cfg.user, &cluster.cfg.password);
                 let t = state.config.pool.connect_timeout.0;
-                match BackendConn::connect(native, &conn.database, conn.revision, u, p, t).await {
+                match BackendConn::connect(native, &conn.database, conn.revision, login, t).await {
                     Ok(c) => c,
                     Err(e) => {
                         last = e.message;
