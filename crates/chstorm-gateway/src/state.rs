@@ -36,7 +36,14 @@ impl ClusterRt {
     /// The grammars a statement for this cluster is read under ([`chstorm_sql::reading`]):
     /// those of its replicas' releases, both while any replica's release is not known.
     pub fn grammars(&self) -> chstorm_sql::reading::Grammars {
-        chstorm_sql::reading::Grammars::ALL
+        use chstorm_sql::reading::Grammars;
+        let mut set: Option<Grammars> = None;
+        for r in self.balancer.replicas() {
+            let Some(major) = r.detected.0.load().as_deref().map(|v| v.major) else { return Grammars::ALL };
+            let g = Grammars::of_release(major);
+            set = Some(set.map_or(g, |s| s.union(g)));
+        }
+        set.unwrap_or(Grammars::ALL)
     }
 
     /// The recent answer-head times of the route a query takes.

@@ -45,6 +45,24 @@ impl Grammars {
         Grammars(self.0 | Self::bit(g))
     }
 
+    /// Both sets.
+    pub const fn union(self, other: Grammars) -> Grammars {
+        Grammars(self.0 | other.0)
+    }
+
+    /// The grammars a server of release `major` (`SELECT version()`'s first number) reads
+    /// with: 18.16's for 18.x; the current one for 24.1 and later, whose lexer
+    /// (`src/Parsers/Lexer.cpp`) has every form the current grammar reads; both for 19.1 to
+    /// 23.12, which came in between (a text is then read only where 18.16 and current releases
+    /// read it alike) and for a release not known.
+    pub const fn of_release(major: u64) -> Grammars {
+        match major {
+            18 => Grammars::of(Grammar::V18_16),
+            24.. => Grammars::of(Grammar::Current),
+            _ => Grammars::ALL,
+        }
+    }
+
     pub fn contains(self, g: Grammar) -> bool {
         self.0 & Self::bit(g) != 0
     }
@@ -315,6 +333,19 @@ mod tests {
             "ClickHouse 18.16 and current ClickHouse (24.x to 26.x) read this statement differently from byte 0: an \
              error (`#` cannot stand there) for the first, a comment or white space for the second"
         );
+    }
+
+    #[test]
+    fn a_release_reads_with_its_grammar() {
+        assert_eq!(Grammars::of_release(18), Grammars::of(Grammar::V18_16));
+        for major in [19, 20, 22, 23] {
+            assert_eq!(Grammars::of_release(major), Grammars::ALL, "{major}");
+        }
+        for major in [24, 25, 26, 27] {
+            assert_eq!(Grammars::of_release(major), Grammars::of(Grammar::Current), "{major}");
+        }
+        let mixed = Grammars::of_release(18).union(Grammars::of_release(26));
+        assert_eq!(mixed, Grammars::ALL);
     }
 
     #[test]
