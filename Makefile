@@ -3,7 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: all deps build release release-pgo test lint demo bench profile clean
+.PHONY: all deps build release release-pgo demo-build test lint demo bench profile clean
 
 all: release
 
@@ -33,10 +33,16 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## The demo's build: target/demo/chstorm ([profile.demo] in Cargo.toml: release's optimisation with
+## thin LTO and 16 codegen units, no debug info), for the demo and for trying chstorm out. A
+## gateway to deploy is built with `make release` or `make release-pgo`; `make bench` measures those.
+demo-build: deps
+	$(CARGO) build --profile demo -p chstorm
+
 ## The main job: a local ClickHouse, small datasets, the storm and shopee suites (quick), one report
 ## in ./chstorm-demo/report.html. DEMO_FLAGS=--keep leaves the server running.
-demo: release
-	target/release/chstorm demo $(DEMO_FLAGS)
+demo: demo-build
+	target/demo/chstorm demo $(DEMO_FLAGS)
 
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
