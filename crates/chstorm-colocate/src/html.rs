@@ -84,6 +84,7 @@ pub fn render(r: &ColocateReport) -> String {
         categories: categories.clone(),
         series: vec![BarSeries { name: "QPS".into(), values: r.phases.iter().map(|p| p.qps).collect() }],
         colors: vec![0],
+        category_colors: Vec::new(),
     };
     let lat = |name: &str, f: fn(&chstorm_stats::Percentiles) -> f64| BarSeries {
         name: name.into(),
@@ -96,6 +97,7 @@ pub fn render(r: &ColocateReport) -> String {
         categories,
         series: vec![lat("P50", |l| l.p50), lat("P90", |l| l.p90), lat("P99", |l| l.p99)],
         colors: vec![2, 4, 1],
+        category_colors: Vec::new(),
     };
     let _ =
         write!(b, "<div class=\"charts\"><figure>{}</figure><figure>{}</figure></div>", qps.to_svg(), latency.to_svg());

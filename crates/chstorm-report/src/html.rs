@@ -50,7 +50,7 @@ dl.env dd { margin: 0; font-weight: 600; overflow-wrap: anywhere; }
 .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 540px), 1fr)); gap: 12px 16px; }
 figure { margin: 0; min-width: 0; border: 1px solid var(--line); border-radius: 6px; padding: 2px; background: #fff; }
 svg.chart { display: block; width: 100%; height: auto; }
-figure.summary-chart { max-width: 860px; }
+.summary-panels { align-items: start; }
 svg.chart circle:hover, svg.chart rect.bar:hover { stroke: #1f2328; stroke-width: 2; }
 .table-wrap { overflow-x: auto; margin: 6px 0 12px; min-width: 0; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }

@@ -1,8 +1,14 @@
 //! The sweep report: one page for a sweep of scenarios × variants × concurrency levels.
 //!
 //! Layout, top to bottom: title and contents; the environment; a summary (best QPS of each
-//! scenario and variant, as bars and as a table); one section per scenario; a footer on how the
-//! numbers were made.
+//! scenario and variant: one bar chart per scenario, each on its own scale, then a table); one
+//! section per scenario; a footer on how the numbers were made.
+//!
+//! The summary is small multiples rather than one chart: a demo's scenarios are two orders of
+//! magnitude apart (/ping at tens of thousands of QPS, a `FINAL` point lookup at hundreds), and
+//! on one linear axis the slow ones were slivers at the axis; a log axis would keep them visible
+//! but makes bar lengths lie about ratios, which is what an operator reads between variants. Each
+//! panel's bars are labelled with their variant, so a panel needs no legend.
 //!
 //! A scenario's section has QPS against concurrency (log2 x axis, one line per variant, as in the
 //! Altinity "ClickHouse In the Storm" figures) and then **one chart per percentile** (P50, P90,
@@ -254,39 +260,18 @@ fn summary(b: &mut String, scenarios: &[Scenario<'_>]) {
         b.push_str("<p class=\"muted\">No results yet.</p></section>\n");
         return;
     }
-    // Bars: one group per scenario, one bar per variant, coloured as in the scenario charts.
-    let mut names: Vec<(&str, usize)> = Vec::new();
-    for s in scenarios {
-        for v in &s.variants {
-            if !names.iter().any(|(n, _)| *n == v.name) {
-                names.push((v.name, v.color));
-            }
-        }
-    }
     let with_points: Vec<&Scenario<'_>> = scenarios.iter().filter(|s| !s.variants.is_empty()).collect();
-    let chart = BarChart {
-        title: "Best QPS of each variant".into(),
-        value_label: "queries per second at the best concurrency".into(),
-        unit: YUnit::Qps,
-        categories: with_points.iter().map(|s| s.name.to_string()).collect(),
-        series: names
-            .iter()
-            .map(|(n, _)| BarSeries {
-                name: n.to_string(),
-                values: with_points
-                    .iter()
-                    .map(|s| {
-                        s.variants
-                            .iter()
-                            .find(|v| v.name == *n)
-                            .and_then(Variant::best)
-                            .map_or(f64::NAN, |p| p.result.qps)
-                    })
-                    .collect(),
-            })
-            .collect(),
-        colors: names.iter().map(|(_, c)| *c).collect(),
-    };
+    b.push_str(SUMMARY_NOTE);
+    b.push_str("<div class=\"charts summary-panels\">");
+    for s in &with_points {
+        let _ = write!(
+            b,
+            "<figure class=\"summary-panel\" data-scenario=\"{}\">{}</figure>",
+            escape(s.name),
+            summary_panel(s).to_svg()
+        );
+    }
+    b.push_str("</div>");
     let mut rows = Vec::new();
     for s in &with_points {
         for v in &s.variants {
@@ -317,9 +302,31 @@ fn summary(b: &mut String, scenarios: &[Scenario<'_>]) {
             "Best QPS: the concurrency level with the most queries per second. Errors: all runs of the variant.".into(),
         ),
     };
-    // The chart, then the table at the page's full width: beside the chart, in half of it, the
+    // The panels, then the table at the page's full width: beside the panels, in half of it, the
     // table's last columns were cut off (scrolled away) on a 1400 px wide window.
-    let _ = writeln!(b, "<figure class=\"summary-chart\">{}</figure>{}</section>", chart.to_svg(), table(&t));
+    let _ = writeln!(b, "{}</section>", table(&t));
+}
+
+/// What the summary's panels show, above them.
+const SUMMARY_NOTE: &str = "<p class=\"note\">One panel per scenario, each on its own scale from 0: \
+    the best QPS of each variant, at the concurrency the table below gives. The panels share no \
+    axis: compare scenarios by the numbers at the bars' ends.</p>";
+
+/// A scenario's summary panel: one bar per variant (its best QPS), labelled with the variant's
+/// name and coloured as in the scenario's charts, on the scenario's own linear axis from 0.
+fn summary_panel(s: &Scenario<'_>) -> BarChart {
+    BarChart {
+        title: format!("{}: best QPS of each variant", s.name),
+        value_label: "queries per second at the best concurrency".into(),
+        unit: YUnit::Qps,
+        categories: s.variants.iter().map(|v| v.name.to_string()).collect(),
+        series: vec![BarSeries {
+            name: "best QPS".into(),
+            values: s.variants.iter().map(|v| v.best().map_or(f64::NAN, |p| p.result.qps)).collect(),
+        }],
+        colors: Vec::new(),
+        category_colors: s.variants.iter().map(|v| v.color).collect(),
+    }
 }
 
 /// What a variant is, from its runs: protocol, keep-alive, loop, and settings that are not common to all runs.

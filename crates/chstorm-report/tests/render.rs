@@ -32,11 +32,12 @@ fn renders_one_self_contained_document() {
 fn every_chart_has_data() {
     let html = render_sweep(&synthetic_input());
     let points = chart_points(&html);
-    // Summary bars + per scenario: 4 by concurrency, 2 over time, 2 per point in the details.
-    assert_eq!(points.len(), 1 + 2 * (4 + 2 + 3 * 9 * 2));
+    // A summary panel per scenario + per scenario: 4 by concurrency, 2 over time, 2 per point in
+    // the details.
+    assert_eq!(points.len(), 2 + 2 * (4 + 2 + 3 * 9 * 2));
     assert!(points.iter().all(|&n| n > 0), "{points:?}");
-    assert_eq!(points[0], 6, "summary has one bar per scenario and variant");
-    assert_eq!(points[1], 27, "QPS chart of the first scenario: 3 variants × 9 levels");
+    assert_eq!(&points[..2], &[3, 3], "each summary panel has one bar per variant of its scenario");
+    assert_eq!(points[2], 27, "QPS chart of the first scenario: 3 variants × 9 levels");
     assert!(!html.contains(">no data<"));
     // log2 axis labelled 1 … 256.
     for l in [">1<", ">2<", ">16<", ">128<", ">256<"] {
@@ -146,15 +147,92 @@ fn many_variants_keep_distinct_colours_and_the_best_of_table_its_width() {
         }
     }
     let html = render_sweep(&input);
-    let summary = &html[html.find("id=\"summary\"").unwrap()..];
-    let summary = &summary[..summary.find("</section>").unwrap()];
-    let legend = summary.split("<g class=\"legend\"").nth(1).unwrap().split("</g>").next().unwrap();
-    let keys: Vec<&str> =
-        legend.split("<rect").skip(1).map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap()).collect();
-    assert_eq!(keys.len(), 17);
-    let distinct: std::collections::BTreeSet<&&str> = keys.iter().collect();
-    assert_eq!(distinct.len(), 17, "variants share a colour: {keys:?}");
-    // The best-of table is not squeezed into half the page beside the chart.
+    let summary = summary_of(&html);
+    let fills: Vec<&str> = summary.split("<rect class=\"bar\"").skip(1).map(|r| attr(r, "fill")).collect();
+    assert_eq!(fills.len(), 17);
+    let distinct: std::collections::BTreeSet<&&str> = fills.iter().collect();
+    assert_eq!(distinct.len(), 17, "variants share a colour: {fills:?}");
+    // The best-of table is not squeezed into half the page beside the panels.
     let table_at = summary.find("<caption>Best QPS per scenario and variant").unwrap();
     assert!(!summary[..table_at].contains("class=\"grid2\""), "the table sits in a grid column");
+    assert!(!summary[summary.find("</div>").unwrap()..table_at].contains("<figure"), "the table follows the panels");
+}
+
+/// The summary section of a report.
+fn summary_of(html: &str) -> &str {
+    let summary = &html[html.find("id=\"summary\"").unwrap()..];
+    &summary[..summary.find("</section>").unwrap()]
+}
+
+/// The value of attribute `name` in the tag that `tag` starts.
+fn attr<'a>(tag: &'a str, name: &str) -> &'a str {
+    let tag = tag.split('>').next().unwrap();
+    let at = tag.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("no {name} in {tag}")) + name.len() + 3;
+    tag[at..].split('"').next().unwrap()
+}
+
+/// The bar fill of the palette index a line was drawn with: its colour, and past the palette's
+/// length its dashes (striped and cross-striped bars).
+fn bar_fill_of_line(polyline: &str) -> String {
+    let stroke = attr(polyline, "stroke");
+    let palette = chstorm_report::svg::PALETTE;
+    let i = palette.iter().position(|c| *c == stroke).unwrap_or_else(|| panic!("{stroke} is not in the palette"));
+    let tag = polyline.split('>').next().unwrap();
+    let k = if tag.contains("stroke-dasharray=\"7 4\"") {
+        1
+    } else if tag.contains("stroke-dasharray=\"2 3\"") {
+        2
+    } else {
+        0
+    };
+    chstorm_report::svg::bar_fill(i + k * palette.len())
+}
+
+fn num(s: &str) -> f64 {
+    s.parse().unwrap_or_else(|_| panic!("{s:?} is not a number"))
+}
+
+/// The summary of a demo's sweep: one panel per scenario, in page order, each with one bar per
+/// variant of its scenario (labelled with it, coloured as its lines in the scenario's charts), no
+/// legend, and its own scale: the longest bar of every panel, the slowest scenario's too, spans
+/// most of the panel (on one axis for all, a 300 QPS lookup beside /ping's 97k was 0.3 % of it).
+#[test]
+fn one_summary_panel_per_scenario() {
+    let input = common::demo_like_input();
+    let html = render_sweep(&input);
+    let summary = summary_of(&html);
+    let panels: Vec<&str> = summary.split("<figure class=\"summary-panel\"").skip(1).collect();
+    let names: Vec<&str> = panels.iter().map(|p| attr(p, "data-scenario")).collect();
+    let scenarios: Vec<&str> = input.sections.iter().map(|s| s.scenario.as_str()).collect();
+    assert_eq!(names, scenarios, "one panel per scenario, in page order");
+    assert_eq!(summary.matches("<svg class=\"chart\"").count(), scenarios.len(), "no other chart in the summary");
+    for (panel, name) in panels.iter().zip(&names) {
+        let panel = &panel[..panel.find("</figure>").unwrap()];
+        let mut variants: Vec<&str> = Vec::new();
+        for p in input.points.iter().filter(|p| p.scenario == *name) {
+            if !variants.contains(&p.variant.as_str()) {
+                variants.push(&p.variant);
+            }
+        }
+        assert_eq!(common::chart_points(panel), vec![variants.len()], "{name}: a bar per variant");
+        assert!(!panel.contains("class=\"legend\""), "{name}: the bars are labelled, no legend");
+        // Each bar: its variant's label and the colour of the variant's line in the scenario's QPS chart.
+        let section = &html[html.find(&format!("<h2>{name}</h2>")).unwrap()..];
+        let bars: Vec<&str> = panel.split("<rect class=\"bar\"").skip(1).collect();
+        for (v, bar) in variants.iter().zip(&bars) {
+            let title = bar.split("<title>").nth(1).unwrap().split("</title>").next().unwrap();
+            assert!(title.starts_with(&format!("{v}&#10;")), "{name}: bar of {v} is titled {title}");
+            assert!(panel.contains(&format!(">{v}<title>")), "{name}: {v} labels its bar");
+            let line = section.split(&format!("data-series=\"{v}\"")).nth(1).unwrap();
+            let polyline = line.split("<polyline").nth(1).unwrap();
+            assert_eq!(attr(bar, "fill"), bar_fill_of_line(polyline), "{name}: {v} has its colour");
+        }
+        // Its own scale: from the zero line to the last gridline is the plot; the longest bar
+        // covers more than half of it (1-2-5 ticks put the top tick under 1.5 x the largest bar).
+        let grid = panel.split("<g class=\"grid\">").nth(1).unwrap().split("</g>").next().unwrap();
+        let xs: Vec<f64> = grid.split("<line").skip(1).map(|l| num(attr(l, "x1"))).collect();
+        let (zero, end) = (xs[0], xs[xs.len() - 1]);
+        let longest = bars.iter().map(|b| num(attr(b, "width"))).fold(0.0, f64::max);
+        assert!(longest > 0.5 * (end - zero), "{name}: longest bar {longest} of a {} px plot", end - zero);
+    }
 }

@@ -8,6 +8,13 @@ use super::{
 use crate::format::LatencyUnit;
 use crate::html::escape;
 use std::fmt::Write as _;
+
+/// Width in px of one character of a category label (11 px text), and the most the labels' column
+/// takes of the chart's 640: room for a variant such as `http max_threads=32
+/// use_uncompressed_cache=0`; longer labels are cut with an ellipsis (the whole in a tooltip).
+const LABEL_CHAR_W: f64 = 6.4;
+const MAX_LABEL_W: f64 = 300.0;
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct BarSeries {
     pub name: String,
@@ -27,6 +34,10 @@ pub struct BarChart {
     pub series: Vec<BarSeries>,
     /// Palette index of each series; series past the end of this list use their position.
     pub colors: Vec<usize>,
+    /// With one series: the palette index of each category's bar, for a chart whose categories
+    /// are the variants (each labelled where its bar is, so no legend is drawn). Categories past
+    /// the end of this list, and every bar of a chart with several series, use the series' colour.
+    pub category_colors: Vec<usize>,
 }
 
 impl BarChart {
@@ -36,6 +47,15 @@ impl BarChart {
         const GAP: f64 = 3.0;
         const GROUP_PAD: f64 = 10.0;
         let colors: Vec<usize> = (0..self.series.len()).map(|i| self.colors.get(i).copied().unwrap_or(i)).collect();
+        // The palette index of the bar of series `s` in category `c`.
+        let bar_color = |s: usize, c: usize| match self.category_colors.get(c) {
+            Some(&k) if self.series.len() == 1 => k,
+            _ => colors[s],
+        };
+        let mut used: Vec<usize> = colors.clone();
+        if self.series.len() == 1 {
+            used.extend(&self.category_colors);
+        }
         // Bars per category: (series index, value).
         let groups: Vec<Vec<(usize, f64)>> = (0..self.categories.len())
             .map(|c| {
@@ -58,7 +78,7 @@ impl BarChart {
         if n == 0 {
             let h = 120.0;
             open_svg(&mut out, &self.title, top + h + 20.0, 0);
-            out.push_str(&bar_patterns(&colors));
+            out.push_str(&bar_patterns(&used));
             legend.write(&mut out);
             no_data(&mut out, 14.0, top, WIDTH - MARGIN_R - 14.0, h);
             out.push_str("</svg>");
@@ -67,7 +87,7 @@ impl BarChart {
         let axis = Axis::linear(groups.iter().flatten().map(|b| b.1), 6, true, self.unit);
         let factor = axis.unit.map_or(1.0, LatencyUnit::factor);
         let label_chars = self.categories.iter().map(|c| c.chars().count()).max().unwrap_or(0);
-        let label_w = (label_chars as f64 * 6.6 + 14.0).clamp(60.0, 210.0);
+        let label_w = (label_chars as f64 * LABEL_CHAR_W + 14.0).clamp(60.0, MAX_LABEL_W);
         let left = label_w + 8.0;
         let right = WIDTH - MARGIN_R - 52.0; // room for the value at a bar's end
         let heights: Vec<f64> = groups.iter().map(|g| g.len().max(1) as f64 * (BAR + GAP) - GAP + GROUP_PAD).collect();
@@ -77,7 +97,7 @@ impl BarChart {
         let px = |v: f64| left + axis.frac(v * factor) * (right - left);
 
         open_svg(&mut out, &self.title, height, n);
-        out.push_str(&bar_patterns(&colors));
+        out.push_str(&bar_patterns(&used));
         legend.write(&mut out);
         out.push_str("<g class=\"grid\">");
         for (i, &t) in axis.ticks.iter().enumerate() {
@@ -99,7 +119,7 @@ impl BarChart {
         axis_labels(&mut out, &value_label, "", (left + right) / 2.0, bottom + 35.0, 0.0);
         let zero = px(0.0f64.clamp(axis.lo / factor, axis.hi / factor));
         let mut y = top + GROUP_PAD;
-        let max_chars = ((label_w - 10.0) / 6.6).max(4.0) as usize;
+        let max_chars = ((label_w - 10.0) / LABEL_CHAR_W).max(4.0) as usize;
         for (c, group) in groups.iter().enumerate() {
             let cat = &self.categories[c];
             let gh = heights[c] - GROUP_PAD;
@@ -126,7 +146,7 @@ impl BarChart {
                     out,
                     "<rect class=\"bar\" x=\"{x0:.1}\" y=\"{by:.1}\" width=\"{:.1}\" height=\"{BAR:.1}\" fill=\"{}\"><title>{}&#10;{}: {}</title></rect>",
                     (x1 - x0).max(0.5),
-                    bar_fill(colors[s]),
+                    bar_fill(bar_color(s, c)),
                     escape(cat),
                     escape(names[s]),
                     escape(&exact(v, self.unit))

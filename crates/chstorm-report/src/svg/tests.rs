@@ -140,6 +140,7 @@ fn bars() {
             BarSeries { name: "native".into(), values: vec![f64::NAN, 10_100.0] },
         ],
         colors: vec![],
+        category_colors: vec![],
     }
     .to_svg();
     assert_eq!(points_attr(&b), 3);
@@ -175,4 +176,36 @@ fn up_to_24_bar_series_look_different() {
     for f in &fills {
         assert!(b.matches(&format!("fill=\"{f}\"")).count() >= 2, "{f}: bar and legend key");
     }
+}
+
+#[test]
+fn one_series_bars_take_their_categories_colours() {
+    let fills = |b: &str| -> Vec<String> {
+        b.split("<rect class=\"bar\"")
+            .skip(1)
+            .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap().to_string())
+            .collect()
+    };
+    let chart = BarChart {
+        title: "ping: best QPS".into(),
+        unit: YUnit::Qps,
+        categories: vec!["http".into(), "native".into(), "http-close".into()],
+        series: vec![BarSeries { name: "best QPS".into(), values: vec![97_000.0, 30_000.0, 18_000.0] }],
+        category_colors: vec![4, 9],
+        ..Default::default()
+    };
+    let b = chart.to_svg();
+    // The third category has no colour of its own: it takes the series' (0).
+    assert_eq!(fills(&b), vec![bar_fill(4), bar_fill(9), bar_fill(0)]);
+    assert!(b.contains("<pattern id=\"chstorm-bar-1-1\""), "the striped fill of 9 is defined");
+    assert!(!b.contains("class=\"legend\""), "one series: no legend");
+    // With several series the categories' colours do not apply.
+    let mut two = chart.clone();
+    two.series.push(BarSeries { name: "other".into(), values: vec![1.0, 2.0, 3.0] });
+    let f = fills(&two.to_svg());
+    assert_eq!(&f[..2], &[bar_fill(0), bar_fill(1)]);
+    // A long variant name keeps its whole label: the label column widens up to 300 of 640.
+    let long = "http max_threads=32 use_uncompressed_cache=0";
+    let b = BarChart { categories: vec![long.into()], ..chart }.to_svg();
+    assert!(b.contains(&format!(">{long}<title>")), "{long} is not cut");
 }

@@ -173,3 +173,53 @@ pub fn chart_points(html: &str) -> Vec<usize> {
         })
         .collect()
 }
+
+/// A sweep shaped like `chstorm demo`'s: the storm suite's three scenarios over three protocols
+/// (max_rand with and without max_threads=1) and the shopee suite's two point lookups over eight
+/// settings, each scenario at its own order of magnitude of QPS (from about 100k down to about
+/// 300), at concurrency 1, 8 and 32.
+pub fn demo_like_input() -> ReportInput {
+    let protocols = [("http", 1.0), ("http-close", 0.2), ("native", 0.35)];
+    let mut scenarios: Vec<(&str, Vec<(String, f64)>)> = Vec::new();
+    for (name, peak) in [("ping", 97_000.0), ("select1", 14_000.0)] {
+        scenarios.push((name, protocols.iter().map(|(p, f)| (p.to_string(), peak * f)).collect()));
+    }
+    let mut max_rand = Vec::new();
+    for (p, f) in protocols {
+        max_rand.push((p.to_string(), 2_400.0 * f));
+        max_rand.push((format!("{p} max_threads=1"), 3_100.0 * f));
+    }
+    scenarios.push(("max_rand", max_rand));
+    for (name, peak) in [("point_select", 310.0), ("point_count", 420.0)] {
+        let mut variants = Vec::new();
+        for (i, threads) in [32, 16, 8, 4].into_iter().enumerate() {
+            for cache in [0, 1] {
+                let v = format!("http max_threads={threads} use_uncompressed_cache={cache}");
+                variants.push((v, peak * (1.0 + i as f64) * (1.0 + 0.1 * cache as f64)));
+            }
+        }
+        scenarios.push((name, variants));
+    }
+    let mut points = Vec::new();
+    for (scenario, variants) in &scenarios {
+        for (variant, peak) in variants {
+            for c in [1u64, 8, 32] {
+                points.push(Point {
+                    scenario: scenario.to_string(),
+                    variant: variant.clone(),
+                    concurrency: c,
+                    result: bench(scenario, variant, c, *peak, "SELECT 1"),
+                });
+            }
+        }
+    }
+    let mut input = synthetic_input();
+    input.title = "chstorm demo: storm and shopee".into();
+    input.environment.suite = "storm + shopee".into();
+    input.points = points;
+    input.sections = scenarios
+        .iter()
+        .map(|(name, _)| Section { scenario: name.to_string(), description: String::new(), extra_tables: vec![] })
+        .collect();
+    input
+}
