@@ -36,7 +36,10 @@ lint:
 ## The demo's build: target/demo/chstorm ([profile.demo] in Cargo.toml: release's optimisation with
 ## thin LTO and 16 codegen units, no debug info), for the demo and for trying chstorm out. A
 ## gateway to deploy is built with `make release` or `make release-pgo`; `make bench` measures those.
-demo-build: deps
+## It installs only what the demo runs (scripts/install-deps --demo: no test clients, no lint
+## components, no benchmark tools).
+demo-build:
+	@scripts/install-deps --demo
 	$(CARGO) build --profile demo -p chstorm
 
 ## The main job: a local ClickHouse, small datasets, the storm and shopee suites (quick), one report
