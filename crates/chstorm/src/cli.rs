@@ -440,6 +440,21 @@ pub struct LocalUpArgs {
     pub replicated: bool,
 }
 
+/// The environment variable that makes `chstorm` check its command line and do nothing else.
+///
+/// With `CHSTORM_PARSE_ONLY=1`, a command line is parsed as always (flag names, values and their
+/// ranges, conflicts and requirements: a mistake gets the same one-line error and exit status 2)
+/// and chstorm then exits 0, before it reads a file, starts a server, opens an output or connects
+/// anywhere. What only a run can find (a query file that is missing, a placeholder spelt wrong,
+/// a server that is down) is not checked. The docs test runs every command line of README.md and
+/// docs/ this way (crates/chstorm/tests/docs.rs); a script may do the same with its own.
+pub const PARSE_ONLY_ENV: &str = "CHSTORM_PARSE_ONLY";
+
+/// Whether [`PARSE_ONLY_ENV`] is set to `1`.
+pub fn parse_only() -> bool {
+    std::env::var_os(PARSE_ONLY_ENV).is_some_and(|v| v == "1")
+}
+
 /// Prints a clap error as one line (help and version print in full) and returns the exit code.
 pub fn report_parse_error(e: clap::Error) -> i32 {
     use clap::error::ErrorKind;

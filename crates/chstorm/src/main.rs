@@ -14,6 +14,9 @@ fn main() {
         Ok(cli) => cli,
         Err(e) => std::process::exit(chstorm::cli::report_parse_error(e)),
     };
+    if chstorm::cli::parse_only() {
+        std::process::exit(0);
+    }
     match chstorm::run(cli) {
         Ok(code) => std::process::exit(code),
         Err(e) => {
