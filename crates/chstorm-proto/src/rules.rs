@@ -20,6 +20,22 @@ pub fn http_exception_code(header: Option<&str>, body: &[u8]) -> Option<i32> {
     parse_exception_code(body)
 }
 
+/// TIMEOUT_EXCEEDED: the query ran longer than its `max_execution_time`.
+pub const TIMEOUT_EXCEEDED: i32 = 159;
+
+/// The limit a `Timeout exceeded` exception names, in seconds: 18.16's `Timeout exceeded:
+/// elapsed 30.000167 seconds, maximum: 30`, 26.9's `Timeout exceeded: elapsed 1000.139 ms,
+/// maximum: 1000.000 ms` (`src/QueryPipeline/ExecutionSpeedLimits.cpp`; asked of chdb-core
+/// 26.9.0). A number without a unit is seconds. None when the text names no maximum.
+pub fn timeout_maximum(text: &[u8]) -> Option<f64> {
+    let text = std::str::from_utf8(text).ok()?;
+    let rest = &text[text.find("Timeout exceeded: ")?..];
+    let max = &rest[rest.find("maximum: ")? + "maximum: ".len()..];
+    let end = max.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(max.len());
+    let n: f64 = max[..end].trim_end_matches('.').parse().ok()?;
+    Some(if max[end..].starts_with(" ms") { n / 1000.0 } else { n })
+}
+
 /// True when ClickHouse's exception `code` proves the query did not run, so it may be sent again
 /// (to another replica): TOO_MANY_SIMULTANEOUS_QUERIES (202), SOCKET_TIMEOUT (209),
 /// NETWORK_ERROR (210), ALL_CONNECTION_TRIES_FAILED (279), SERVER_OVERLOADED (745, current
@@ -103,5 +119,22 @@ mod tests {
                 && !retry_safe_code(159)
                 && !retry_safe_code(60)
         );
+    }
+
+    #[test]
+    fn a_timeout_names_its_maximum_in_every_release() {
+        let old = b"Code: 159, e.displayText() = DB::Exception: Timeout exceeded: elapsed 1.000207 seconds, maximum: 1, e.what() = DB::Exception";
+        assert_eq!(super::timeout_maximum(old), Some(1.0));
+        let current = b"Code: 159. DB::Exception: Timeout exceeded: elapsed 1000.139 ms, maximum: 1000.000 ms. (TIMEOUT_EXCEEDED)";
+        assert_eq!(super::timeout_maximum(current), Some(1.0));
+        let between =
+            b"Code: 159. DB::Exception: Timeout exceeded: elapsed 30.02 seconds, maximum: 30. (TIMEOUT_EXCEEDED)";
+        assert_eq!(super::timeout_maximum(between), Some(30.0));
+        assert_eq!(
+            super::timeout_maximum(b"Code: 159. DB::Exception: Timeout exceeded: elapsed 2.5 seconds, maximum: 2.5"),
+            Some(2.5)
+        );
+        assert_eq!(super::timeout_maximum(b"Code: 241. DB::Exception: Memory limit (maximum: 10)"), None);
+        assert_eq!(super::timeout_maximum(b"\xff"), None);
     }
 }

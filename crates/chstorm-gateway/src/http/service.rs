@@ -303,6 +303,8 @@ where
             None => run.await,
         }
     };
+    let mut outcome = outcome;
+    name_the_time_cap(&mut outcome, plan.time_cap).await;
     let query_id = std::mem::take(&mut plan.client_query_id);
     let warning = crate::query::ddl::warning(&plan, read.sql.as_deref());
     Answer { exit: &exit, fin, warning, words: (&state, &u.cluster) }.outcome(
@@ -381,6 +383,7 @@ async fn in_session(
                 }
             }
         }
+        name_the_time_cap(&mut outcome, plan.time_cap).await;
         let query_id = std::mem::take(&mut plan.client_query_id);
         let words = (state, cluster.balancer.cluster.as_str());
         return Answer { exit, fin: None, warning: None, words }.outcome(
@@ -410,20 +413,47 @@ fn home_gone(
 /// The error answer, read whole already, is left as it was.
 async fn session_not_found(outcome: &mut crate::attempt::Outcome) -> bool {
     let crate::attempt::Outcome::Answer(a) = outcome else { return false };
-    if a.head.resp.status().is_success() || a.head.whole.is_none() {
-        return false;
-    }
-    let resp = std::mem::replace(&mut a.head.resp, Response::new(crate::cluster::upstream::empty()));
-    let (parts, body) = resp.into_parts();
-    let text = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
-    let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
-    let code = chstorm_proto::rules::http_exception_code(header, &text);
+    let Some((parts, text, code)) = error_answer(a).await else { return false };
     a.head.resp = Response::from_parts(parts, crate::cluster::upstream::full(text));
     if code == Some(372) {
         a.won.guard.disarm();
         return true;
     }
     false
+}
+
+/// A replica's error answer held whole, taken apart to be read: its head, its text and its
+/// exception code. None for a success or an answer that streams (it is left as it was).
+async fn error_answer(
+    a: &mut crate::attempt::Answered<crate::attempt::HttpHead>,
+) -> Option<(http::response::Parts, Bytes, Option<i32>)> {
+    if a.head.resp.status().is_success() || a.head.whole.is_none() {
+        return None;
+    }
+    let resp = std::mem::replace(&mut a.head.resp, Response::new(crate::cluster::upstream::empty()));
+    let (parts, body) = resp.into_parts();
+    let text = http_body_util::BodyExt::collect(body).await.map(|b| b.to_bytes()).unwrap_or_default();
+    let header = parts.headers.get("x-clickhouse-exception-code").and_then(|v| v.to_str().ok());
+    let code = chstorm_proto::rules::http_exception_code(header, &text);
+    Some((parts, text, code))
+}
+
+/// A server's `Timeout exceeded` (Code 159) at the limit the gateway set for the user
+/// (`users[].max_execution_time`, `cap`) says so: a query that runs longer direct fails
+/// through the gateway, and the server's text names only `maximum: N`.
+async fn name_the_time_cap(outcome: &mut crate::attempt::Outcome, cap: Option<std::time::Duration>) {
+    let (Some(cap), crate::attempt::Outcome::Answer(a)) = (cap, outcome) else { return };
+    let Some((parts, text, code)) = error_answer(a).await else { return };
+    let capped = code == Some(chstorm_proto::rules::TIMEOUT_EXCEEDED)
+        && chstorm_proto::rules::timeout_maximum(&text).is_some_and(|m| (m - cap.as_secs_f64().ceil()).abs() < 1e-3);
+    let text = if capped {
+        let shown = String::from_utf8_lossy(&text);
+        Bytes::from(format!("{} ({})\n", shown.trim_end(), crate::query::plan::time_cap_note(cap)))
+    } else {
+        text
+    };
+    a.head.whole = Some(text.len() as u64);
+    a.head.resp = Response::from_parts(parts, crate::cluster::upstream::full(text));
 }
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's

@@ -484,7 +484,13 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                         },
                         _ = sleep => {
                             let secs = plan.body_deadline.unwrap_or_default().as_secs();
-                            let why = format!("chstorm gateway: no answer within {secs} s; the query was killed");
+                            let why = match plan.time_cap {
+                                Some(cap) => format!(
+                                    "chstorm gateway: no answer within {secs} s; the query was killed ({})",
+                                    crate::query::plan::time_cap_note(cap)
+                                ),
+                                None => format!("chstorm gateway: no answer within {secs} s; the query was killed"),
+                            };
                             out.extend_from_slice(&exception_bytes(159, &why));
                             let _ = conn.w.write_all(&out).await;
                             return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };

@@ -123,6 +123,9 @@ pub struct Plan {
     pub head_timeout: Duration,
     /// Longest time for the whole answer (max_execution_time + 1 s), when the user has one.
     pub body_deadline: Option<Duration>,
+    /// The user's `max_execution_time` cap (`users[].max_execution_time`), named in a
+    /// `Timeout exceeded` at that limit ([`time_cap_note`]); None without one.
+    pub time_cap: Option<Duration>,
     pub latitude: Latitude,
     /// A read, or anything else (what a client's FIN does to it: `crate::http::client_fin`).
     pub kind: StatementKind,
@@ -614,6 +617,16 @@ fn ids(params: &mut [(String, String)], user: &User, query_id: impl FnOnce() -> 
     Ids { query_id, client_query_id, shard_key, session }
 }
 
+/// What the gateway says of a user's `max_execution_time` cap (`cap`) where a query ran into
+/// it: the key to raise, as a client that sees only `Timeout exceeded` cannot know it.
+pub fn time_cap_note(cap: Duration) -> String {
+    format!(
+        "chstorm gateway: this user's max_execution_time is capped at {} s by the gateway's \
+         users[].max_execution_time; raise it there for longer queries",
+        cap.as_secs_f64().ceil() as u64
+    )
+}
+
 /// Parameters for the backend: the client's, minus credentials and the gateway's own, plus the
 /// user's fixed settings and a capped max_execution_time.
 fn backend_params(params: &mut Vec<(String, String)>, user: &User) {
@@ -738,6 +751,7 @@ fn assemble(
         want_threads,
         head_timeout: user.max_execution_time.map_or(DEFAULT_HEAD_TIMEOUT, |d| d + Duration::from_secs(1)),
         body_deadline: user.max_execution_time.map(|d| d + Duration::from_secs(1)),
+        time_cap: user.max_execution_time,
         latitude: Latitude {
             retry: held_read,
             resend_unsent: body == BodyShape::Held && !in_session,
