@@ -417,6 +417,16 @@ fn settle(
     }
 }
 
+/// The exception of an answer cut at `plan`'s deadline, naming the user's cap that set it.
+fn past_deadline(plan: &Plan) -> String {
+    let secs = plan.body_deadline.unwrap_or_default().as_secs();
+    let why = format!("chstorm gateway: no answer within {secs} s; the query was killed");
+    match plan.time_cap {
+        Some(cap) => format!("{why} ({})", crate::query::plan::time_cap_note(cap)),
+        None => why,
+    }
+}
+
 /// How a relay ended.
 enum End {
     /// The answer ended (EndOfStream or an exception): `clean` when the connection may be
@@ -483,15 +493,7 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                             }
                         },
                         _ = sleep => {
-                            let secs = plan.body_deadline.unwrap_or_default().as_secs();
-                            let why = match plan.time_cap {
-                                Some(cap) => format!(
-                                    "chstorm gateway: no answer within {secs} s; the query was killed ({})",
-                                    crate::query::plan::time_cap_note(cap)
-                                ),
-                                None => format!("chstorm gateway: no answer within {secs} s; the query was killed"),
-                            };
-                            out.extend_from_slice(&exception_bytes(159, &why));
+                            out.extend_from_slice(&exception_bytes(159, &past_deadline(plan)));
                             let _ = conn.w.write_all(&out).await;
                             return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };
                         }
