@@ -162,41 +162,32 @@ fn demo_quick_runs_end_to_end_and_its_report_renders() {
     assert_eq!(select.result.errors, 0);
     assert!(select.result.bytes > select.result.queries * 50, "each lookup returned a row");
     common::screenshot_is_not_blank(&report);
-    // Two suites give more variants than the palette has colours: the summary chart still
-    // draws each variant differently (plain, striped, cross-striped).
+    // The summary: one panel per scenario, each with a bar per variant, told apart by colour
+    // within the panel (two suites give more variants than the palette has colours).
     let summary = &html[html.find("id=\"summary\"").unwrap()..];
     let summary = &summary[..summary.find("</section>").unwrap()];
-    let fills: Vec<&str> = summary
-        .split("<rect class=\"bar\"")
+    let panels: Vec<(&str, Vec<&str>)> = summary
+        .split("<figure class=\"summary-panel\" data-scenario=\"")
         .skip(1)
-        .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+        .map(|p| {
+            let name = p.split('"').next().unwrap();
+            let panel = &p[..p.find("</figure>").unwrap()];
+            let fills = panel
+                .split("<rect class=\"bar\"")
+                .skip(1)
+                .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
+                .collect();
+            (name, fills)
+        })
         .collect();
-    let legend: Vec<&str> = summary
-        .split("<g class=\"legend\"")
-        .nth(1)
-        .unwrap()
-        .split("</g>")
-        .next()
-        .unwrap()
-        .split("<text")
-        .skip(1)
-        .map(|t| t.split('>').nth(1).unwrap().split('<').next().unwrap())
-        .collect();
-    let keys: Vec<&str> = summary
-        .split("<g class=\"legend\"")
-        .nth(1)
-        .unwrap()
-        .split("</g>")
-        .next()
-        .unwrap()
-        .split("<rect")
-        .skip(1)
-        .map(|r| r.split("fill=\"").nth(1).unwrap().split('"').next().unwrap())
-        .collect();
-    assert_eq!(legend.len(), keys.len());
-    let distinct: std::collections::BTreeSet<&&str> = keys.iter().collect();
-    assert_eq!(distinct.len(), keys.len(), "two variants share a colour in the summary chart: {legend:?} {keys:?}");
-    assert!(fills.iter().all(|f| keys.contains(f)));
+    let names: Vec<&str> = panels.iter().map(|(n, _)| *n).collect();
+    for scenario in ["ping", "select1", "max_rand", "point_select", "point_count"] {
+        assert_eq!(names.iter().filter(|n| **n == scenario).count(), 1, "one summary panel for {scenario}: {names:?}");
+    }
+    for (name, fills) in &panels {
+        let distinct: std::collections::BTreeSet<&&str> = fills.iter().collect();
+        assert!(!fills.is_empty() && distinct.len() == fills.len(), "{name}'s panel: {fills:?}");
+    }
     // At 1400 px the best-of table shows every column.
     if let Some(cut) = common::tables_cut_at(&report, 1400) {
         assert!(!cut.iter().any(|c| c.starts_with("Best QPS")), "tables cut at 1400 px: {cut:?}");
