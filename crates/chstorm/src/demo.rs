@@ -200,17 +200,21 @@ mod tests {
         assert!(!help.contains("about a minute") && !docs.contains("about 15 s"), "old figures");
     }
 
-    /// README says how to get the binary every example runs, and the Makefile does what it says.
+    /// README says how to get the binary every example runs, before the first example, and the
+    /// Makefile does what it says.
     #[test]
     fn readme_says_how_to_get_the_binary() {
         let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
         let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
-        let getting = &readme[readme.find("## Getting the binary").expect("a section on getting the binary")..];
-        let getting = &getting[..getting[3..].find("\n## ").map_or(getting.len(), |i| i + 3)];
-        for needle in ["make release", "target/release/chstorm", "cargo install --path crates/chstorm"] {
-            assert!(getting.contains(needle), "README lacks {needle}");
+        let start = readme.find("## Install and build").expect("a section on getting the binary");
+        let install = &readme[start..];
+        let install = &install[..install[3..].find("\n## ").map_or(install.len(), |i| i + 3)];
+        for needle in ["make release", "target/release/chstorm", "cargo install --path crates/chstorm", "target/demo"] {
+            assert!(install.contains(needle), "README's install section lacks {needle}");
         }
-        assert!(readme.find("## Getting the binary").unwrap() < readme.find("## chstorm bench").unwrap());
+        let first_example = readme.find("$ chstorm ").expect("an example");
+        let pointer = readme.find("(`make release`, below)").expect("the tour says where the binary comes from");
+        assert!(pointer < first_example, "README points to the build before its first example");
         let makefile = std::fs::read_to_string(format!("{root}/Makefile")).unwrap();
         assert!(makefile.contains("build --release -p chstorm"), "make release builds target/release/chstorm");
         assert_eq!(env!("CARGO_PKG_NAME"), "chstorm", "cargo install --path crates/chstorm installs chstorm");
