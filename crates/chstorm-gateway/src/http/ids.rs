@@ -7,7 +7,7 @@
 //! then the own front's `super::wire::Reply`) and are written by the own front's answer writer
 //! ([`super::wire::answer`]) as it writes the head: inserted into the answer's header map, each
 //! hashing its name, they were 1,500 instructions of a proxied `SELECT 1`'s 43,000 (callgrind,
-//! docs/PERFORMANCE.md). hyper's server, which writes only the map, gets them inserted
+//! `scripts/bench_gateway_instructions.py`, 2026-11-27). hyper's server, which writes only the map, gets them inserted
 //! ([`Ids::insert_into`]); both write the same bytes.
 //!
 //! They go where `HeaderMap::insert` would put them, in the order above: in place of the first
