@@ -75,9 +75,10 @@ figure is printed beside them.
 The peers: in the same alternation, HAProxy and nginx in front of the same server, each one
 process with one thread (one worker): HAProxy in HTTP mode with `http-reuse always` (kept-alive
 server connections shared between clients) and in TCP mode (a byte relay with one server
-connection per client), and nginx `proxy_pass` to an upstream with a `keepalive` pool (HTTP/1.1,
-idle upstream connections closed after 2 s, before 18.16's 3 s). Their CPU per query is read
-from /proc the same way. --no-peers leaves them out (they need `haproxy` and `nginx`, which
+connection per client), nginx `proxy_pass` to an upstream with a `keepalive` pool (HTTP/1.1,
+idle upstream connections closed after 2 s, before 18.16's 3 s), and chproxy (one user, one
+cluster, no cache, GOMAXPROCS=1; built by `chproxy_binary` from its sources beside the
+repository, or $CHPROXY). Their CPU per query is read from /proc the same way. --no-peers leaves them out (they need `haproxy` and `nginx`, which
 scripts/install-deps installs).
 
 --pgo BINARY adds a profile-guided build of chstorm (`make release-pgo`, scripts/build_pgo.py:
@@ -211,6 +212,51 @@ http {{
 """
 
 
+CHPROXY = """log_debug: false
+hack_me_please: true
+server:
+  http:
+    listen_addr: "127.0.0.1:{port}"
+    allowed_networks: ["127.0.0.0/8"]
+users:
+  - name: "default"
+    to_cluster: "ch"
+    to_user: "default"
+clusters:
+  - name: "ch"
+    nodes: ["{backend}"]
+    users:
+      - name: "default"
+"""
+
+
+def chproxy_binary(who):
+    """chproxy, the HTTP proxy for ClickHouse: $CHPROXY, else target/tools/bin/chproxy, else built
+    there with the Go toolchain from its sources beside the repository (../shared/peers/chproxy,
+    or $CHPROXY_SRC; its Go module is not served as a module, so `go install` cannot fetch it).
+    None, said on stderr as `who`, when there is neither a binary nor a way to build one."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.environ.get("CHPROXY"):
+        return os.environ["CHPROXY"]
+    binary = os.path.join(root, "target", "tools", "bin", "chproxy")
+    if os.access(binary, os.X_OK):
+        return binary
+    src = os.environ.get("CHPROXY_SRC") or os.path.join(os.path.dirname(root), "shared", "peers", "chproxy")
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if os.path.exists("/usr/local/go/bin/go") else None)
+    if not (go and os.path.exists(os.path.join(src, "go.mod"))):
+        print(f"{who}: no chproxy (set CHPROXY to its binary, or CHPROXY_SRC to its sources and have Go); "
+              "its row is left out", file=sys.stderr)
+        return None
+    os.makedirs(os.path.dirname(binary), exist_ok=True)
+    print(f"{who}: building chproxy from {src} into {binary}", file=sys.stderr)
+    r = subprocess.run([go, "build", "-o", binary, "."], cwd=src, capture_output=True, text=True,
+                       env={**os.environ, "GOFLAGS": "-mod=mod -buildvcs=false"})
+    if r.returncode != 0:
+        print(f"{who}: chproxy did not build ({r.stderr.strip()[-300:]}); its row is left out", file=sys.stderr)
+        return None
+    return binary
+
+
 HAPROXY_CAPPED = HAPROXY_HEAD + """listen http
     mode http
     bind 127.0.0.1:{port}
@@ -296,6 +342,15 @@ def start_peers(tmp, backend, native_backend):
         peers["nginx"] = (proc, f"http://127.0.0.1:{port}")
     else:
         print("bench_gateway_cpu: no nginx (scripts/install-deps installs nginx-light); its row is left out", file=sys.stderr)
+    chproxy = chproxy_binary("bench_gateway_cpu")
+    if chproxy:
+        # One OS thread running Go code (GOMAXPROCS=1), as the other proxies get one thread.
+        port = free_port()
+        cfg = os.path.join(tmp, "chproxy.yml")
+        open(cfg, "w").write(CHPROXY.format(port=port, backend=backend))
+        proc = subprocess.Popen([chproxy, "-config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "GOMAXPROCS": "1"})
+        peers["chproxy"] = (proc, f"http://127.0.0.1:{port}")
     return peers
 
 
@@ -960,7 +1015,8 @@ def report_http(args, res):
                 "hfront": "hyper server, httparse in-task backend"}[mode]
         print(f"floor ({what}) cpu {f['relay_cpu_us_per_query']:.1f} us/query, qps / direct {f['qps_ratio']:.3f}")
     names = {"haproxy_http": "HAProxy, HTTP mode, http-reuse always", "haproxy_tcp": "HAProxy, TCP mode",
-             "nginx": "nginx, proxy_pass, upstream keepalive", "gateway_pgo": "the gateway, profile-guided build"}
+             "nginx": "nginx, proxy_pass, upstream keepalive", "gateway_pgo": "the gateway, profile-guided build",
+             "chproxy": "chproxy, one Go thread (GOMAXPROCS=1), no cache"}
     for mode, f in peers.items():
         print(f"peer ({names[mode]}) cpu {f['cpu_us_per_query']:.1f} us/query (user {f['user_us_per_query']:.1f}, "
               f"sys {f['sys_us_per_query']:.1f}), qps / direct {f['qps_ratio']:.3f}, the server's cpu "
