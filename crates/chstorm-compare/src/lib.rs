@@ -4,8 +4,11 @@
 //! query on both servers in turn, take the median of each side, and judge the difference of
 //! medians against a threshold from a randomization distribution of the same runs.
 //!
-//! * [`schedule`]: warm-up, alternating measured runs, the stopping rule.
-//! * [`runner`]: one connection per side, a query_id per run, wall time.
+//! * [`schedule`]: warm-up, counterbalanced measured runs, looks at them.
+//! * [`sequential`]: the stopping rule: when a look decides, and the threshold of every look.
+//! * [`runner`]: a fresh connection per run, a query_id per query, wall time; windows of
+//!   concurrent clients for `--concurrency`.
+//! * [`explain`]: why a query is unstable, and what to change.
 //! * [`metrics`]: query_log rows of the runs (query_duration_ms, read_rows, memory_usage,
 //!   ProfileEvents), with the server's capabilities detected.
 //! * [`stats`]: median, randomization threshold, verdict.
@@ -20,6 +23,7 @@
 //! (suites) and `chstorm-report`; it must not import the gateway, the isolation or colocate
 //! crates, the local harness or the CLI (`chstorm`).
 
+pub mod explain;
 pub mod flame;
 pub mod metrics;
 pub mod queries;
@@ -27,6 +31,7 @@ pub mod report;
 pub mod result;
 pub mod runner;
 pub mod schedule;
+pub mod sequential;
 pub mod stats;
 pub mod store;
 pub mod table;
@@ -35,13 +40,16 @@ mod run;
 
 pub use queries::QuerySpec;
 pub use result::{CompareResult, MetricResult, QueryResult, SideInfo, Sides, Summary, SCHEMA};
-pub use run::compare;
+pub use run::{compare, MAX_CONCURRENCY, MIN_RUNS_FOR_VERDICT};
 pub use schedule::{Plan, Side};
 pub use stats::{Rules, Verdict};
 
 use chstorm_proto::{Fault, ProtoError, TlsOptions};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Default window of `--concurrency` runs: 1 s.
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
 
 /// Everything a comparison needs.
 #[derive(Debug, Clone)]
@@ -70,6 +78,11 @@ pub struct CompareOptions {
     pub profiler: bool,
     /// Regressions allowed before the exit status is 1. Default 0.
     pub fail_on: usize,
+    /// Concurrent clients per side. 1 (default): query by query, each run one query; more: each
+    /// run is a window of this many clients, judged by its QPS.
+    pub concurrency: usize,
+    /// With `concurrency` above 1, how long each window sends queries. Default 1 s.
+    pub window: Duration,
 }
 
 impl CompareOptions {
@@ -89,6 +102,8 @@ impl CompareOptions {
             tls: TlsOptions::default(),
             profiler: true,
             fail_on: 0,
+            concurrency: 1,
+            window: DEFAULT_WINDOW,
         }
     }
 }

@@ -12,7 +12,7 @@
 use crate::flame;
 use crate::result::{CompareResult, FlameSide, MetricResult, QueryResult};
 use crate::stats::Verdict;
-use crate::table::{figures, pct, pct_signed, sig, truncate};
+use crate::table::{figures, pct, pct_signed, sig, truncate, value_headers};
 use crate::CompareError;
 use base64::Engine as _;
 use chstorm_report::html::{escape, CSS};
@@ -95,7 +95,7 @@ pub fn render(r: &CompareResult) -> Rendered {
              and |diff| &ge; {} (--min-change).</p>",
             pct(Some(r.options.rules.min_change))
         );
-        query_table(&mut b, &changed, true);
+        query_table(&mut b, &changed, true, value_headers(r));
     }
 
     b.push_str("<h2 id=\"unstable\">Unstable queries</h2>\n");
@@ -104,11 +104,13 @@ pub fn render(r: &CompareResult) -> Rendered {
     } else {
         let _ = writeln!(
             b,
-            "<p class=\"note\">The threshold is {} or more (--unstable), or there were too few runs: these queries vary so \
-             much from run to run, on the same server, that a change of their size could not be told from noise.</p>",
+            "<p class=\"note\">The threshold stayed at {} or more (--unstable) until the budget ran out, or there were too \
+             few runs: these queries vary so much from run to run, on the same server, that a change of their size could \
+             not be told from noise. Under each: how many runs it got, the largest source of spread seen, and what to \
+             change.</p>",
             pct(Some(r.options.rules.unstable))
         );
-        query_table(&mut b, &unstable, true);
+        query_table(&mut b, &unstable, true, value_headers(r));
     }
 
     b.push_str("<h2 id=\"errors\">Errors</h2>\n");
@@ -132,7 +134,7 @@ pub fn render(r: &CompareResult) -> Rendered {
             rest.iter().filter(|q| q.verdict == Verdict::NotSignificant).count(),
             rest.iter().filter(|q| q.verdict == Verdict::TooSmall).count()
         );
-        query_table(&mut b, &rest, true);
+        query_table(&mut b, &rest, true, value_headers(r));
         b.push_str("</details>\n");
     }
 
@@ -186,12 +188,20 @@ fn environment(b: &mut String, r: &CompareResult) {
         (
             "runs per side",
             format!(
-                ">= {} and >= {} s, stop at {} s or {}",
+                ">= {} and >= {} s, then until decided (a look at every {}x), at most {} s or {}",
                 o.plan.runs,
                 sig(o.plan.min_time.as_secs_f64(), 3),
+                o.look_growth,
                 sig(o.plan.max_time.as_secs_f64(), 3),
                 o.plan.max_runs
             ),
+        ),
+        (
+            "clients per side",
+            match o.window_s {
+                Some(w) => format!("{}, windows of {} s judged by QPS", o.concurrency, sig(w, 3)),
+                None => "1, query by query".into(),
+            },
         ),
         ("min change / unstable", format!("{} / {}", pct(Some(o.rules.min_change)), pct(Some(o.rules.unstable)))),
         ("threshold", format!("{} quantile of {} random splits", o.quantile, o.iterations)),
@@ -230,13 +240,17 @@ fn query_cell(q: &QueryResult) -> String {
 }
 
 /// old, new, ratio, diff, threshold, runs, query; rows coloured by verdict.
-fn query_table(b: &mut String, qs: &[&QueryResult], with_verdict: bool) {
+fn query_table(b: &mut String, qs: &[&QueryResult], with_verdict: bool, heads: [&str; 2]) {
     b.push_str("<div class=\"table-wrap\"><table><thead><tr>");
     if with_verdict {
         b.push_str("<th>verdict</th>");
     }
-    b.push_str("<th class=\"num\">#</th><th class=\"num\">old (s)</th><th class=\"num\">new (s)</th><th class=\"num\">ratio</th>\
-<th class=\"num\">diff</th><th class=\"num\">threshold</th><th class=\"num\">runs</th><th>query</th></tr></thead><tbody>");
+    let _ = write!(
+        b,
+        "<th class=\"num\">#</th><th class=\"num\">{}</th><th class=\"num\">{}</th><th class=\"num\">ratio</th>\
+<th class=\"num\">diff</th><th class=\"num\">threshold</th><th class=\"num\">runs</th><th>query</th></tr></thead><tbody>",
+        heads[0], heads[1]
+    );
     for q in qs {
         let _ = write!(b, "<tr class=\"{}\">", q.verdict.as_str());
         if with_verdict {
@@ -466,7 +480,8 @@ fn footer(b: &mut String, r: &CompareResult) {
 
 const COLUMNS: &str = r#"<dl class="cols">
 <dt>verdict</dt><dd><b>slower</b> / <b>faster</b>: |diff| &ge; threshold and |diff| &ge; --min-change.
-<b>unstable</b>: otherwise, when the threshold is &ge; --unstable (too noisy to tell), or there were fewer than 5 runs per side.
+<b>unstable</b>: otherwise, when the threshold is still &ge; --unstable when the budget runs out (too noisy to tell), or there
+were fewer than 5 runs per side; its note says why.
 <b>not_significant</b>: |diff| &lt; threshold. <b>too_small</b>: significant, but below --min-change.
 <b>error_left</b> / <b>error_right</b> / <b>error_both</b>: the query failed on the old / new / both servers.
 Slower and error_right count as regressions against --fail-on.</dd>
@@ -476,11 +491,15 @@ the wall time from sending the query to reading the end of its result, on a fres
 (each run has its own). The warm-up run is not counted.</dd>
 <dt>ratio</dt><dd>new / old. Above 1 the new server is slower.</dd>
 <dt>diff</dt><dd>(new - old) / old, as a percentage. Positive: slower.</dd>
-<dt>threshold</dt><dd>How large a diff the noise alone gives: both sides' runs are pooled and split at random into two halves 10,000
-times; the threshold is the 99th percentile of |median(half 1) - median(half 2)|, divided by old. A diff at least this large is
-statistically significant. Seeded, so the same runs give the same threshold.</dd>
-<dt>runs</dt><dd>Measured runs on the left / right. Runs alternate left and right, after one warm-up on each, until each side has
-at least --runs runs and --min-time of measured time; they stop at --max-time per side or 500 runs.</dd>
+<dt>threshold</dt><dd>How large a diff the noise alone gives: both sides' runs are pooled and split at random into two halves 20,000
+times; the threshold is the 99.95th percentile of |median(half 1) - median(half 2)|, divided by old: the quantile that keeps
+the chance of a false slower/faster at 1 % over every look the stopping rule takes. A diff at least this large is
+statistically significant. Seeded, so the same runs give the same threshold. (Server metrics: one look, the 99th
+percentile of 10,000 splits.)</dd>
+<dt>runs</dt><dd>Measured runs on the left / right. After one warm-up on each side, runs go in counterbalanced pairs; once each
+side has --runs runs and --min-time of measured time they are judged, and again at every tenth more, until the verdict is
+decided (a change, or no change of --min-change in reach) or a side reaches --max-time or 500 runs. With --concurrency, a run
+is a window of that many clients per side, and old / new are the windows' median QPS.</dd>
 <dt>query</dt><dd>The query as written; placeholders were rendered identically for both sides.</dd>
 <dt>metric, old, new (metrics table)</dt><dd>A server metric from system.query_log matched by query_id: query_duration_ms (ms),
 read_rows, memory_usage (bytes), or a ProfileEvent (missing in a run counts as 0); old and new are medians; diff and threshold as above.
@@ -523,11 +542,13 @@ mod tests {
             diff: Some((new - old) / old),
             threshold: Some(0.03),
             runs: Sides { left: 7, right: 7 },
-            stop: Stop::Enough,
+            stop: Stop::Decided,
             metrics: vec![],
             error: None,
             note: None,
             times_s: Sides { left: vec![old; 7], right: vec![new; 7] },
+            qps: None,
+            explanation: None,
             all_metrics: vec![],
             ids: Sides::default(),
             flames: Sides::default(),
@@ -564,8 +585,12 @@ mod tests {
                 seed: 1,
                 fail_on: 0,
                 timeout_s: 60.0,
-                iterations: 10_000,
-                quantile: 0.99,
+                iterations: 20_000,
+                quantile: 0.9995,
+                look_growth: 1.1,
+                metric_quantile: 0.99,
+                concurrency: 1,
+                window_s: None,
                 profiler: false,
             },
             summary: Summary::of(&queries),

@@ -52,8 +52,17 @@ pub struct OptionsEcho {
     pub timeout_s: f64,
     /// Random splits per threshold.
     pub iterations: usize,
-    /// The quantile of the randomization distribution used as the threshold.
+    /// The quantile of the randomization distribution used as the client-time threshold, at
+    /// every look of the stopping rule.
     pub quantile: f64,
+    /// Runs per side grow by this factor from one look to the next.
+    pub look_growth: f64,
+    /// The quantile of the server metrics' thresholds (one look, after the runs).
+    pub metric_quantile: f64,
+    /// Concurrent clients per side (1: query by query).
+    pub concurrency: usize,
+    /// With --concurrency above 1: each run's window, seconds.
+    pub window_s: Option<f64>,
     /// Whether chstorm turned the query profiler on for the runs.
     pub profiler: bool,
 }
@@ -114,8 +123,13 @@ pub struct QueryResult {
     pub error: Option<String>,
     /// Why the verdict is not what the numbers alone say (e.g. too few runs within --max-time).
     pub note: Option<String>,
-    /// Every measured client time, in run order, seconds.
+    /// Every measured run's value, in run order, seconds: its client time; with --concurrency,
+    /// its window's wall time per query (1 / QPS).
     pub times_s: Sides<Vec<f64>>,
+    /// With --concurrency: the median QPS of each side's windows (1 / old_s, 1 / new_s).
+    pub qps: Option<Sides<f64>>,
+    /// For an unstable query: why, and what to change.
+    pub explanation: Option<crate::explain::Explanation>,
     /// Every metric compared, client_time first (for `--store`).
     #[serde(skip)]
     pub all_metrics: Vec<MetricResult>,

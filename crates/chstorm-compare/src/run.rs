@@ -1,17 +1,20 @@
 //! [`compare`]: runs every query on both sides, reads the server metrics, judges, and gathers
 //! flamegraph samples of the queries that changed.
 
+use crate::explain;
 use crate::flame::{self, PROFILER_PERIOD_NS};
 use crate::metrics::{self, MetricsSource, RunMetrics};
 use crate::result::{
     CompareResult, FlameSide, MetricResult, OptionsEcho, QueryResult, SideInfo, Sides, Summary, SCHEMA,
 };
-use crate::runner::{QueryExec, Runner};
+use crate::runner::{QueryExec, Runner, Windows};
 use crate::schedule::{self, QueryRuns, Side, Stop};
+use crate::sequential;
 use crate::stats::{self, derive_seed, Verdict};
 use crate::{table, CompareError, CompareOptions, QuerySpec};
 use chstorm_load::Template;
-use chstorm_proto::{Protocol, Target};
+use chstorm_proto::rules::TOO_MANY_SIMULTANEOUS_QUERIES;
+use chstorm_proto::{ProtoError, Protocol, Target};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use std::collections::HashMap;
@@ -44,11 +47,24 @@ pub fn compare(
     let date = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let run_id = new_run_id();
     let mut runner = Runner::open(&left, &right, &opts.tls, opts.timeout, &run_id)?;
+    let windows = (opts.concurrency > 1).then_some(Windows { clients: opts.concurrency, length: opts.window });
+    if let Some(w) = windows {
+        for (side, target) in [(Side::Left, &left), (Side::Right, &right)] {
+            check_concurrency(&mut runner, side, target, w.clients)?;
+        }
+    }
 
     let mut infos = [side_info(&left, runner.version(Side::Left)), side_info(&right, runner.version(Side::Right))];
     let mut sources: [Option<MetricsSource>; 2] = [None, None];
     for (side, target, explicit) in [(Side::Left, &left, &opts.left_http), (Side::Right, &right, &opts.right_http)] {
         let i = side as usize;
+        if windows.is_some() {
+            infos[i].notes.push(format!(
+                "no server metrics: with --concurrency {} each run is a window of many queries, judged by its QPS",
+                opts.concurrency
+            ));
+            continue;
+        }
         let url = match (explicit, target.protocol.is_http()) {
             (Some(u), _) => u.clone(),
             (None, true) => http_url_of(target),
@@ -97,8 +113,10 @@ pub fn compare(
             break;
         }
         let seed = derive_seed(opts.seed, &["placeholders", &i.to_string()]);
-        let mut exec = QueryExec::new(&mut runner, &templates[i], seed);
-        let runs = schedule::run_query(&mut exec, &opts.plan, interrupted);
+        let mut exec = QueryExec::new(&mut runner, &templates[i], seed, windows);
+        let judged = judge_seed(opts, &opts.queries[i]);
+        let mut judge = |l: &[f64], r: &[f64]| sequential::look(l, r, judged, &opts.rules).decided;
+        let runs = schedule::run_query(&mut exec, &opts.plan, &mut judge, interrupted);
         was_interrupted |= runs.stop == Stop::Interrupted;
         let q = client_result(i, &opts.queries[i], &runs, opts);
         progress(&format!("[{}/{}] {}", k + 1, n, table::progress_line(&q)));
@@ -155,6 +173,11 @@ pub fn compare(
         }
     }
 
+    for ((q, runs), rows) in done.iter_mut().zip(&rows) {
+        if q.verdict == Verdict::Unstable {
+            explain_unstable(q, runs, rows, opts);
+        }
+    }
     let mut queries: Vec<QueryResult> = done.into_iter().map(|(q, _)| q).collect();
     compare_metrics(&mut queries, &rows, opts);
 
@@ -210,8 +233,12 @@ pub fn compare(
             seed: opts.seed,
             fail_on: opts.fail_on,
             timeout_s: opts.timeout.as_secs_f64(),
-            iterations: stats::ITERATIONS,
-            quantile: stats::QUANTILE,
+            iterations: sequential::LOOK_ITERATIONS,
+            quantile: sequential::LOOK_QUANTILE,
+            look_growth: sequential::LOOK_GROWTH,
+            metric_quantile: stats::QUANTILE,
+            concurrency: opts.concurrency,
+            window_s: windows.map(|w| w.length.as_secs_f64()),
             profiler,
         },
         summary: Summary::of(&queries),
@@ -238,7 +265,112 @@ fn check_options(opts: &CompareOptions) -> Result<(), CompareError> {
     if opts.queries.is_empty() {
         return Err(CompareError::Invalid("no queries to compare".into()));
     }
+    if !(1..=MAX_CONCURRENCY).contains(&opts.concurrency) {
+        return Err(CompareError::Invalid(format!(
+            "--concurrency {} must be 1 to {MAX_CONCURRENCY} clients per side",
+            opts.concurrency
+        )));
+    }
+    if opts.concurrency > 1 {
+        let p = &opts.plan;
+        if opts.window.is_zero() {
+            return Err(CompareError::Invalid("--window must be longer than 0, e.g. 1s".into()));
+        }
+        let needed = opts.window * p.runs as u32;
+        if needed > p.max_time {
+            return Err(CompareError::Invalid(format!(
+                "--max-time {} cannot fit --runs {} windows of {} per side: raise --max-time to at least {}, or lower \
+                 --runs or --window",
+                schedule::show(p.max_time),
+                p.runs,
+                schedule::show(opts.window),
+                schedule::show(needed)
+            )));
+        }
+    }
     Ok(())
+}
+
+/// Most concurrent clients per side.
+pub const MAX_CONCURRENCY: usize = 1000;
+
+/// How long each query of the concurrency check holds its place on the server, seconds.
+const PROBE_HOLD_S: f64 = 0.25;
+
+/// Asks `side`'s server to run `clients` queries at once, before any run: a server that refuses
+/// (TOO_MANY_SIMULTANEOUS_QUERIES: its `max_concurrent_queries`, or the user's
+/// `max_concurrent_queries_for_user`) makes a one-line error that says its limit.
+fn check_concurrency(runner: &mut Runner, side: Side, target: &Target, clients: usize) -> Result<(), CompareError> {
+    let Err(e) = runner.probe_concurrency(side, clients, PROBE_HOLD_S) else {
+        return Ok(());
+    };
+    let code = match &e {
+        ProtoError::HttpStatus { code, .. } => *code,
+        ProtoError::Server { code, .. } => Some(*code),
+        _ => None,
+    };
+    if code != Some(TOO_MANY_SIMULTANEOUS_QUERIES) {
+        return Err(CompareError::Server { side, target: target.to_string(), source: e });
+    }
+    let text = e.to_string();
+    let limit = text.split("Maximum: ").nth(1).and_then(|t| {
+        let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse::<usize>().ok()
+    });
+    Err(CompareError::Invalid(match limit {
+        Some(m) => format!(
+            "--concurrency {clients} is beyond what the {side} server runs at once ({m}, its max_concurrent_queries or \
+             the user's max_concurrent_queries_for_user): lower --concurrency to at most {m}, or raise the limit"
+        ),
+        None => format!(
+            "--concurrency {clients} is beyond what the {side} server runs at once (it refused {clients} queries at \
+             once: {}): lower --concurrency, or raise its max_concurrent_queries",
+            table::truncate(&text, 160)
+        ),
+    }))
+}
+
+/// The seed of a query's client-time thresholds: the same at every look, so the last look's
+/// threshold can be had again from the JSON's `times_s`.
+fn judge_seed(opts: &CompareOptions, spec: &QuerySpec) -> u64 {
+    derive_seed(opts.seed, &[&spec.sql, "client_time"])
+}
+
+/// Attaches the explanation of an unstable query, from its runs and their query_log rows.
+fn explain_unstable(
+    q: &mut QueryResult,
+    runs: &QueryRuns,
+    rows: &[HashMap<String, RunMetrics>; 2],
+    opts: &CompareOptions,
+) {
+    let Some(t) = q.threshold else { return };
+    let per_side = |s: &schedule::SideRuns, rows: &HashMap<String, RunMetrics>| {
+        let wait = s
+            .runs
+            .iter()
+            .map(|r| {
+                let (mut wait, mut real) = (0.0, 0.0);
+                for m in r.query_ids.iter().filter_map(|id| rows.get(id)) {
+                    wait += m.get("OSCPUWaitMicroseconds").copied().unwrap_or(0.0);
+                    real += m.get("RealTimeMicroseconds").copied().unwrap_or(0.0);
+                }
+                (real > 0.0).then(|| wait / real)
+            })
+            .collect();
+        (s.runs.iter().map(|r| r.wall_s).collect(), wait, s.runs.iter().map(|r| r.steal).collect())
+    };
+    let (lw, lc, ls) = per_side(&runs.left, &rows[0]);
+    let (rw, rc, rs) = per_side(&runs.right, &rows[1]);
+    let seen = explain::Runs {
+        values: q.times_s.clone(),
+        wall_s: Sides { left: lw, right: rw },
+        cpu_wait: Sides { left: lc, right: rc },
+        steal: Sides { left: ls, right: rs },
+    };
+    let spec_seed = derive_seed(opts.seed, &[&q.query, "client_time"]);
+    let e = explain::unstable(&seen, t, spec_seed, &opts.rules, &opts.plan, q.stop);
+    q.note = Some(e.text.clone());
+    q.explanation = Some(e);
 }
 
 fn parse_target(side: Side, url: &str) -> Result<Target, CompareError> {
@@ -288,8 +420,8 @@ fn new_run_id() -> String {
 fn client_result(index: usize, spec: &QuerySpec, runs: &QueryRuns, opts: &CompareOptions) -> QueryResult {
     let times = Sides { left: runs.left.times(), right: runs.right.times() };
     let ids = Sides {
-        left: runs.left.runs.iter().map(|r| r.query_id.clone()).collect(),
-        right: runs.right.runs.iter().map(|r| r.query_id.clone()).collect(),
+        left: runs.left.runs.iter().flat_map(|r| r.query_ids.iter().cloned()).collect(),
+        right: runs.right.runs.iter().flat_map(|r| r.query_ids.iter().cloned()).collect(),
     };
     let mut q = QueryResult {
         index,
@@ -307,6 +439,8 @@ fn client_result(index: usize, spec: &QuerySpec, runs: &QueryRuns, opts: &Compar
         error: None,
         note: None,
         times_s: times,
+        qps: None,
+        explanation: None,
         all_metrics: Vec::new(),
         ids,
         flames: Sides::default(),
@@ -333,24 +467,20 @@ fn client_result(index: usize, spec: &QuerySpec, runs: &QueryRuns, opts: &Compar
         q.note = Some("no measured runs (interrupted)".into());
         return q;
     }
-    let c = stats::compare(&q.times_s.left, &q.times_s.right, derive_seed(opts.seed, &[&spec.sql, "client_time"]));
+    let look = sequential::look(&q.times_s.left, &q.times_s.right, judge_seed(opts, spec), &opts.rules);
+    let c = look.comparison;
     q.old_s = Some(c.old);
     q.new_s = Some(c.new);
     q.ratio = c.ratio();
     q.diff = c.diff;
     q.threshold = c.threshold;
-    q.verdict = c.verdict(&opts.rules);
-    let fewest = q.runs.left.min(q.runs.right);
-    if fewest < MIN_RUNS_FOR_VERDICT {
+    q.verdict = look.verdict;
+    if opts.concurrency > 1 {
+        q.qps = Some(Sides { left: 1.0 / c.old, right: 1.0 / c.new });
+    }
+    // Fewer runs than a verdict needs (a slow query cut by --max-time): unstable, explained later.
+    if q.runs.left.min(q.runs.right) < MIN_RUNS_FOR_VERDICT {
         q.verdict = Verdict::Unstable;
-        q.note = Some(format!(
-            "only {fewest} runs per side ({}); at least {MIN_RUNS_FOR_VERDICT} are needed for a verdict: raise --max-time",
-            match q.stop {
-                Stop::MaxTime => "--max-time reached",
-                Stop::Interrupted => "interrupted",
-                _ => "stopped early",
-            }
-        ));
     }
     q.all_metrics.push(MetricResult {
         name: "client_time".into(),

@@ -22,7 +22,9 @@ use chstorm_proto::http::{HttpConn, RequestHead};
 use chstorm_proto::native::{append_settings_clause, NativeConn};
 use chstorm_proto::stream::Connector;
 use chstorm_proto::{ProtoError, Target, TlsOptions};
+use futures_util::future::join_all;
 use rand::SeedableRng;
+use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
 /// Default per-query timeout: 60 s.
@@ -108,6 +110,35 @@ impl Runner {
         let s = &mut self.sides[side as usize];
         self.rt.block_on(s.run(query_id, sql, timeout))
     }
+
+    /// Runs a window on `side`: `clients` connections (opened before the clock starts) each send
+    /// the queries `next` gives, one after another, until `length` has passed or `next` has no
+    /// more; the window ends when the last answer is read. Returns how many queries were
+    /// answered and the wall time, seconds. The first error ends the window.
+    pub fn window(
+        &mut self,
+        side: Side,
+        clients: usize,
+        length: Duration,
+        next: &mut dyn FnMut() -> Option<(String, String)>,
+    ) -> Result<(usize, f64), ProtoError> {
+        let timeout = self.timeout;
+        let s = &self.sides[side as usize];
+        self.rt.block_on(s.window(clients, length, next, timeout))
+    }
+
+    /// Runs `clients` copies of `SELECT sleep(hold_s)` on `side` at once, on connections opened
+    /// first: how a server says it would refuse that many queries at once (code 202 and its
+    /// `max_concurrent_queries`, or a user's `max_concurrent_queries_for_user`), asked of the
+    /// server itself since 18.16 has no table that shows its config.
+    pub fn probe_concurrency(&mut self, side: Side, clients: usize, hold_s: f64) -> Result<(), ProtoError> {
+        let sql = format!("SELECT sleep({hold_s})");
+        let mut ids = (0..clients).map(|_| self.next_query_id()).collect::<Vec<_>>().into_iter();
+        let mut next = move || ids.next().map(|id| (id, sql.clone()));
+        let (timeout, s) = (self.timeout, &self.sides[side as usize]);
+        // A zero-length window: every client sends one query and the window ends.
+        self.rt.block_on(s.window(clients, Duration::ZERO, &mut next, timeout)).map(|_| ())
+    }
 }
 
 impl SideConn {
@@ -152,13 +183,25 @@ impl SideConn {
     }
 
     async fn run_once(&mut self, query_id: &str, sql: &str, timeout: Duration) -> Result<f64, ProtoError> {
-        let conn = match self.conn.take() {
+        let mut conn = match self.conn.take() {
             Some(c) if c.usable() => c,
             _ => self.connect(timeout).await?,
         };
-        let mut conn = conn;
         let start = Instant::now();
-        let result = match &mut conn {
+        let result = self.send(&mut conn, query_id, sql, timeout).await;
+        let elapsed = start.elapsed().as_secs_f64();
+        // Every run gets a fresh connection (opened before the clock starts): a server serves a
+        // connection from one handler thread, and on a small machine two long-lived connections
+        // can settle on different CPUs and differ systematically, which broke A/A comparisons of
+        // a server with itself. A new connection per run makes the sides exchangeable.
+        drop(self.settle(conn, &result, query_id, timeout).await);
+        self.conn = None;
+        result.map(|_| elapsed)
+    }
+
+    /// Sends one query on `conn` and reads its answer to the end.
+    async fn send(&self, conn: &mut Conn, query_id: &str, sql: &str, timeout: Duration) -> Result<(), ProtoError> {
+        match conn {
             Conn::Http(c) => {
                 let head = RequestHead::query(&self.target, &self.extra, true);
                 c.send_with_id(&head, query_id, sql.as_bytes(), timeout).await.map(|_| ())
@@ -168,45 +211,95 @@ impl SideConn {
                 let sql = append_settings_clause(sql, &settings);
                 c.query(query_id, &sql, timeout).await.map(|_| ())
             }
-        };
-        let elapsed = start.elapsed().as_secs_f64();
-        // A run given up on must not keep the server busy while the next runs are measured.
-        let gave_up = match (&result, &conn) {
+        }
+    }
+
+    /// After a query on `conn`: a run given up on (timed out, or a native query still in flight)
+    /// is cancelled on the server, so it does not keep the server busy while the next runs are
+    /// measured; gives the connection back when it can carry another query.
+    async fn settle(
+        &self,
+        conn: Conn,
+        result: &Result<(), ProtoError>,
+        query_id: &str,
+        timeout: Duration,
+    ) -> Option<Conn> {
+        let gave_up = match (result, &conn) {
             (Err(ProtoError::Timeout(..)), _) => true,
             (Err(_), Conn::Native(c)) => c.query_in_flight(),
             _ => false,
         };
-        if gave_up {
-            let bound = CANCEL_TIMEOUT.min(timeout);
-            match conn {
-                Conn::Native(c) => {
-                    let _ = c.cancel(bound).await;
-                }
-                Conn::Http(c) => {
-                    drop(c);
-                    let _ = kill_over_http(&self.connector, &self.target, query_id, bound).await;
-                }
-            }
-            self.conn = None;
-            return result.map(|_| elapsed);
+        if !gave_up {
+            return conn.usable().then_some(conn);
         }
-        // Every run gets a fresh connection (opened before the clock starts): a server serves a
-        // connection from one handler thread, and on a small machine two long-lived connections
-        // can settle on different CPUs and differ systematically, which broke A/A comparisons of
-        // a server with itself. A new connection per run makes the sides exchangeable.
-        drop(conn);
-        self.conn = None;
-        result.map(|_| elapsed)
+        let bound = CANCEL_TIMEOUT.min(timeout);
+        match conn {
+            Conn::Native(c) => {
+                let _ = c.cancel(bound).await;
+            }
+            Conn::Http(c) => {
+                drop(c);
+                let _ = kill_over_http(&self.connector, &self.target, query_id, bound).await;
+            }
+        }
+        None
+    }
+
+    /// See [`Runner::window`].
+    async fn window(
+        &self,
+        clients: usize,
+        length: Duration,
+        next: &mut dyn FnMut() -> Option<(String, String)>,
+        timeout: Duration,
+    ) -> Result<(usize, f64), ProtoError> {
+        let conns = join_all((0..clients.max(1)).map(|_| self.connect(timeout))).await;
+        let conns = conns.into_iter().collect::<Result<Vec<Conn>, ProtoError>>()?;
+        let next = RefCell::new(next);
+        let start = Instant::now();
+        let deadline = start + length;
+        let client = |conn: Conn| {
+            let next = &next;
+            async move {
+                let mut conn = Some(conn);
+                let mut answered = 0usize;
+                loop {
+                    let Some((id, sql)) = (next.borrow_mut())() else { break };
+                    let mut c = match conn.take() {
+                        Some(c) => c,
+                        None => self.connect(timeout).await?,
+                    };
+                    let result = self.send(&mut c, &id, &sql, timeout).await;
+                    conn = self.settle(c, &result, &id, timeout).await;
+                    result?;
+                    answered += 1;
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                }
+                Ok::<usize, ProtoError>(answered)
+            }
+        };
+        let results = join_all(conns.into_iter().map(client)).await;
+        let elapsed = start.elapsed().as_secs_f64();
+        let mut answered = 0;
+        for r in results {
+            answered += r?;
+        }
+        Ok((answered, elapsed))
     }
 }
 
 /// The query texts of one query's attempts: rendered from the template in order, once each, so
 /// text n is the same whichever side asks for it first (even for `seq()` placeholders, whose
-/// counter lives in the template).
+/// counter lives in the template). Texts before [`Texts::forget_before`] are dropped, which bounds
+/// what a long run of windows keeps.
 pub struct Texts<'a> {
     template: &'a Template,
     renderer: Renderer,
-    texts: Vec<String>,
+    /// Texts `first..`.
+    texts: std::collections::VecDeque<String>,
+    first: usize,
     buf: Vec<u8>,
 }
 
@@ -214,38 +307,149 @@ impl<'a> Texts<'a> {
     /// `seed` seeds the placeholders of this query.
     pub fn new(template: &'a Template, seed: u64) -> Texts<'a> {
         let renderer = Renderer::new(rand::rngs::SmallRng::seed_from_u64(seed));
-        Texts { template, renderer, texts: Vec::new(), buf: Vec::new() }
+        Texts { template, renderer, texts: Default::default(), first: 0, buf: Vec::new() }
     }
 
-    /// The text of attempt index `i` (0 = warm-up), rendered on first use.
+    /// The text of attempt index `i` (0 = warm-up), rendered on first use; `i` must not be
+    /// before what was forgotten.
     pub fn get(&mut self, i: usize) -> &str {
-        while self.texts.len() <= i {
+        debug_assert!(i >= self.first, "text {i} was forgotten (first kept: {})", self.first);
+        while self.first + self.texts.len() <= i {
             self.template.render(&mut self.renderer, &mut self.buf);
-            self.texts.push(String::from_utf8_lossy(&self.buf).into_owned());
+            self.texts.push_back(String::from_utf8_lossy(&self.buf).into_owned());
         }
-        &self.texts[i]
+        &self.texts[i - self.first]
+    }
+
+    /// How many texts were rendered so far.
+    pub fn rendered(&self) -> usize {
+        self.first + self.texts.len()
+    }
+
+    /// Drops the texts before `i`.
+    pub fn forget_before(&mut self, i: usize) {
+        while self.first < i && !self.texts.is_empty() {
+            self.texts.pop_front();
+            self.first += 1;
+        }
     }
 }
 
-/// Runs the attempts of one query on the two sides: attempt n of either side sends text n.
+/// Most queries one window may send: bounds the texts a window keeps.
+pub const MAX_WINDOW_QUERIES: usize = 100_000;
+
+/// Concurrent clients per side in a window: `N` clients for `length`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    pub clients: usize,
+    pub length: Duration,
+}
+
+/// Runs the attempts of one query on the two sides: attempt n of either side sends text n; or,
+/// with [`Windows`], measured run n of either side is a window whose queries take the texts from
+/// the same starting text on both sides.
 pub struct QueryExec<'a> {
     runner: &'a mut Runner,
     texts: Texts<'a>,
+    windows: Option<Windows>,
+    /// The measured run whose windows are being run, and its first text.
+    pair: Option<(usize, usize)>,
 }
 
 impl<'a> QueryExec<'a> {
     /// `seed` seeds the placeholders of this query.
-    pub fn new(runner: &'a mut Runner, template: &'a Template, seed: u64) -> QueryExec<'a> {
-        QueryExec { runner, texts: Texts::new(template, seed) }
+    pub fn new(runner: &'a mut Runner, template: &'a Template, seed: u64, windows: Option<Windows>) -> QueryExec<'a> {
+        QueryExec { runner, texts: Texts::new(template, seed), windows, pair: None }
+    }
+
+    fn window(&mut self, side: Side, n: usize, w: Windows) -> Result<Run, String> {
+        // Both windows of run n start at the same text: the first not used by any earlier window.
+        let base = match self.pair {
+            Some((p, base)) if p == n => base,
+            _ => {
+                let base = self.texts.rendered();
+                self.texts.forget_before(base);
+                self.pair = Some((n, base));
+                base
+            }
+        };
+        let (runner, texts) = (&mut *self.runner, &mut self.texts);
+        let mut sent = 0usize;
+        let mut ids = 0usize;
+        let steal = HostCpu::read();
+        let mut next_id = {
+            let run_id = runner.run_id.clone();
+            let start = runner.next_id;
+            move || {
+                ids += 1;
+                format!("chstorm-cmp-{run_id}-{}", start + ids as u64)
+            }
+        };
+        let mut next = || {
+            if sent >= MAX_WINDOW_QUERIES {
+                return None;
+            }
+            let sql = texts.get(base + sent).to_string();
+            sent += 1;
+            Some((next_id(), sql))
+        };
+        let result = runner.window(side, w.clients, w.length, &mut next);
+        runner.next_id += sent as u64;
+        let (answered, wall_s) = result.map_err(|e| e.to_string())?;
+        if answered == 0 {
+            return Err("the window answered no query".into());
+        }
+        Ok(Run {
+            query_ids: Vec::new(),
+            time_s: wall_s / answered as f64,
+            wall_s,
+            steal: steal.and_then(HostCpu::steal_since),
+        })
     }
 }
 
 impl Executor for QueryExec<'_> {
     fn execute(&mut self, side: Side, attempt: Attempt) -> Result<Run, String> {
+        if let (Some(w), Attempt::Measured(n)) = (self.windows, attempt) {
+            return self.window(side, n, w);
+        }
         let query_id = self.runner.next_query_id();
         let sql = self.texts.get(attempt.text_index()).to_string();
+        let before = HostCpu::read();
         let time_s = self.runner.run(side, &query_id, &sql).map_err(|e| e.to_string())?;
-        Ok(Run { query_id, time_s })
+        let mut run = Run::single(query_id, time_s);
+        run.steal = before.and_then(HostCpu::steal_since);
+        Ok(run)
+    }
+}
+
+/// This host's CPU time, from the first line of `/proc/stat` (USER_HZ ticks): all of it, and
+/// what the hypervisor stole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostCpu {
+    pub total: u64,
+    pub steal: u64,
+}
+
+impl HostCpu {
+    /// Now; None where `/proc/stat` cannot be read (not Linux).
+    pub fn read() -> Option<HostCpu> {
+        HostCpu::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The `cpu` line: user nice system idle iowait irq softirq steal (guest time is already
+    /// in user).
+    pub fn parse(stat: &str) -> Option<HostCpu> {
+        let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+        let f: Vec<u64> = line.split_whitespace().skip(1).take(8).map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        (f.len() == 8).then(|| HostCpu { total: f.iter().sum(), steal: f[7] })
+    }
+
+    /// The share of the CPU time since `self` that was stolen; None when no tick passed.
+    pub fn steal_since(self) -> Option<f64> {
+        let now = HostCpu::read()?;
+        let total = now.total.checked_sub(self.total)?;
+        (total > 0).then(|| now.steal.saturating_sub(self.steal) as f64 / total as f64)
     }
 }
 

@@ -181,11 +181,16 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// Compares old and new runs of one metric with a threshold from [`ITERATIONS`] random splits
-/// seeded by `seed`.
+/// seeded by `seed`, at the [`QUANTILE`]: one look at the runs, as for the server metrics.
 pub fn compare(old: &[f64], new: &[f64], seed: u64) -> Comparison {
+    compare_at(old, new, seed, ITERATIONS, QUANTILE)
+}
+
+/// [`compare`] with the threshold at `quantile` of `iterations` random splits.
+pub fn compare_at(old: &[f64], new: &[f64], seed: u64, iterations: usize, quantile: f64) -> Comparison {
     let (mo, mn) = (median(old), median(new));
     let mut rng = SmallRng::seed_from_u64(seed);
-    let t = randomization_threshold(old, new, &mut rng, ITERATIONS, QUANTILE);
+    let t = randomization_threshold(old, new, &mut rng, iterations, quantile);
     let rel = |x: f64| (mo != 0.0 && mo.is_finite()).then(|| x / mo);
     Comparison { old: mo, new: mn, diff: rel(mn - mo), threshold: rel(t) }
 }

@@ -1,8 +1,10 @@
 //! The terminal table and number formats shared with the report.
 //!
 //! Columns: verdict, old (s), new (s), ratio, diff %, threshold %, runs (left/right), query
-//! (truncated). Rows in report order: slower, faster, unstable, errors, then the rest. Errors
-//! are listed under the table with their messages.
+//! (truncated); with `--concurrency`, old QPS and new QPS in place of the times (ratio, diff and
+//! threshold stay those of the time per query, so + is slower either way). Rows in report
+//! order: slower, faster, unstable, errors, then the rest. Errors and notes (an unstable query's
+//! explanation) are listed under the table.
 
 use crate::result::{CompareResult, QueryResult};
 use std::fmt::Write as _;
@@ -22,20 +24,36 @@ pub fn truncate(s: &str, max: usize) -> String {
     }
 }
 
-/// Seconds with 4 significant digits (`0.1021`, `1.234`, `12.35`); `-` for none.
-/// A query's figures as the table and the report show them: old and new medians, ratio, diff,
-/// threshold, and runs (`left/right`).
-pub fn figures(q: &QueryResult) -> [String; 6] {
-    [
-        secs(q.old_s),
-        secs(q.new_s),
-        ratio(q.ratio),
-        pct_signed(q.diff),
-        pct(q.threshold),
-        format!("{}/{}", q.runs.left, q.runs.right),
-    ]
+/// The headers of the old and new columns: `old (s)`, `new (s)`; with `--concurrency`,
+/// `old QPS`, `new QPS`.
+pub fn value_headers(r: &CompareResult) -> [&'static str; 2] {
+    if r.options.concurrency > 1 {
+        ["old QPS", "new QPS"]
+    } else {
+        ["old (s)", "new (s)"]
+    }
 }
 
+/// A query's figures as the table and the report show them: old and new medians (QPS with
+/// `--concurrency`), ratio, diff, threshold, and runs (`left/right`).
+pub fn figures(q: &QueryResult) -> [String; 6] {
+    let (old, new) = match &q.qps {
+        Some(qps) => (qps_text(qps.left), qps_text(qps.right)),
+        None => (secs(q.old_s), secs(q.new_s)),
+    };
+    [old, new, ratio(q.ratio), pct_signed(q.diff), pct(q.threshold), format!("{}/{}", q.runs.left, q.runs.right)]
+}
+
+/// QPS with 4 significant digits.
+pub fn qps_text(v: f64) -> String {
+    if v.is_finite() {
+        sig(v, 4)
+    } else {
+        "-".into()
+    }
+}
+
+/// Seconds with 4 significant digits (`0.1021`, `1.234`, `12.35`); `-` for none.
 pub fn secs(v: Option<f64>) -> String {
     match v {
         Some(v) if v.is_finite() => sig(v, 4),
@@ -79,13 +97,15 @@ pub fn ratio(v: Option<f64>) -> String {
 
 /// One line for the progress of a finished query.
 pub fn progress_line(q: &QueryResult) -> String {
+    let (old, new) = match &q.qps {
+        Some(qps) => (format!("{} QPS", qps_text(qps.left)), format!("{} QPS", qps_text(qps.right))),
+        None => (format!("{} s", secs(q.old_s)), format!("{} s", secs(q.new_s))),
+    };
     let numbers = if q.verdict.is_error() {
         q.error.clone().unwrap_or_default()
     } else {
         format!(
-            "{} s -> {} s, {} (threshold {}), {}/{} runs",
-            secs(q.old_s),
-            secs(q.new_s),
+            "{old} -> {new}, {} (threshold {}), {}/{} runs",
             pct_signed(q.diff),
             pct(q.threshold),
             q.runs.left,
@@ -97,7 +117,8 @@ pub fn progress_line(q: &QueryResult) -> String {
 
 /// The whole table, a summary line, and the errors and notes under it.
 pub fn render(r: &CompareResult) -> String {
-    let header = ["verdict", "old (s)", "new (s)", "ratio", "diff %", "threshold %", "runs", "query"];
+    let [old, new] = value_headers(r);
+    let header = ["verdict", old, new, "ratio", "diff %", "threshold %", "runs", "query"];
     let rows: Vec<[String; 8]> = r
         .sorted()
         .into_iter()

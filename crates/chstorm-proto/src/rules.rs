@@ -47,6 +47,11 @@ pub fn retry_safe_code(code: i32) -> bool {
 /// QUERY_WITH_SAME_ID_IS_ALREADY_RUNNING: the server already runs a query with this id.
 pub const QUERY_ID_TAKEN: i32 = 216;
 
+/// TOO_MANY_SIMULTANEOUS_QUERIES: the server (its `max_concurrent_queries`) or the user (its
+/// `max_concurrent_queries_for_user`) already runs as many queries as allowed; the message says
+/// `Maximum: N`.
+pub const TOO_MANY_SIMULTANEOUS_QUERIES: i32 = 202;
+
 /// True when ClickHouse's exception `code` proves the query did not run on that server and a
 /// read may go to another replica: the [`retry_safe_code`]s, and 216 (the server already runs a
 /// query with this id: a proxy's hedged copy still being killed there, when the client reuses its

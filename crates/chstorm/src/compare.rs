@@ -15,13 +15,24 @@ Examples:
   chstorm compare --left clickhouse://old:9000 --left-http http://old:8123 --right clickhouse://new:9000 \\
                   --right-http http://new:8123 --queries perf.sql --json cmp.json --store http://history:8123
 
-Per query: one warm-up run on each side, then runs alternating left and right until each side has
---runs runs and --min-time of measured time (stop at --max-time or 500 runs per side).
+  chstorm compare --left http://old:8123 --right http://new:8123 --queries perf.sql --concurrency 8
+
+Per query: one warm-up run on each side, then runs in counterbalanced pairs (left-right,
+right-left, ...). Once each side has --runs runs and --min-time of measured time, the runs are
+judged, and again at every tenth more runs, until the verdict is decided (a change at least the
+threshold and --min-change; or a threshold under --unstable with no change of --min-change in
+reach) or a side reaches --max-time or 500 runs. An unstable verdict says why: runs, threshold,
+the largest source of spread seen (a run far out, drift in time, CPU wait, CPU steal) and what to
+change.
 
 Verdicts (client time): slower/faster when |diff| >= threshold and >= --min-change; else unstable
 when the threshold >= --unstable; else not_significant when |diff| < threshold; else too_small.
 error_left / error_right / error_both when a query fails on one or both sides. The threshold is the
-99th percentile of |median - median| over 10,000 random splits of both sides' runs, / old median.
+99.95th percentile of |median - median| over 20,000 random splits of both sides' runs, / old
+median: one threshold for every look that keeps the false-positive rate at 1 % over all of them.
+
+--concurrency N: each run is a window (--window) of N clients per side sending the query back to
+back, windows alternating between the sides; judged by each window's QPS the same way.
 
 Server metrics (query_log) and flamegraphs (trace_log) are read over HTTP: a native side needs
 --left-http / --right-http.
@@ -34,6 +45,10 @@ const MAX_MEASURED_TIME: Duration = Duration::from_secs(24 * 3600);
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     crate::cli::parse_duration_at_most(s, MAX_MEASURED_TIME)
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    crate::cli::parse_count(s, 1, chstorm_compare::MAX_CONCURRENCY as u64).map(|n| n as usize)
 }
 
 fn parse_runs(s: &str) -> Result<usize, String> {
@@ -91,9 +106,20 @@ pub struct CompareArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     pub min_time: Duration,
 
-    /// Measured time per side, at most (at most 1d; runs also stop at 500 per side).
+    /// Measured time per side, at most: the budget an undecided query may use (at most 1d; runs
+    /// also stop at 500 per side).
     #[arg(long, default_value = "8s", value_parser = parse_duration)]
     pub max_time: Duration,
+
+    /// Clients per side: 1 compares query by query (each run one query); N > 1 compares
+    /// throughput, each run a window of N clients sending the query back to back (1 to 1000;
+    /// refused before any run when a server will not run N queries at once).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = parse_concurrency)]
+    pub concurrency: usize,
+
+    /// With --concurrency: how long each window sends queries (its last answers are waited for).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub window: Duration,
 
     /// Seed for the query order, placeholders and thresholds.
     #[arg(long, default_value_t = 1)]
@@ -176,6 +202,8 @@ pub fn run(args: CompareArgs, stop: &StopHandle) -> anyhow::Result<i32> {
         tls,
         profiler: !args.no_profiler,
         fail_on: args.fail_on,
+        concurrency: args.concurrency,
+        window: args.window,
     };
     let quiet = args.quiet;
     if !quiet {
