@@ -79,6 +79,11 @@ pub struct Explanation {
     pub needed: f64,
     /// The largest source of spread compare can see; null when none stands out.
     pub source: Option<Source>,
+    /// The median share of a run's time the server's threads waited for a CPU (query_log), and
+    /// the median share of this host's CPU time stolen during a run (/proc/stat); null where
+    /// compare cannot see it.
+    pub cpu_wait: Option<f64>,
+    pub steal: Option<f64>,
     /// Runs per side that would bring the threshold under `--unstable` at this spread, and the
     /// `--max-time` per side they would take, seconds; null beyond 500 runs.
     pub runs_needed: usize,
@@ -139,6 +144,8 @@ pub fn unstable(runs: &Runs, threshold: f64, seed: u64, rules: &Rules, plan: &Pl
         threshold,
         needed: rules.unstable,
         source,
+        cpu_wait: median_share(&runs.cpu_wait),
+        steal: median_share(&runs.steal),
         runs_needed,
         max_time_needed_s,
         advice,
@@ -215,6 +222,12 @@ fn largest_source(runs: &Runs, threshold: f64, seed: u64, rules: &Rules) -> Opti
 }
 
 type Candidate = (SourceKind, String, Sides<Vec<f64>>);
+
+/// The median of the shares known, over both sides' runs.
+fn median_share(s: &Sides<Vec<Option<f64>>>) -> Option<f64> {
+    let known: Vec<f64> = s.left.iter().chain(&s.right).filter_map(|x| *x).collect();
+    (!known.is_empty()).then(|| median(&known))
+}
 
 fn sides() -> [Side; 2] {
     [Side::Left, Side::Right]

@@ -60,7 +60,7 @@ pub fn compare(
         let i = side as usize;
         if windows.is_some() {
             infos[i].notes.push(format!(
-                "no server metrics: with --concurrency {} each run is a window of many queries, judged by its QPS",
+                "no server metrics or flamegraphs: with --concurrency {} each run is a window of many queries, judged by its QPS",
                 opts.concurrency
             ));
             continue;
@@ -186,6 +186,9 @@ pub fn compare(
         [!left.protocol.is_http() && opts.left_http.is_none(), !right.protocol.is_http() && opts.right_http.is_none()];
     let reasons: [Option<String>; 2] = [Side::Left, Side::Right].map(|side| {
         let i = side as usize;
+        if windows.is_some() {
+            return None;
+        }
         match (&sources[i], native_only[i]) {
             (None, false) => Some(format!(
                 "no flamegraphs for the {} server (version {}): its logs could not be read (see the notes above)",
@@ -295,39 +298,40 @@ fn check_options(opts: &CompareOptions) -> Result<(), CompareError> {
 pub const MAX_CONCURRENCY: usize = 1000;
 
 /// How long each query of the concurrency check holds its place on the server, seconds.
-const PROBE_HOLD_S: f64 = 0.25;
+const PROBE_HOLD_S: f64 = 0.5;
 
-/// Asks `side`'s server to run `clients` queries at once, before any run: a server that refuses
-/// (TOO_MANY_SIMULTANEOUS_QUERIES: its `max_concurrent_queries`, or the user's
-/// `max_concurrent_queries_for_user`) makes a one-line error that says its limit.
+/// Asks `side`'s server to run `clients` queries at once, before any run: a server that queues
+/// some of them or refuses them (TOO_MANY_SIMULTANEOUS_QUERIES) would have the comparison measure
+/// its queue, so that is a one-line error that says how many it ran at once.
 fn check_concurrency(runner: &mut Runner, side: Side, target: &Target, clients: usize) -> Result<(), CompareError> {
-    let Err(e) = runner.probe_concurrency(side, clients, PROBE_HOLD_S) else {
-        return Ok(());
+    let limit = |at_once: Option<usize>, how: &str| {
+        let m = at_once.map(|m| format!(" ({m})")).unwrap_or_default();
+        let to = at_once.map(|m| format!(" to at most {m}")).unwrap_or_default();
+        CompareError::Invalid(format!(
+            "--concurrency {clients} is beyond what the {side} server runs at once{m}: {how}; lower --concurrency{to}, \
+             or raise its max_concurrent_queries (or the user's max_concurrent_queries_for_user)"
+        ))
     };
-    let code = match &e {
-        ProtoError::HttpStatus { code, .. } => *code,
-        ProtoError::Server { code, .. } => Some(*code),
-        _ => None,
-    };
-    if code != Some(TOO_MANY_SIMULTANEOUS_QUERIES) {
-        return Err(CompareError::Server { side, target: target.to_string(), source: e });
+    match runner.probe_concurrency(side, clients, PROBE_HOLD_S) {
+        Ok(n) if n >= clients => Ok(()),
+        Ok(n) => Err(limit(Some(n), &format!("of {clients} queries sent together, {n} ran and the others waited"))),
+        Err(e) => {
+            let code = match &e {
+                ProtoError::HttpStatus { code, .. } => *code,
+                ProtoError::Server { code, .. } => Some(*code),
+                _ => None,
+            };
+            if code != Some(TOO_MANY_SIMULTANEOUS_QUERIES) {
+                return Err(CompareError::Server { side, target: target.to_string(), source: e });
+            }
+            let text = e.to_string();
+            let max = text
+                .split("Maximum: ")
+                .nth(1)
+                .and_then(|t| t.chars().take_while(char::is_ascii_digit).collect::<String>().parse::<usize>().ok());
+            Err(limit(max, "it refused some of them (Too many simultaneous queries)"))
+        }
     }
-    let text = e.to_string();
-    let limit = text.split("Maximum: ").nth(1).and_then(|t| {
-        let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
-        digits.parse::<usize>().ok()
-    });
-    Err(CompareError::Invalid(match limit {
-        Some(m) => format!(
-            "--concurrency {clients} is beyond what the {side} server runs at once ({m}, its max_concurrent_queries or \
-             the user's max_concurrent_queries_for_user): lower --concurrency to at most {m}, or raise the limit"
-        ),
-        None => format!(
-            "--concurrency {clients} is beyond what the {side} server runs at once (it refused {clients} queries at \
-             once: {}): lower --concurrency, or raise its max_concurrent_queries",
-            table::truncate(&text, 160)
-        ),
-    }))
 }
 
 /// The seed of a query's client-time thresholds: the same at every look, so the last look's

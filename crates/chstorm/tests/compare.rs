@@ -444,3 +444,175 @@ fn a_run_that_times_out_is_cancelled_on_the_server() {
     }
     assert_eq!(running, 0, "timed-out runs still on the server 3 s after compare ended: {}", text(&out));
 }
+
+#[test]
+fn bad_budgets_and_concurrency_are_one_line_before_any_run() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let m = common::marker("cmp_bad_input");
+    let queries = write(dir.path(), "q.sql", &format!("SELECT 1 AS {m}\n"));
+    let q = queries.to_str().unwrap();
+    let one_line = |args: &[&str], expect: &str| {
+        let t = Instant::now();
+        let out = compare(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(10), "{args:?}: {:?}", t.elapsed());
+    };
+    let (l, r) = (s.http_url(), s.http_url());
+    one_line(
+        &["--left", l, "--right", r, "--queries", q, "--max-time", "1s", "--min-time", "2s"],
+        "--max-time 1s is below --min-time 2s: raise --max-time or lower --min-time",
+    );
+    one_line(
+        &["--left", l, "--right", r, "--queries", q, "--concurrency", "4", "--max-time", "3s"],
+        "--max-time 3s cannot fit --runs 7 windows of 1s per side: raise --max-time to at least 7s",
+    );
+    one_line(
+        &["--left", l, "--right", r, "--queries", q, "--concurrency", "2", "--window", "0s"],
+        "--window must be longer than 0",
+    );
+    one_line(&["--left", l, "--right", r, "--queries", q, "--concurrency", "0"], "--concurrency");
+
+    // A server that runs at most 2 queries at once: 3 clients are refused before any run, on
+    // either protocol; 2 are accepted.
+    let sdir = tempfile::tempdir().unwrap();
+    let mut spec = chstorm_local::ServerSpec::new(sdir.path());
+    spec.die_with_parent = true;
+    spec.max_concurrent_queries = 2;
+    let small = chstorm_local::LocalServer::start(spec).unwrap();
+    for right in [small.http_url(), small.native_url()] {
+        one_line(
+            &["--left", s.http_url(), "--right", right, "--queries", q, "--concurrency", "3"],
+            "--concurrency 3 is beyond what the right (new) server runs at once (2): ",
+        );
+    }
+    small.query("SYSTEM FLUSH LOGS").unwrap();
+    let ran = small.query(&format!(
+        "SELECT count() FROM system.query_log WHERE query LIKE '%{m}%' AND query NOT LIKE '%query_log%'"
+    ));
+    assert_eq!(ran.unwrap().trim(), "0", "no run was made on the limited server");
+    let json = dir.path().join("c2.json");
+    let out = compare(&[
+        "--left",
+        small.http_url(),
+        "--right",
+        small.native_url(),
+        "--queries",
+        q,
+        "--concurrency",
+        "2",
+        "--window",
+        "200ms",
+        "--runs",
+        "5",
+        "--max-time",
+        "2s",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", text(&out));
+    assert_eq!(read_json(&json)["options"]["concurrency"], 2);
+}
+
+#[test]
+fn concurrency_judges_qps_of_alternating_windows() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    let m = common::marker("cmp_qps");
+    let queries = write(dir.path(), "q.sql", &format!("SELECT sum(cityHash64(number)) AS {m} FROM numbers(2000000)\n"));
+    let json = dir.path().join("qps.json");
+    let right = format!("{}/?max_block_size=256", s.http_url());
+    let out = compare(&[
+        "--left",
+        s.http_url(),
+        "--right",
+        &right,
+        "--queries",
+        queries.to_str().unwrap(),
+        "--concurrency",
+        "2",
+        "--window",
+        "300ms",
+        "--max-time",
+        "6s",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    let qr = &v["queries"][0];
+    assert_eq!(qr["verdict"], "slower", "{}", text(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let (ql, qn) = (qr["qps"]["left"].as_f64().unwrap(), qr["qps"]["right"].as_f64().unwrap());
+    assert!(ql > 1.3 * qn, "QPS {ql} -> {qn}");
+    assert!((qr["old_s"].as_f64().unwrap() * ql - 1.0).abs() < 1e-9, "old_s is 1 / QPS: {qr:#}");
+    assert_eq!(v["options"]["concurrency"], 2);
+    assert_eq!(v["options"]["window_s"], 0.3);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().next().unwrap().contains("old QPS"), "{stdout}");
+    // Both sides ran windows of 2 clients: at least 2 queries a window, the right side's with
+    // its setting.
+    s.query("SYSTEM FLUSH LOGS").unwrap();
+    let rows = s
+        .query(&format!(
+            "SELECT count(), countIf(has(Settings.Names, 'max_block_size')) FROM system.query_log \
+             WHERE type = 2 AND query_id LIKE 'chstorm-cmp-{}-%' AND query LIKE '%{m}%' AND query NOT LIKE '%query_log%'",
+            v["run_id"].as_str().unwrap()
+        ))
+        .unwrap();
+    let f: Vec<u64> = rows.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let (wl, wr) = (qr["runs"]["left"].as_u64().unwrap(), qr["runs"]["right"].as_u64().unwrap());
+    assert!(f[1] >= 2 * wr && f[0] - f[1] >= 2 * wl, "{f:?} queries (all, right) for {wl} + {wr} windows of 2 clients");
+}
+
+#[test]
+fn an_unstable_query_says_why_and_what_to_change() {
+    let _t = turn();
+    let s = chstorm_local::shared_server();
+    let dir = tempfile::tempdir().unwrap();
+    // Each run does a random amount of work (the same on both sides, run by run): far more spread
+    // than a threshold under 10 % can come from in 1 s a side.
+    let queries =
+        write(dir.path(), "q.sql", "SELECT count() FROM numbers({k:uniform(1,3000000)}) WHERE number % 3 = 1\n");
+    let json = dir.path().join("u.json");
+    let out = compare(&[
+        "--left",
+        s.http_url(),
+        "--right",
+        s.http_url(),
+        "--queries",
+        queries.to_str().unwrap(),
+        "--min-time",
+        "0.2s",
+        "--max-time",
+        "1s",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v = read_json(&json);
+    let qr = &v["queries"][0];
+    assert_eq!(qr["verdict"], "unstable", "{}", text(&out));
+    assert_eq!(qr["stop"], "max_time");
+    let e = &qr["explanation"];
+    let runs = e["runs"].as_u64().unwrap();
+    assert!(
+        runs >= 5 && runs == qr["runs"]["left"].as_u64().unwrap().min(qr["runs"]["right"].as_u64().unwrap()),
+        "{e:#}"
+    );
+    assert!(e["threshold"].as_f64().unwrap() >= 0.1 && e["needed"] == 0.1, "{e:#}");
+    assert!(e["runs_needed"].as_u64().unwrap() > runs, "{e:#}");
+    assert!(e["cpu_wait"].as_f64().is_some(), "the runs' CPU wait was read from query_log: {e:#}");
+    let t = e["text"].as_str().unwrap();
+    assert!(t.starts_with(&format!("unstable after {runs} runs per side (--max-time 1s reached): threshold ")), "{t}");
+    // Even 500 runs a side (the most a side makes) leave a threshold of 13 % at this spread.
+    let advice = e["advice"].as_str().unwrap();
+    assert!(advice.contains("raise --max-time to about") || advice.contains("the noise must come down"), "{e:#}");
+    assert_eq!(qr["note"].as_str(), Some(t));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.lines().any(|l| l.starts_with("note: SELECT count() FROM numbers(") && l.ends_with(t)), "{stdout}");
+}
