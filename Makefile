@@ -58,6 +58,7 @@ demo: demo-build
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
+##   compare.json   compare's defaults against a server held to 10 % less CPU (a cgroup quota), and an A/A beside it, 10 seeds
 bench: release release-pgo
 	$(CARGO) build --release -p chstorm --example ping_server
 	$(CARGO) build --release -p chstorm-gateway --example floor_relay
@@ -74,6 +75,7 @@ bench: release release-pgo
 	python3 scripts/bench_failover.py --out bench-results
 	if [ -f scripts/bench_threads.py ]; then python3 scripts/bench_threads.py --out bench-results; fi
 	if [ -f scripts/bench_colocate.sh ]; then bash scripts/bench_colocate.sh; fi
+	python3 scripts/bench_compare.py --out bench-results
 
 ## A CPU flamegraph of the gateway proxying SELECT 1 (perf + inferno): bench-results/gateway-cpu.svg
 profile: release
