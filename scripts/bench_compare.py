@@ -11,29 +11,32 @@ longer. In the **A/A** case the quota is lifted (`max`, `-1`) and nothing else c
 servers, the same cgroup. The queries (QUERIES, or --queries FILE) are single-threaded
 (`?max_threads=1` on both URLs), CPU-bound and take 0.1 to 0.3 s each.
 
-For every seed 1..--seeds, `chstorm compare --left L --right R --queries Q --seed N --json ...`
+For every seed 1..--seeds (default 20), `chstorm compare --left L --right R --queries Q --seed N --json ...`
 runs once slowed and once A/A, in alternating order (slowed first for odd seeds), with no other
 flag: compare's defaults. The quota is checked to act: the cgroup's `nr_throttled` must grow
-during every slowed run and stay put during the A/A ones.
+during every slowed run and stay put during the A/A ones. The machine is shared: before each
+run the script waits (at most --max-wait, default 10 minutes) until the CPU is busy less than
+--quiet (default 25 %) of 5 s, and records how busy it was, and the load average, either way.
 
 Prints, and writes to OUT/compare.json: every run's verdicts, ratios, runs and time; the share
-of slowed query-runs called `slower` and of A/A query-runs flagged (slower or faster); the
+of slowed query-runs called `slower` and of A/A query-runs flagged (slower or faster), each with
+its exact (Clopper-Pearson) 95 % interval; the
 machine (cores, CPU, kernel), the load average and CPU steal around every run, the date and
 the commit. `--concurrency N` passes `--concurrency N` to every compare (the throughput check).
 
-    python3 scripts/bench_compare.py --out bench-results            # 10 seeds, about 25 minutes
+    python3 scripts/bench_compare.py --out bench-results            # 20 seeds, about 30 minutes
     python3 scripts/bench_compare.py --seeds 3 --out /tmp/cmp        # a quick look
 
 Needs root (cgroup writes) and a release build (`make release`, or --chstorm PATH).
 """
-import argparse, json, os, platform, statistics, subprocess, sys, time
+import argparse, json, math, os, platform, statistics, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gateway import scratch_dir, sh  # noqa: E402
 
 QUERIES = [
     "SELECT sum(cityHash64(number)) FROM numbers(36000000)",
-    "SELECT count() FROM numbers(36000000) WHERE number % 7 = 3",
+    "SELECT count() FROM numbers(100000000) WHERE number % 7 = 3",
     "SELECT uniqExact(number) FROM numbers(2000000)",
     "SELECT avg(sipHash64(toString(number))) FROM numbers(8000000)",
 ]
@@ -135,6 +138,28 @@ def host_cpu():
     return sum(v), v[7]
 
 
+def busy_share(seconds=5.0):
+    """The share of the machine's CPU time that was busy over the next `seconds`."""
+    def busy():
+        v = [int(x) for x in open("/proc/stat").readline().split()[1:9]]
+        return sum(v) - v[3] - v[4], sum(v)
+    b0 = busy()
+    time.sleep(seconds)
+    b1 = busy()
+    return (b1[0] - b0[0]) / max(1, b1[1] - b0[1])
+
+
+def wait_quiet(quiet, max_wait):
+    """Waits until the CPU is busy less than `quiet` of 5 s, at most `max_wait` s; returns the
+    last share seen and the seconds waited."""
+    t0 = time.time()
+    while True:
+        b = busy_share()
+        if b < quiet or time.time() - t0 >= max_wait:
+            return b, time.time() - t0
+        time.sleep(10)
+
+
 def load_avg():
     return [float(x) for x in open("/proc/loadavg").read().split()[:3]]
 
@@ -164,6 +189,28 @@ def compare(chstorm, left, right, queries, seed, json_path, extra):
     return p.returncode, took, json.load(open(json_path))
 
 
+def binom_cdf(k, n, p):
+    """P(X <= k) for X ~ Binomial(n, p)."""
+    return sum(math.comb(n, i) * p**i * (1 - p)**(n - i) for i in range(k + 1))
+
+
+def interval(k, n, level=0.95):
+    """The exact (Clopper-Pearson) interval of a share of k in n, by bisection on the binomial."""
+    if n == 0:
+        return (None, None)
+    a = (1 - level) / 2
+
+    def solve(f):
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if f(mid) else (lo, mid)
+        return (lo + hi) / 2
+    low = 0.0 if k == 0 else solve(lambda p: 1 - binom_cdf(k - 1, n, p) < a)
+    high = 1.0 if k == n else solve(lambda p: binom_cdf(k, n, p) > a)
+    return (low, high)
+
+
 def summarize(runs):
     """Totals of a list of runs of one case: query-runs by verdict, the slower and flagged shares."""
     verdicts = {}
@@ -174,7 +221,15 @@ def summarize(runs):
     slower, faster = verdicts.get("slower", 0), verdicts.get("faster", 0)
     return {"query_runs": n, "verdicts": verdicts, "slower": slower, "flagged": slower + faster,
             "slower_share": slower / n if n else None, "flagged_share": (slower + faster) / n if n else None,
-            "exit_1": sum(1 for r in runs if r["exit"] == 1)}
+            "slower_interval": interval(slower, n), "flagged_interval": interval(slower + faster, n),
+            "exit_1": sum(1 for r in runs if r["exit"] == 1),
+            "busy_before": spread([r["busy_before"] for r in runs]), "load_before": spread([r["load_before"][0] for r in runs]),
+            "steal": spread([r["steal"] for r in runs])}
+
+
+def spread(values):
+    """min, median and max of `values`, or None."""
+    return [min(values), statistics.median(values), max(values)] if values else None
 
 
 def per_query(runs):
@@ -197,9 +252,13 @@ def per_query(runs):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chstorm", default="target/release/chstorm")
-    ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N, each run slowed and A/A (default 10)")
+    ap.add_argument("--seeds", type=int, default=20, help="seeds 1..N, each run slowed and A/A (default 20: 80 "
+                    "query-runs a case, so that 1.5 %% is more than one of them)")
     ap.add_argument("--queries", help="a query file instead of the four built-in queries")
     ap.add_argument("--concurrency", type=int, default=1, help="pass --concurrency N to every compare (default 1: none)")
+    ap.add_argument("--quiet", type=float, default=0.25, help="wait before each run until the CPU is busy less than "
+                    "this share of 5 s (default 0.25)")
+    ap.add_argument("--max-wait", type=float, default=600, help="wait at most this many seconds (default 600)")
     ap.add_argument("--out", default="bench-results")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -227,6 +286,7 @@ def main():
         cases = {"slowed": [], "aa": []}
         for seed in range(1, a.seeds + 1):
             for case in (("slowed", "aa") if seed % 2 else ("aa", "slowed")):
+                busy, waited = wait_quiet(a.quiet, a.max_wait)
                 quota.set() if case == "slowed" else quota.lift()
                 setting = quota.setting()
                 load0, cpu0, thr0 = load_avg(), host_cpu(), quota.throttled()
@@ -238,12 +298,14 @@ def main():
                                      f"times ({setting}); the quota does not act as set")
                 steal = (cpu1[1] - cpu0[1]) / max(1, cpu1[0] - cpu0[0])
                 run = {"seed": seed, "exit": code, "seconds": round(took, 1), "quota": setting, "throttled": throttled,
-                       "load_before": load0, "load_after": load1, "steal": round(steal, 4),
+                       "busy_before": round(busy, 3), "waited_s": round(waited), "load_before": load0,
+                       "load_after": load1, "steal": round(steal, 4),
                        "queries": [{k: q[k] for k in ("query", "verdict", "old_s", "new_s", "ratio", "diff", "threshold",
                                                       "runs", "stop", "qps", "note")} for q in r["queries"]]}
                 cases[case].append(run)
                 vs = " ".join(q["verdict"] for q in run["queries"])
-                print(f"  seed {seed:2} {case:6} exit {code} {took:5.0f} s load {load0[0]:5.2f} steal {steal:.3f}: {vs}", flush=True)
+                print(f"  seed {seed:2} {case:6} exit {code} {took:5.0f} s busy before {busy:.2f} (waited {waited:.0f} s) "
+                      f"load {load0[0]:5.2f} steal {steal:.3f}: {vs}", flush=True)
     finally:
         if quota:
             quota.remove(right_pid)
@@ -262,9 +324,12 @@ def main():
     json.dump(result, open(os.path.join(a.out, name), "w"), indent=1)
     for case, title in (("slowed", "right 10 % slower (CPU quota)"), ("aa", "A/A (no quota)")):
         s = result[case]["summary"]
-        print(f"{title}: {s['slower']} of {s['query_runs']} query-runs slower ({100 * (s['slower_share'] or 0):.1f} %), "
-              f"{s['flagged']} flagged ({100 * (s['flagged_share'] or 0):.1f} %), {s['exit_1']} of {a.seeds} runs exited 1; "
-              f"{s['verdicts']}")
+        pct = lambda v: f"{100 * v:.1f}" if v is not None else "-"
+        (sl, sh_), (fl, fh) = s["slower_interval"], s["flagged_interval"]
+        print(f"{title}: {s['slower']} of {s['query_runs']} query-runs slower ({pct(s['slower_share'])} %, 95 % "
+              f"interval {pct(sl)} to {pct(sh_)}), {s['flagged']} flagged ({pct(s['flagged_share'])} %, {pct(fl)} to "
+              f"{pct(fh)}), {s['exit_1']} of {a.seeds} runs exited 1; {s['verdicts']}; before the runs the CPU was busy "
+              f"{s['busy_before']} (min, median, max), load average {s['load_before']}; steal {s['steal']}")
         for q, e in result[case]["per_query"].items():
             print(f"    {q[:60]:60} median {e['median_old_s'] or 0:.3f} s, ratio {e['median_ratio'] or 0:.3f}, "
                   f"{e['mean_runs']:.1f} runs a side, {e['verdicts']}")

@@ -616,3 +616,39 @@ fn an_unstable_query_says_why_and_what_to_change() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.lines().any(|l| l.starts_with("note: SELECT count() FROM numbers(") && l.ends_with(t)), "{stdout}");
 }
+
+/// scripts/bench_compare.py (`make bench`): the cgroup it puts the slowed server in, found from
+/// a mountinfo text (v2 where the unified hierarchy has the cpu controller, else v1's cpu
+/// hierarchy), and the exact intervals of its shares.
+#[test]
+fn the_benchmark_finds_a_cpu_quota_and_bounds_its_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let unified = dir.path().join("unified");
+    std::fs::create_dir(&unified).unwrap();
+    std::fs::write(unified.join("cgroup.controllers"), "hugetlb\n").unwrap();
+    let mountinfo = format!(
+        "30 25 0:26 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu\n\
+         31 25 0:27 / /sys/fs/cgroup/cpuacct rw,relatime shared:10 - cgroup cgroup rw,cpuacct\n\
+         40 25 0:35 / {} rw,relatime shared:19 - cgroup2 cgroup2 rw\n",
+        unified.display()
+    );
+    let program = format!(
+        "import sys\nsys.path.insert(0, {:?})\nimport bench_compare as b\nm = {mountinfo:?}\n\
+         print(b.cpu_hierarchy(m))\nopen({:?}, 'w').write('cpuset cpu io\\n')\nprint(b.cpu_hierarchy(m))\n\
+         print(b.cpu_hierarchy('1 0 0:1 / /x rw - ext4 /dev/vda rw'))\n\
+         lo, hi = b.interval(0, 80); print(round(lo, 4), round(hi, 4))\n\
+         lo, hi = b.interval(76, 80); print(round(lo, 4), round(hi, 4))\n",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts"),
+        unified.join("cgroup.controllers").display()
+    );
+    let out = Command::new("python3").arg("-c").arg(&program).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "('v1', '/sys/fs/cgroup/cpu')", "no cpu controller in v2: v1's");
+    assert_eq!(lines[1], format!("('v2', '{}')", unified.display()), "v2 first when it has the cpu controller");
+    assert_eq!(lines[2], "None");
+    // 0 of 80: at most 4.5 % at 95 %; 76 of 80: 87.7 % to 98.6 %.
+    assert_eq!(lines[3], "0.0 0.0451");
+    assert_eq!(lines[4], "0.8769 0.9862");
+}
