@@ -58,7 +58,7 @@ demo: demo-build
 ##   failover.json  gateway P99.9/max with a replica hung 3 s and across a rolling restart, vs steady
 ##   threads.json   the thread budget vs static max_threads (the total_max_threads table)
 ##   colocate.json  an online ClickHouse beside offline CPU burners, per isolation mechanism
-##   compare.json   compare's defaults against a server held to 10 % less CPU (a cgroup quota), and an A/A beside it, 10 seeds
+##   compare.json   compare's defaults against a server held to 10 % less CPU (a cgroup quota), and an A/A beside it, 20 seeds
 bench: release release-pgo
 	$(CARGO) build --release -p chstorm --example ping_server
 	$(CARGO) build --release -p chstorm-gateway --example floor_relay

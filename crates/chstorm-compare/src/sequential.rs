@@ -7,7 +7,7 @@
 //! has [`LOOK_GROWTH`] times as many runs (at least one pair more), and so on until the query is
 //! **decided** or its budget (`--max-time` per side, 500 runs) runs out:
 //!
-//! * decided **changed**: `|diff| >= T` and `|diff| >= --min-change` (slower or faster);
+//! * decided **changed**: `|diff| > T` and `|diff| >= --min-change` (slower or faster);
 //! * decided **unchanged**: `T < --unstable` and `|diff| + T < --min-change`: the difference and
 //!   its whole margin of noise lie within `--min-change`, so no change of that size is in reach
 //!   (not_significant, or too_small).
