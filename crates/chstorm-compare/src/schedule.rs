@@ -24,8 +24,8 @@ use std::time::Duration;
 pub const DEFAULT_RUNS: usize = 7;
 /// Default measured time per side, at least: 1 s.
 pub const DEFAULT_MIN_TIME: Duration = Duration::from_secs(1);
-/// Default measured time per side, at most: 8 s.
-pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(8);
+/// Default measured time per side, at most: 12 s.
+pub const DEFAULT_MAX_TIME: Duration = Duration::from_secs(12);
 /// Measured runs per side, at most.
 pub const MAX_RUNS: usize = 500;
 
@@ -114,7 +114,7 @@ pub struct Plan {
     /// Measured time per side, at least. Default 1 s.
     #[serde(rename = "min_time_s", serialize_with = "secs")]
     pub min_time: Duration,
-    /// Measured time per side, at most. Default 8 s.
+    /// Measured time per side, at most. Default 12 s.
     #[serde(rename = "max_time_s", serialize_with = "secs")]
     pub max_time: Duration,
     /// Measured runs per side, at most. Default [`MAX_RUNS`].

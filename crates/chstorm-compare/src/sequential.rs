@@ -240,7 +240,7 @@ mod tests {
 
     #[test]
     fn a_a_queries_are_flagged_at_most_one_time_in_a_hundred() {
-        // Identical sides, the default rules and budget (8 s a side), queries of 0.1 to 0.3 s with
+        // Identical sides, the default rules and budget (12 s a side), queries of 0.1 to 0.3 s with
         // the noise this machine shows (log-sd 5 to 8 %), and a busy host's occasional long run.
         let cases: [(&str, f64, f64, u32); 4] = [
             ("0.1 s, 5 %", 0.1, 0.05, 0),

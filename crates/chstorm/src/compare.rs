@@ -108,7 +108,7 @@ pub struct CompareArgs {
 
     /// Measured time per side, at most: the budget an undecided query may use (at most 1d; runs
     /// also stop at 500 per side).
-    #[arg(long, default_value = "8s", value_parser = parse_duration)]
+    #[arg(long, default_value = "12s", value_parser = parse_duration)]
     pub max_time: Duration,
 
     /// Clients per side: 1 compares query by query (each run one query); N > 1 compares
