@@ -103,7 +103,9 @@ pub fn unstable(runs: &Runs, threshold: f64, seed: u64, rules: &Rules, plan: &Pl
         .filter(|t| t.is_finite())
         .fold(0.0, f64::max);
     let source = largest_source(runs, threshold, seed, rules);
-    let runs_needed = sequential::runs_for_threshold(n.max(1), threshold, rules.unstable);
+    // The runs that bring the threshold under --unstable, and at least the ones a change needs.
+    let runs_needed =
+        sequential::runs_for_threshold(n.max(1), threshold, rules.unstable).max(sequential::MIN_RUNS_FOR_CHANGE);
     let max_time_needed_s =
         (runs_needed <= plan.max_runs && per_run > 0.0).then(|| (runs_needed as f64 * per_run).ceil().max(1.0));
     let ended = match stop {
@@ -113,10 +115,11 @@ pub fn unstable(runs: &Runs, threshold: f64, seed: u64, rules: &Rules, plan: &Pl
         Stop::Decided | Stop::Error => "stopped".into(),
     };
     let advice = advice(source.as_ref(), n, runs_needed, max_time_needed_s, per_run, plan);
-    let mut text = if n < crate::run::MIN_RUNS_FOR_VERDICT {
+    let mut text = if n < sequential::MIN_RUNS_FOR_CHANGE {
         format!(
-            "only {n} runs per side ({ended}); at least {} are needed for a verdict.",
-            crate::run::MIN_RUNS_FOR_VERDICT
+            "only {n} runs per side ({ended}): threshold {}; a change is told from noise from {} runs a side.",
+            pct(Some(threshold)),
+            sequential::MIN_RUNS_FOR_CHANGE
         )
     } else {
         format!(
@@ -161,10 +164,6 @@ fn advice(
     per_run: f64,
     plan: &Plan,
 ) -> String {
-    if n < crate::run::MIN_RUNS_FOR_VERDICT {
-        let at_least = (crate::run::MIN_RUNS_FOR_VERDICT as f64 * per_run).ceil().max(1.0);
-        return format!("A run takes {} s: raise --max-time to at least {at_least}s.", secs(Some(per_run)));
-    }
     let cause = match source.map(|s| s.kind) {
         Some(SourceKind::CpuWait) => {
             "Other tasks compete for the server's cores: run with fewer concurrent tasks on the host, or give each \
@@ -180,10 +179,16 @@ fn advice(
         Some(SourceKind::Outlier) => "Something paused the host or the server during a run: run on a quieter host.",
         None => "",
     };
+    let few = if n < sequential::MIN_RUNS_FOR_CHANGE {
+        format!(" and give the {} a change needs", sequential::MIN_RUNS_FOR_CHANGE)
+    } else {
+        String::new()
+    };
     let more = match max_time {
         Some(t) if runs_needed > n => format!(
-            "At this spread, about {runs_needed} runs per side would bring the threshold under --unstable: \
-             raise --max-time to about {t}s (now {}).",
+            "A run takes {} s; at this spread, about {runs_needed} runs per side would bring the threshold under \
+             --unstable{few}: raise --max-time to about {t}s (now {}).",
+            secs(Some(per_run)),
             schedule::show(plan.max_time)
         ),
         Some(_) => "Run it again: the threshold was just above --unstable.".into(),
@@ -405,7 +410,7 @@ mod tests {
         assert_eq!(e.source, None, "{}", e.text);
         assert!(e.runs_needed > 40 && e.max_time_needed_s.unwrap() > 8.0, "{e:?}");
         assert!(
-            e.text.starts_with("unstable after 40 runs per side (--max-time 8s reached): threshold "),
+            e.text.starts_with("unstable after 40 runs per side (--max-time 12s reached): threshold "),
             "{}",
             e.text
         );
@@ -481,8 +486,21 @@ mod tests {
         assert_eq!(e.source, None);
         assert_eq!(
             e.text,
-            "only 3 runs per side (--max-time 8s reached); at least 5 are needed for a verdict. A run takes 3.100 s: \
-             raise --max-time to at least 16s."
+            "only 3 runs per side (--max-time 12s reached): threshold 30.0%; a change is told from noise from 12 runs \
+             a side. A run takes 3.100 s; at this spread, about 27 runs per side would bring the threshold under \
+             --unstable and give the 12 a change needs: raise --max-time to about 84s (now 12s)."
+        );
+        // A threshold that 12 runs would bring under --unstable: the 12 runs a change needs.
+        let r = runs(vec![3.0, 3.1, 2.9, 3.0, 3.1, 3.0, 3.0, 3.1], vec![3.0, 3.2, 3.1, 3.0, 3.1, 3.0, 3.0, 3.1]);
+        let e = unstable(&r, 0.11, 1, &Rules::default(), &Plan::default(), Stop::MaxTime);
+        assert!(e.text.starts_with("only 8 runs per side (--max-time 12s reached): threshold 11.0%;"), "{}", e.text);
+        assert!(
+            e.advice.ends_with(
+                "about 12 runs per side would bring the threshold under --unstable and give the 12 a \
+             change needs: raise --max-time to about 37s (now 12s)."
+            ),
+            "{}",
+            e.advice
         );
     }
 }

@@ -48,8 +48,8 @@ use chstorm_proto::{Fault, ProtoError, TlsOptions};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Default window of `--concurrency` runs: 1 s.
-pub const DEFAULT_WINDOW: Duration = Duration::from_secs(1);
+/// Default window of `--concurrency` runs: 0.5 s (the default `--max-time` fits 23 of them a side).
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(500);
 
 /// Everything a comparison needs.
 #[derive(Debug, Clone)]
@@ -81,7 +81,7 @@ pub struct CompareOptions {
     /// Concurrent clients per side. 1 (default): query by query, each run one query; more: each
     /// run is a window of this many clients, judged by its QPS.
     pub concurrency: usize,
-    /// With `concurrency` above 1, how long each window sends queries. Default 1 s.
+    /// With `concurrency` above 1, how long each window sends queries. Default 0.5 s.
     pub window: Duration,
 }
 

@@ -279,14 +279,17 @@ fn check_options(opts: &CompareOptions) -> Result<(), CompareError> {
         if opts.window.is_zero() {
             return Err(CompareError::Invalid("--window must be longer than 0, e.g. 1s".into()));
         }
-        let needed = opts.window * p.runs as u32;
+        // Windows end after their last answer, so a budget of exactly this many windows fits
+        // one fewer: one window more is asked for.
+        let windows = p.runs.max(sequential::MIN_RUNS_FOR_CHANGE);
+        let needed = opts.window * (windows as u32 + 1);
         if needed > p.max_time {
             return Err(CompareError::Invalid(format!(
-                "--max-time {} cannot fit --runs {} windows of {} per side: raise --max-time to at least {}, or lower \
-                 --runs or --window",
+                "--max-time {} cannot fit {windows} windows of {} per side (a change is told from noise from \
+                 {} runs a side): raise --max-time to at least {}, or lower --window",
                 schedule::show(p.max_time),
-                p.runs,
                 schedule::show(opts.window),
+                sequential::MIN_RUNS_FOR_CHANGE,
                 schedule::show(needed)
             )));
         }

@@ -25,11 +25,12 @@ reach) or a side reaches --max-time or 500 runs. An unstable verdict says why: r
 the largest source of spread seen (a run far out, drift in time, CPU wait, CPU steal) and what to
 change.
 
-Verdicts (client time): slower/faster when |diff| >= threshold and >= --min-change; else unstable
-when the threshold >= --unstable; else not_significant when |diff| < threshold; else too_small.
+Verdicts (client time): slower/faster when |diff| > threshold and >= --min-change; else unstable
+when the threshold >= --unstable; else not_significant when |diff| <= threshold; else too_small.
 error_left / error_right / error_both when a query fails on one or both sides. The threshold is the
 99.95th percentile of |median - median| over 20,000 random splits of both sides' runs, / old
 median: one threshold for every look that keeps the false-positive rate at 1 % over all of them.
+A change can be called from 12 runs a side: --max-time must fit 12 runs of a slow query.
 
 --concurrency N: each run is a window (--window) of N clients per side sending the query back to
 back, windows alternating between the sides; judged by each window's QPS the same way.
@@ -118,7 +119,7 @@ pub struct CompareArgs {
     pub concurrency: usize,
 
     /// With --concurrency: how long each window sends queries (its last answers are waited for).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "500ms", value_parser = parse_duration)]
     pub window: Duration,
 
     /// Seed for the query order, placeholders and thresholds.

@@ -469,7 +469,8 @@ fn bad_budgets_and_concurrency_are_one_line_before_any_run() {
     );
     one_line(
         &["--left", l, "--right", r, "--queries", q, "--concurrency", "4", "--max-time", "3s"],
-        "--max-time 3s cannot fit --runs 7 windows of 1s per side: raise --max-time to at least 7s",
+        "--max-time 3s cannot fit 12 windows of 500ms per side (a change is told from noise from 12 runs a side): \
+         raise --max-time to at least 6.5s, or lower --window",
     );
     one_line(
         &["--left", l, "--right", r, "--queries", q, "--concurrency", "2", "--window", "0s"],
@@ -510,7 +511,7 @@ fn bad_budgets_and_concurrency_are_one_line_before_any_run() {
         "--runs",
         "5",
         "--max-time",
-        "2s",
+        "3s",
         "--json",
         json.to_str().unwrap(),
     ]);
