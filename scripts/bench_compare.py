@@ -24,7 +24,7 @@ its exact (Clopper-Pearson) 95 % interval; the
 machine (cores, CPU, kernel), the load average and CPU steal around every run, the date and
 the commit. `--concurrency N` passes `--concurrency N` to every compare (the throughput check).
 
-    python3 scripts/bench_compare.py --out bench-results            # 20 seeds, about 30 minutes
+    python3 scripts/bench_compare.py --out bench-results            # 20 seeds: 40 runs, about 100 s each on a busy host
     python3 scripts/bench_compare.py --seeds 3 --out /tmp/cmp        # a quick look
 
 Needs root (cgroup writes) and a release build (`make release`, or --chstorm PATH).
