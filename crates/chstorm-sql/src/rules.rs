@@ -97,6 +97,7 @@
 use crate::lexer::{Grammar, Token, TokenKind};
 use crate::statement::sql_tokens;
 
+pub mod cacheable;
 mod outside;
 pub use outside::{calls_of, Call, CallKind, LOCAL_TABLE_FUNCTIONS};
 
