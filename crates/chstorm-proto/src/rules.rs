@@ -73,8 +73,28 @@ pub fn blames_server(code: i32) -> bool {
     retry_safe_code(code) || matches!(code, 173 | 225 | 999)
 }
 
+/// True when the end of a successful HTTP answer (`tail`, its last bytes) holds a ClickHouse
+/// exception: a server that fails after its answer's head went out writes the exception into the
+/// body (`Code: 241, e.displayText() = DB::Exception: ...` on 18.16, `Code: 241. DB::Exception:
+/// ...` on current releases), so the answer is partial. Looser than a parser: any
+/// `DB::Exception` in the last 4 KiB counts.
+pub fn ends_in_exception(tail: &[u8]) -> bool {
+    let tail = &tail[tail.len().saturating_sub(4096)..];
+    tail.windows(13).any(|w| w == b"DB::Exception")
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_answer_ending_in_an_exception_is_partial() {
+        assert!(super::ends_in_exception(b"1\n2\nCode: 241, e.displayText() = DB::Exception: Memory limit\n"));
+        assert!(super::ends_in_exception(b"1\nCode: 241. DB::Exception: Memory limit (total) exceeded"));
+        assert!(!super::ends_in_exception(b"1\n2\n3\n"));
+        let mut long = b"Code: 1. DB::Exception: early".to_vec();
+        long.extend(std::iter::repeat_n(b'x', 5000));
+        assert!(!super::ends_in_exception(&long), "only the end counts");
+    }
+
     use super::*;
 
     #[test]
