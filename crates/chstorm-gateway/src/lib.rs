@@ -31,6 +31,10 @@
 //! * [`attempt`]: retries and hedged reads under one policy and one budget, a state machine over
 //!   the attempts in flight; per-try deadlines from `attempt::hedge`; a hedge only for a silent
 //!   replica; queries of death kept to one replica by `attempt::quarantine`; the KILL guard.
+//! * [`cache`]: the result cache and the merging of identical reads in flight
+//!   (`users[*].cache`): kept answers within their TTL and the gateway-wide bound, and one
+//!   running query's answer shared by its identical reads; the plan decides what may be shared
+//!   (`query::cacheable`), the fronts run the shared queries and serve the kept answers.
 //! * [`state`]: everything a query needs, built from one config and swapped on reload.
 //! * The fronts: [`http`] (connections and their timeouts, ClickHouse's endpoints, the query
 //!   service, request bodies, the answer and the response bodies that carry the guards) and
@@ -57,6 +61,7 @@
 //! under its CPU per query.
 
 mod attempt;
+mod cache;
 mod cluster;
 mod config;
 mod header_values;

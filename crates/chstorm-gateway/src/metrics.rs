@@ -45,6 +45,12 @@
 //! | `chstorm_gateway_thread_total_moves_total` | cluster, replica | `total: adaptive`: moves of the total a probe proved |
 //! | `chstorm_gateway_thread_total_probes_total` | cluster, replica | `total: adaptive`: probe windows at a candidate total |
 //! | `chstorm_gateway_thread_server_cpu` | cluster, replica | the server's CPU busy share, 0..1 (`total: adaptive`, servers that publish it) |
+//! | `chstorm_gateway_cache_hits_total` | user | reads answered from a kept answer (`users[*].cache`) |
+//! | `chstorm_gateway_cache_misses_total` | user | cacheable reads sent to a replica (each starts a query others may merge into) |
+//! | `chstorm_gateway_cache_merged_total` | user | reads that waited for an identical read running already and got its answer |
+//! | `chstorm_gateway_cache_skipped_total` | user, reason | reads of a user with a cache neither merged nor cached, by reason (not_select, session, body, function, system_table, database, asked) |
+//! | `chstorm_gateway_cache_evictions_total` | user | kept answers evicted before their TTL for room (`cache.max_size_mib`), by the user that stored them |
+//! | `chstorm_gateway_cache_bytes` | user | bytes held by the answers the user stored |
 //! | `chstorm_gateway_native_pinned_sessions` | | native client connections pinned to one backend connection (they hold state: a temporary table, a write) |
 //! | `chstorm_gateway_replica_delay_seconds` | cluster, replica | the largest replication delay of the replica's replicated tables (`system.replicas.absolute_delay`); -1 unknown |
 //! | `chstorm_gateway_replica_routed_delay_seconds` | cluster, replica | the same for the routed local tables alone (what routed reads are judged by); -1 unknown |
@@ -126,6 +132,50 @@ fn latency_histogram() -> Histogram {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabel {
     pub reason: &'static str,
+}
+
+/// The `user` label alone.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UserLabel {
+    pub user: String,
+}
+
+/// The labels of a read its user's cache skipped.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkipLabels {
+    pub user: String,
+    pub reason: &'static str,
+}
+
+/// The result cache's and merging's metrics, by user (`crate::cache`).
+#[derive(Default)]
+pub struct CacheMetrics {
+    pub hits: Family<UserLabel, Counter>,
+    pub misses: Family<UserLabel, Counter>,
+    pub merged: Family<UserLabel, Counter>,
+    pub skipped: Family<SkipLabels, Counter>,
+    pub evictions: Family<UserLabel, Counter>,
+    pub bytes: Family<UserLabel, Gauge>,
+}
+
+impl CacheMetrics {
+    /// Registers them in `r`.
+    pub fn register(&self, r: &mut Registry) {
+        r.register("chstorm_gateway_cache_hits", "Reads answered from a kept answer", self.hits.clone());
+        r.register("chstorm_gateway_cache_misses", "Cacheable reads sent to a replica", self.misses.clone());
+        r.register(
+            "chstorm_gateway_cache_merged",
+            "Reads that got the answer of an identical read running already",
+            self.merged.clone(),
+        );
+        r.register("chstorm_gateway_cache_skipped", "Reads neither merged nor cached, by reason", self.skipped.clone());
+        r.register(
+            "chstorm_gateway_cache_evictions",
+            "Kept answers evicted before their TTL for room",
+            self.evictions.clone(),
+        );
+        r.register("chstorm_gateway_cache_bytes", "Bytes held by the answers the user stored", self.bytes.clone());
+    }
 }
 
 /// HTTP backend connections open now in this process (pooled idle and busy, every replica):
@@ -277,6 +327,8 @@ pub struct Metrics {
     pub native_pinned: Gauge,
     /// Replication delays and what they steered.
     pub replication: ReplicationMetrics,
+    /// The result cache's (shared with each state's `crate::cache::Cache`).
+    pub cache: std::sync::Arc<CacheMetrics>,
 }
 
 impl Default for Metrics {
@@ -313,6 +365,7 @@ impl Default for Metrics {
             thread_server_cpu: Family::default(),
             native_pinned: Gauge::default(),
             replication: ReplicationMetrics::default(),
+            cache: Default::default(),
         };
         let mut r = Registry::default();
         m.register_requests(&mut r);
@@ -324,6 +377,7 @@ impl Default for Metrics {
             m.native_pinned.clone(),
         );
         m.replication.register(&mut r);
+        m.cache.register(&mut r);
         m.registry = r;
         m
     }

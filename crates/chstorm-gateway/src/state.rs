@@ -103,6 +103,8 @@ pub struct State {
     pub backend: Arc<dyn Backend>,
     pub metrics: Arc<Metrics>,
     pub retry_budget: TpsBudget,
+    /// Kept answers and running shared reads (`users[*].cache`); emptied by a reload.
+    pub cache: crate::cache::Cache,
     health_tasks: Vec<tokio::task::AbortHandle>,
     /// One per cluster: fires when its first health round has finished.
     first_health_round: std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<()>>>,
@@ -179,14 +181,17 @@ impl State {
         let user_logins =
             config.users.iter().filter_map(|(n, u)| Some((n.clone(), logins.get(u.backend.as_ref()?)))).collect();
         let l = &config.limits;
+        let mem = chstorm_proto::mem::Budget::new(config.limits.max_buffered_mib << 20);
+        let cache = crate::cache::Cache::new(config.cache.max_size_mib << 20, metrics.cache.clone(), mem.clone());
         State {
             global: Limiter::new(l.max_concurrency, l.queue_size, l.queue_max_wait.0),
-            mem: chstorm_proto::mem::Budget::new(l.max_buffered_mib << 20),
+            mem,
             retry_budget: TpsBudget::new(
                 std::time::Duration::from_secs(10),
                 config.retries.min_per_second,
                 config.retries.budget_ratio,
             ),
+            cache,
             config,
             clusters,
             users,

@@ -10,6 +10,7 @@
 //! * [`backend`]: `health`, `retries`, `hedging` and `pool` (how replicas are used);
 //! * [`clusters`]: `clusters` (shards, replicas, native addresses, routing), each cluster's
 //!   `threads` in [`threads`];
+//! * [`cache`]: `cache` (the result cache's bound) and each user's `cache`;
 //! * [`users`]: `users` (passwords, networks, admission, settings rules, the ClickHouse user
 //!   each runs as);
 //! * [`login`]: the logins the gateway uses on the replicas (a cluster's, a user's `backend`).
@@ -18,6 +19,7 @@
 //! sections is the one reported.
 
 mod backend;
+mod cache;
 mod clusters;
 mod limits;
 mod listen;
@@ -30,6 +32,8 @@ mod users;
 // Every public item keeps its path `crate::config::X`; some are named only by docs and tests.
 #[allow(unused_imports)]
 pub use backend::{Health, HedgeDelay, Hedging, IdleTimeout, MaxIdle, PoolCfg, Retries};
+#[allow(unused_imports)]
+pub use cache::{CacheCfg, UserCache};
 #[allow(unused_imports)]
 pub use clusters::{Cluster, ReplicaAddr, Shard};
 #[allow(unused_imports)]
@@ -98,6 +102,8 @@ struct RawConfig {
     #[serde(default)]
     reuse_port: bool,
     workers: Option<RawWorkers>,
+    #[serde(default)]
+    cache: CacheCfg,
     clusters: BTreeMap<String, RawCluster>,
     users: Vec<RawUser>,
 }
@@ -134,6 +140,8 @@ pub struct Config {
     pub users: BTreeMap<String, User>,
     /// Thread budgets by cluster name (clusters without a `threads` section have none).
     pub threads: BTreeMap<String, Threads>,
+    /// The result cache's gateway-wide bound (`cache:`).
+    pub cache: CacheCfg,
 }
 
 impl Config {
@@ -168,6 +176,7 @@ impl Config {
         let addrs = listen::parse(&ctx, &raw)?;
         limits::check(&ctx, &raw.limits)?;
         backend::check(&ctx, &raw.health, &raw.retries, &raw.hedging)?;
+        cache::check(&ctx, &raw.cache)?;
         let native_needed = addrs.listen_native.is_some() || addrs.listen_native_secure.is_some();
         let (clusters, threads) = clusters::parse(&ctx, raw.clusters, native_needed)?;
         let users = users::parse(&ctx, raw.users, &clusters)?;
@@ -189,6 +198,7 @@ impl Config {
             clusters,
             users,
             threads,
+            cache: raw.cache,
         })
     }
 }

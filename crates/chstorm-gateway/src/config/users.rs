@@ -43,6 +43,7 @@ pub(super) struct RawUser {
     backend: Option<RawBackend>,
     #[serde(default)]
     metrics: bool,
+    cache: Option<super::cache::RawUserCache>,
 }
 
 fn loopback() -> Vec<String> {
@@ -133,6 +134,8 @@ pub struct User {
     /// May read `/metrics` on the client port (when `metrics_listen` is not set) and see the
     /// replicas' URLs in `/replicas_status`. Default false.
     pub metrics: bool,
+    /// Merging and caching of the user's reads (`cache:`). None (the default): neither.
+    pub cache: Option<super::UserCache>,
 }
 
 /// The longest user name the gateway accepts, in a request or in the config: 128 bytes.
@@ -250,6 +253,7 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
         })?;
         operators.insert(op);
     }
+    let cache = u.cache.as_ref().map(|c| super::cache::user(ctx, i, at, c)).transpose()?;
     Ok(User {
         name: u.name,
         password_sha256,
@@ -268,5 +272,6 @@ fn user(ctx: &Ctx, i: usize, at: &str, u: RawUser) -> Result<User, ConfigError> 
         table_functions: u.table_functions.iter().map(|f| f.to_ascii_lowercase()).collect(),
         backend,
         metrics: u.metrics,
+        cache,
     })
 }

@@ -13,6 +13,7 @@
 //!   leaves in one write.
 
 pub mod body;
+pub mod cached;
 pub mod client_body;
 pub mod client_fin;
 pub mod conn;

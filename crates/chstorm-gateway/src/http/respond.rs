@@ -143,7 +143,7 @@ impl Answer<'_, '_> {
 
 /// `n` as a header value; one made once for `n` up to [`SMALL_NUMBERS`] (a thread grant, a
 /// short answer's length), where `HeaderValue::from` allocates each time.
-fn number(n: u64) -> HeaderValue {
+pub(super) fn number(n: u64) -> HeaderValue {
     static SMALL: std::sync::LazyLock<Vec<HeaderValue>> = std::sync::LazyLock::new(|| {
         (0..=SMALL_NUMBERS).map(|n| HeaderValue::from_static(Box::leak(n.to_string().into_boxed_str()))).collect()
     });
@@ -159,7 +159,7 @@ const SMALL_NUMBERS: u64 = 1024;
 
 /// Takes the hop-by-hop headers and the length off a replica's answer head (one pass over the
 /// names when there are none, as with the HTTP/1 client's heads).
-fn strip_hop(h: &mut HeaderMap) {
+pub(super) fn strip_hop(h: &mut HeaderMap) {
     let stripped = || crate::request::HOP_BY_HOP.iter().chain(&["content-length"]);
     if h.keys().map(HeaderName::as_str).any(|k| stripped().any(|n| *n == k)) {
         for name in stripped() {

@@ -37,6 +37,7 @@ use crate::config::User;
 use crate::metrics::UNKNOWN_USER;
 use crate::query::admission::{admit_global, admit_user};
 use crate::query::auth::authenticate;
+use crate::query::cacheable::Caching;
 use crate::query::exit::Exit;
 use crate::query::refusal::{Kind, Refusal};
 use crate::query::request::{new_query_id, BodyShape, QueryRequest};
@@ -269,7 +270,7 @@ where
     }
     let mut request = query_request(&parts, params, read.sql.as_deref(), read.shape, read.form_read, &state);
     request.grammars = cluster.grammars();
-    let mut plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
+    let plan = match crate::query::plan::plan(request, &u, &cluster.cfg, max_per_query, new_query_id) {
         Ok(p) => p,
         Err(refusal) => return refused(&exit, &refusal, wording(&state, Some(&u.cluster))).into(),
     };
@@ -285,6 +286,25 @@ where
         let login = state.login(&u, cluster);
         return crate::out_of_line::boxed(|| in_session(&state, cluster, login, &exit, plan, http, body)).await;
     }
+    let (plan, http, body) = match &plan.caching {
+        Caching::Off => (plan, http, body),
+        Caching::Skip(why) => {
+            let labels = crate::metrics::SkipLabels { user: u.name.clone(), reason: why.label() };
+            state.metrics.cache.skipped.get_or_create(&labels).inc();
+            (plan, http, body)
+        }
+        Caching::Eligible => {
+            let login = state.login(&u, cluster);
+            let fin = fin.filter(|_| plan.kind == StatementKind::Read);
+            match crate::out_of_line::boxed(|| super::cached::serve(&state, &u, login, &exit, plan, http, body, fin))
+                .await
+            {
+                super::cached::Cached::Served(s) => return s,
+                super::cached::Cached::Alone(p, h, b) => (p, h, b),
+            }
+        }
+    };
+    let mut plan = plan;
     let ctx = cluster.attempt_ctx(&state, state.login(&u, cluster), cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = fin.filter(|_| plan.kind == StatementKind::Read);
@@ -458,7 +478,8 @@ async fn name_the_time_cap(outcome: &mut crate::attempt::Outcome, cap: Option<st
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
 /// QUERY_WAS_CANCELLED).
-const FIN_DURING_READ: &str = "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
+pub(super) const FIN_DURING_READ: &str =
+    "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
 side of the connection during a read (a read is abandoned at the client's FIN; other statements run to their end)";
 
 /// The [`QueryRequest`] of an HTTP request: its path, the parameters and statement read by
@@ -471,9 +492,9 @@ fn query_request<'a>(
     form_read: bool,
     state: &State,
 ) -> QueryRequest<'a> {
-    let [shard_key, database, content_type] = crate::request::first_headers(
+    let [shard_key, database, content_type, cache_control] = crate::request::first_headers(
         &parts.headers,
-        [&X_CHSTORM_SHARD_KEY, &X_CLICKHOUSE_DATABASE, &http::header::CONTENT_TYPE],
+        [&X_CHSTORM_SHARD_KEY, &X_CLICKHOUSE_DATABASE, &http::header::CONTENT_TYPE, &http::header::CACHE_CONTROL],
     );
     QueryRequest {
         path: parts.uri.path(),
@@ -487,6 +508,7 @@ fn query_request<'a>(
         database,
         max_depth: state.config.limits.max_query_depth,
         grammars: chstorm_sql::reading::Grammars::ALL,
+        no_cache: cache_control.is_some_and(|v| v.to_ascii_lowercase().contains("no-cache")),
     }
 }
 

@@ -12,6 +12,7 @@
 //! Query packet. The plan is made in named phases: [`check_rules`], [`ids`], [`backend_params`],
 //! [`set_readonly_first`], [`route`], then [`assemble`].
 
+use super::cacheable::Caching;
 use super::refusal::{Kind, Refusal};
 use super::request::{BodyShape, QueryRequest, MAX_HELD_BODY};
 use crate::config::{AllowedSettings, Cluster, User};
@@ -134,6 +135,8 @@ pub struct Plan {
     /// The replica a session's query must go to (its home, `crate::http::session`), set by the
     /// HTTP front after the plan; None: the session's rendezvous choice.
     pub pinned: Option<(usize, usize)>,
+    /// Whether it may be merged and cached (`users[*].cache`, [`super::cacheable`]).
+    pub caching: Caching,
 }
 
 impl Plan {
@@ -143,6 +146,12 @@ impl Plan {
         let mut out = String::new();
         self.path_and_query_into(&mut out, threads);
         out
+    }
+
+    /// The backend URL without what each attempt adds (the thread grant, the query_id and the
+    /// gateway's `readonly`): what a cache key takes of an HTTP request.
+    pub fn url_without_ids(&self) -> &str {
+        &self.path_and_params
     }
 
     /// Adds the parameter `k=v` before the parts each attempt adds (`session_check=1`).
@@ -412,10 +421,22 @@ pub fn plan(
     max_per_query: Option<usize>,
     query_id: impl FnOnce() -> String,
 ) -> Result<Plan, Refusal> {
+    let mut req = req;
+    // `no_cache` is the gateway's, for users with a cache; the server knows no such setting.
+    let asked = user.cache.is_some() && super::cacheable::take_no_cache(&mut req.params) || req.no_cache;
     let readings = req.sql.map(|q| read_all(q, req.grammars));
     let kind = readings.as_ref().map_or(StatementKind::Write, Readings::kind);
     check_rules(&req, user, readings.as_ref(), kind)?;
-    let mut req = req;
+    let caching = match &user.cache {
+        None => Caching::Off,
+        Some(_) => {
+            let session = req.params.iter().any(|(k, v)| k == "session_id" && !v.is_empty());
+            match super::cacheable::decide(&req, readings.as_ref(), kind, session, asked) {
+                Ok(()) => Caching::Eligible,
+                Err(why) => Caching::Skip(why),
+            }
+        }
+    };
     let ids = ids(&mut req.params, user, query_id);
     backend_params(&mut req.params, user);
     let agreed = readings.as_ref().and_then(|r| r.agreed().ok());
@@ -426,6 +447,7 @@ pub fn plan(
     let session = ids.session.map(|_| session_plan(&req.params, readings.as_ref(), replace_body.as_deref()));
     let mut plan = assemble(req, user, kind, ids, target, replace_body, max_per_query);
     plan.session = session;
+    plan.caching = caching;
     Ok(plan)
 }
 
@@ -760,6 +782,7 @@ fn assemble(
         kind,
         session: None,
         pinned: None,
+        caching: Caching::Off,
     }
 }
 
@@ -791,6 +814,7 @@ mod tests {
             database: header("x-clickhouse-database"),
             max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
             grammars: chstorm_sql::reading::Grammars::ALL,
+            no_cache: false,
         }
     }
 

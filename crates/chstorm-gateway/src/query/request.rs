@@ -63,6 +63,9 @@ pub struct QueryRequest<'a> {
     /// The grammars of the cluster's replicas, which every rule reads the statement under
     /// ([`chstorm_sql::reading`]); both until the replicas' versions are known.
     pub grammars: chstorm_sql::reading::Grammars,
+    /// The client asked for no cached answer (HTTP's `Cache-Control: no-cache`; the `no_cache=1`
+    /// parameter is read by the plan).
+    pub no_cache: bool,
 }
 
 impl<'a> QueryRequest<'a> {
@@ -81,6 +84,7 @@ impl<'a> QueryRequest<'a> {
             database: None,
             max_depth,
             grammars: chstorm_sql::reading::Grammars::ALL,
+            no_cache: false,
         }
     }
 
