@@ -282,17 +282,16 @@ where
         }
         ClientBody::Opaque(b) => SendBody::Once(Some(b)),
     };
+    if let Caching::Skip(why) = &plan.caching {
+        let labels = crate::metrics::SkipLabels { user: u.name.clone(), reason: why.label() };
+        state.metrics.cache.skipped.get_or_create(&labels).inc();
+    }
     if plan.session.is_some() {
         let login = state.login(&u, cluster);
         return crate::out_of_line::boxed(|| in_session(&state, cluster, login, &exit, plan, http, body)).await;
     }
     let (plan, http, body) = match &plan.caching {
-        Caching::Off => (plan, http, body),
-        Caching::Skip(why) => {
-            let labels = crate::metrics::SkipLabels { user: u.name.clone(), reason: why.label() };
-            state.metrics.cache.skipped.get_or_create(&labels).inc();
-            (plan, http, body)
-        }
+        Caching::Off | Caching::Skip(_) => (plan, http, body),
         Caching::Eligible => {
             let login = state.login(&u, cluster);
             let fin = fin.filter(|_| plan.kind == StatementKind::Read);

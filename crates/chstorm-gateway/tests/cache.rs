@@ -1,0 +1,464 @@
+//! The result cache and the merging of identical reads (`users[*].cache`), against a real 2x2
+//! cluster: the answers of a cached user equal a plain user's byte for byte over generated
+//! queries, formats and request shapes, and a kept answer equals the one it was kept from; N
+//! identical reads at once make as many server queries as they got `X-Cache: MISS` (fewer than
+//! N; counted in `system.query_log`), each with its own query id; an answer lives no longer
+//! than its TTL; two users whose settings differ never get each other's answer; a client that
+//! leaves leaves the others their answer; an error goes to the reads merged into it and is
+//! never kept; what must not be shared is not; and a flood of distinct large answers stays
+//! within `cache.max_size_mib`.
+
+use chstorm_testenv::{post, start_shared_cluster, Env};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// The seed of the generated queries.
+const SEED: u64 = 0x0054_2026;
+
+/// Any setting may be set.
+const ANY: &str = "    allowed_settings: [\"*\"]\n";
+
+/// The gateway users: `plain` (no cache), `cached` (60 s), `extremes` (60 s, a fixed
+/// `extremes = 1`), `guarded` (60 s, read-only), `brief` (1 s) and `merger` (0 s: merging only).
+fn users() -> String {
+    let user = |name: &str, extra: &str| {
+        format!("  - name: {name}\n    password_sha256: \"\"\n    cluster: storm\n    metrics: true\n{extra}")
+    };
+    [
+        user("plain", ANY),
+        user("cached", &format!("{ANY}    cache: {{ttl: 60s, max_entry_size_kib: 512}}\n")),
+        user("extremes", &format!("{ANY}    cache: {{ttl: 60s}}\n    settings: {{extremes: 1}}\n")),
+        user("guarded", "    cache: {ttl: 60s}\n    readonly: true\n    allowed_settings: []\n"),
+        user("brief", &format!("{ANY}    cache: {{ttl: 1s}}\n")),
+        user("merger", &format!("{ANY}    cache: {{ttl: 0s}}\n")),
+    ]
+    .concat()
+}
+
+/// The env and the address of a gateway with [`users`] (and `top`, top-level config lines).
+fn start_gateway(env: &Env, top: &str, users: &str) -> SocketAddr {
+    let (top, users) = (top.to_string(), users.to_string());
+    let path = env.gateway_config(move |t| format!("{top}{}", t.replace("users:\n", &format!("users:\n{users}"))));
+    let gw = env.rt.block_on(chstorm_gateway::Gateway::start(path)).unwrap();
+    let addr = gw.addr;
+    std::mem::forget(gw); // serves for the whole test process
+    addr
+}
+
+fn env() -> &'static (Env, SocketAddr) {
+    static ENV: OnceLock<(Env, SocketAddr)> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let env = start_shared_cluster();
+        // No hedged copies: each client read is one server query, or none when merged or kept.
+        let addr = start_gateway(&env, "hedging:\n  delay: off\n", &users());
+        (env, addr)
+    })
+}
+
+/// One HTTP answer: status, headers (names lower-cased) and the body's bytes (de-chunked).
+#[derive(Debug, Clone)]
+struct Got {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+    fn cache(&self) -> Option<&str> {
+        self.header("x-cache")
+    }
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A request: method, path and query, headers, body.
+#[derive(Debug, Clone)]
+struct Req {
+    method: &'static str,
+    path: String,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Req {
+    fn post(sql: &str) -> Req {
+        Req { method: "POST", path: "/".into(), headers: Vec::new(), body: sql.as_bytes().to_vec() }
+    }
+    fn param(mut self, k: &str, v: &str) -> Req {
+        let sep = if self.path.contains('?') { '&' } else { '?' };
+        let v: String = percent_encoding::utf8_percent_encode(v, percent_encoding::NON_ALPHANUMERIC).to_string();
+        self.path = format!("{}{sep}{k}={v}", self.path);
+        self
+    }
+    fn header(mut self, k: &str, v: &str) -> Req {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+}
+
+/// Sends `req` as `user` to `addr` over a connection of its own (read to its close), within
+/// `timeout`; None when the connection broke or the time passed first.
+fn send_within(addr: SocketAddr, user: &str, req: &Req, timeout: Duration) -> Option<Got> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(timeout)).unwrap();
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-ClickHouse-User: {user}\r\nContent-Length: {}\r\n",
+        req.method,
+        req.path,
+        req.body.len()
+    );
+    for (k, v) in &req.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&req.body).unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).ok()?;
+    let at = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let text = String::from_utf8_lossy(&raw[..at]).into_owned();
+    let mut lines = text.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked { dechunk(&raw[at + 4..])? } else { raw[at + 4..].to_vec() };
+    Some(Got { status, headers, body })
+}
+
+fn send(addr: SocketAddr, user: &str, req: &Req) -> Got {
+    send_within(addr, user, req, Duration::from_secs(30)).unwrap_or_else(|| panic!("no answer to {req:?}"))
+}
+
+fn gw(user: &str, req: &Req) -> Got {
+    send(env().1, user, req)
+}
+
+/// A chunked body's data; None when it is cut.
+fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = b.windows(2).position(|w| w == b"\r\n")?;
+        let size = usize::from_str_radix(std::str::from_utf8(&b[..eol]).ok()?.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(b.get(eol + 2..eol + 2 + size)?);
+        b = b.get(eol + 4 + size..)?;
+    }
+}
+
+/// Queries whose text contains `marker` that clients started on the servers (not a Distributed
+/// table's queries to the other shard; `QueryStart`, or `ExceptionBeforeStart` for those that
+/// failed before they started) (every node's
+/// `system.query_log`, after `SYSTEM FLUSH LOGS`).
+fn server_queries(marker: &str) -> u64 {
+    env()
+        .0
+        .node_urls()
+        .iter()
+        .map(|n| {
+            let (s, b) = post(n, "SYSTEM FLUSH LOGS");
+            assert_eq!(s, 200, "{b}");
+            let sql = format!(
+                "SELECT count() FROM system.query_log WHERE type IN (1, 3) AND is_initial_query AND query LIKE '%{marker}%' AND query NOT LIKE \
+                 '%query_log%'"
+            );
+            let (s, b) = post(n, &sql);
+            assert_eq!(s, 200, "{b}");
+            b.trim().parse::<u64>().unwrap()
+        })
+        .sum()
+}
+
+/// A JSON answer without its `statistics` (the time and rows read, which change every run).
+fn without_statistics(body: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(body);
+    match text.find("\"statistics\"") {
+        Some(at) => text[..at].as_bytes().to_vec(),
+        None => body.to_vec(),
+    }
+}
+
+/// A generated read: its request, and whether its answer changes between runs (JSON's
+/// statistics).
+fn generated(rng: &mut SmallRng, i: usize) -> (Req, bool) {
+    const FORMATS: &[&str] = &[
+        "TabSeparated",
+        "TabSeparatedWithNamesAndTypes",
+        "CSVWithNames",
+        "JSONEachRow",
+        "Values",
+        "RowBinary",
+        "Native",
+        "PrettyCompact",
+        "JSON",
+        "JSONCompact",
+    ];
+    let format = FORMATS[rng.gen_range(0..FORMATS.len())];
+    let k = rng.gen_range(1..5000u64);
+    let sql = match rng.gen_range(0..4) {
+        0 => format!("SELECT shop_id, item_id, title, price, tags FROM items FINAL WHERE shop_id = {k} ORDER BY item_id"),
+        1 => format!(
+            "SELECT category, count() AS n, sum(sold) FROM items FINAL WHERE shop_id IN ({k}, {}, {}) GROUP BY category \
+             ORDER BY category",
+            k + 1,
+            k * 7
+        ),
+        2 => format!("SELECT number, toString(number * {k}) AS s, [number, {i}] FROM numbers({})", k % 3000),
+        _ => format!("SELECT {i} AS case_no, count() FROM items FINAL WHERE shop_id > {k}"),
+    };
+    let changes = format.starts_with("JSON") && !format.contains("EachRow");
+    let mut req = match rng.gen_range(0..4) {
+        0 => Req::post(&format!("{sql} FORMAT {format}")),
+        1 => Req::post(&sql).param("default_format", format),
+        2 => Req { method: "GET", path: "/".into(), headers: Vec::new(), body: Vec::new() }
+            .param("query", &format!("{sql} FORMAT {format}")),
+        _ => Req::post(&format!("{sql} FORMAT {format}")).param("database", "default"),
+    };
+    if !changes && rng.gen_bool(0.3) {
+        req = req.param("enable_http_compression", "1").header("Accept-Encoding", "gzip");
+    }
+    if rng.gen_bool(0.2) {
+        req = req.param("max_block_size", "100");
+    }
+    (req, changes)
+}
+
+#[test]
+fn cached_answers_equal_the_plain_ones_byte_for_byte() {
+    let mut rng = SmallRng::seed_from_u64(SEED);
+    let mut seen = std::collections::HashSet::new();
+    let (mut hits, mut gzipped) = (0, 0);
+    for i in 0..150 {
+        let (req, changes) = generated(&mut rng, i);
+        if !seen.insert((req.path.clone(), req.body.clone(), req.headers.clone())) {
+            continue;
+        }
+        let plain = gw("plain", &req);
+        let first = gw("cached", &req);
+        let second = gw("cached", &req);
+        assert_eq!(plain.status, 200, "{req:?}: {}", plain.text());
+        assert_eq!(plain.cache(), None, "a user without a cache gets no X-Cache");
+        assert_eq!(first.cache(), Some("MISS"), "{req:?}");
+        assert_eq!(second.cache(), Some("HIT"), "{req:?}");
+        hits += 1;
+        assert!(first.body == second.body, "a kept answer is the answer it was kept from: {req:?}");
+        let norm = |g: &Got| if changes { without_statistics(&g.body) } else { g.body.clone() };
+        let (a, b) = (norm(&plain), norm(&first));
+        let at = a.iter().zip(&b).position(|(x, y)| x != y);
+        assert!(a == b, "{req:?}: {} and {} bytes, first difference at {at:?}", a.len(), b.len());
+        assert_eq!(first.status, plain.status);
+        for h in ["content-type", "content-encoding", "x-clickhouse-format"] {
+            assert_eq!(first.header(h), plain.header(h), "{h} of {req:?}");
+            assert_eq!(second.header(h), plain.header(h), "{h} of {req:?}");
+        }
+        gzipped += usize::from(plain.header("content-encoding") == Some("gzip"));
+        let age: u64 = second.header("age").expect("a hit carries its age").parse().unwrap();
+        assert!(age <= 60);
+    }
+    assert!(hits > 100 && gzipped > 5, "the corpus has power: {hits} hits, {gzipped} compressed");
+}
+
+/// Sends `n` copies of `req` (each with a query_id of its own) at once as `user`.
+fn at_once(user: &str, req: &Req, n: usize) -> Vec<Got> {
+    let barrier = std::sync::Barrier::new(n);
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let (req, barrier) = (req.clone().param("query_id", &format!("q{i}-{}", std::process::id())), &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    let got = gw(user, &req);
+                    let want = format!("q{i}-{}", std::process::id());
+                    assert_eq!(got.header("x-clickhouse-query-id"), Some(want.as_str()), "each its own query id");
+                    got
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn count(got: &[Got], how: &str) -> u64 {
+    got.iter().filter(|g| g.cache() == Some(how)).count() as u64
+}
+
+#[test]
+fn identical_reads_at_once_make_one_server_query_each_miss() {
+    for (user, marker) in [("cached", "mk_at_once_c"), ("merger", "mk_at_once_m")] {
+        let req = Req::post(&format!("SELECT sleep(2), '{marker}', number FROM numbers(3)"));
+        let got = at_once(user, &req, 12);
+        for g in &got {
+            assert_eq!((g.status, g.body.clone()), (200, got[0].body.clone()), "the same answer to all");
+        }
+        assert_eq!(got[0].text(), format!("0\t{marker}\t0\n0\t{marker}\t1\n0\t{marker}\t2\n"));
+        let (miss, merged, hit) = (count(&got, "MISS"), count(&got, "MERGED"), count(&got, "HIT"));
+        assert_eq!(miss + merged + hit, 12, "{user}");
+        assert!(merged > 0 && miss < 12, "{user}: {miss} misses, {merged} merged");
+        assert_eq!(server_queries(marker), miss, "{user}: one server query for each MISS");
+        // Merging alone keeps nothing: the next read runs again.
+        let next = gw(user, &req);
+        let want = if user == "merger" { "MISS" } else { "HIT" };
+        assert_eq!(next.cache(), Some(want), "{user}");
+        assert_eq!(server_queries(marker), miss + u64::from(user == "merger"), "{user}");
+    }
+}
+
+#[test]
+fn no_answer_outlives_its_ttl() {
+    let req = Req::post("SELECT 'mk_ttl', count() FROM items FINAL");
+    let first = gw("brief", &req);
+    assert_eq!(first.cache(), Some("MISS"));
+    std::thread::sleep(Duration::from_millis(1200));
+    let again = gw("brief", &req);
+    assert_eq!(again.cache(), Some("MISS"), "past its 1 s TTL the answer is asked again");
+    assert_eq!(again.body, first.body);
+    assert_eq!(server_queries("mk_ttl"), 2);
+}
+
+#[test]
+fn users_whose_rules_differ_never_share_an_answer() {
+    let sql =
+        "SELECT shop_id, 'mk_users', count() FROM items FINAL WHERE shop_id IN (1, 2, 3) GROUP BY shop_id ORDER BY \
+               shop_id FORMAT TabSeparated";
+    let req = Req::post(sql);
+    let cached = gw("cached", &req);
+    assert_eq!(cached.cache(), Some("MISS"));
+    assert_eq!((cached.status, cached.text().lines().count()), (200, 3), "{}", cached.text());
+    assert_eq!(cached.body, gw("plain", &req).body);
+    assert_eq!(gw("cached", &req).cache(), Some("HIT"));
+    // `extremes` runs as the same login with a fixed `extremes = 1`: its own answer, kept apart.
+    let ext = gw("extremes", &req);
+    assert_eq!(ext.cache(), Some("MISS"), "never the other user's answer");
+    assert_eq!(ext.body, gw("plain", &req.clone().param("extremes", "1")).body);
+    assert_ne!(ext.body, cached.body);
+    let ext2 = gw("extremes", &req);
+    assert_eq!((ext2.cache(), ext2.body.clone()), (Some("HIT"), ext.body.clone()));
+    assert_eq!(gw("cached", &req).body, cached.body, "and the first keeps its own");
+    // `guarded` is read-only (the gateway adds readonly=1): the same rows, a key of its own.
+    let ro = gw("guarded", &req);
+    assert_eq!((ro.cache(), ro.body.clone()), (Some("MISS"), cached.body.clone()), "{}", ro.text());
+    assert_eq!(server_queries("mk_users"), 5, "3 kept answers, 2 plain reads");
+}
+
+#[test]
+fn a_client_that_leaves_leaves_the_others_their_answer() {
+    let req = Req::post("SELECT sleep(2), 'mk_leave'");
+    let addr = env().1;
+    std::thread::scope(|s| {
+        let first = s.spawn(|| send_within(addr, "cached", &req, Duration::from_millis(500)));
+        std::thread::sleep(Duration::from_millis(200));
+        let second = s.spawn(|| gw("cached", &req));
+        assert!(first.join().unwrap().is_none(), "the first client left before the answer");
+        let second = second.join().unwrap();
+        assert_eq!((second.status, second.text()), (200, "0\tmk_leave\n".to_string()));
+        assert_eq!(second.cache(), Some("MERGED"), "it waited for the first one's query");
+    });
+    assert_eq!(server_queries("mk_leave"), 1);
+    assert_eq!(gw("cached", &req).cache(), Some("HIT"), "the answer was whole, and kept");
+}
+
+#[test]
+fn an_error_goes_to_its_merged_reads_and_is_never_kept() {
+    let req = Req::post("SELECT sleep(2), 'mk_error', throwIf(1)");
+    let got = at_once("cached", &req, 8);
+    for g in &got {
+        assert_eq!(g.status, 500, "{}", g.text());
+        assert!(g.text().contains("Code: 395"), "{}", g.text());
+    }
+    let miss = count(&got, "MISS");
+    assert!(count(&got, "MERGED") > 0 && count(&got, "HIT") == 0);
+    assert_eq!(server_queries("mk_error"), miss);
+    let later = gw("cached", &req);
+    assert_eq!((later.status, later.cache()), (500, Some("MISS")), "a later read runs anew");
+    assert_eq!(server_queries("mk_error"), miss + 1);
+}
+
+#[test]
+fn what_must_not_be_shared_is_neither_merged_nor_kept() {
+    let req = Req::post("SELECT 'mk_skip', count() FROM items FINAL");
+    assert_eq!(gw("cached", &req).cache(), Some("MISS"));
+    assert_eq!(gw("cached", &req).cache(), Some("HIT"));
+    let asked = gw("cached", &req.clone().param("no_cache", "1"));
+    assert_eq!((asked.status, asked.cache()), (200, None), "no_cache=1: {}", asked.text());
+    let asked = gw("cached", &req.clone().header("Cache-Control", "no-cache"));
+    assert_eq!((asked.status, asked.cache()), (200, None));
+    assert_eq!(server_queries("mk_skip"), 3);
+    for sql in [
+        "SELECT now(), 'mk_volatile'",
+        "SELECT rand(), 'mk_volatile'",
+        "SELECT today(), 'mk_volatile'",
+        "SELECT count(), 'mk_volatile' FROM system.one",
+        "SELECT 'mk_volatile'; SELECT 2",
+    ] {
+        let g = gw("cached", &Req::post(sql));
+        assert_eq!(g.cache(), None, "{sql}");
+    }
+    let session = gw("cached", &Req::post("SELECT 'mk_session'").param("session_id", "cache-test"));
+    assert_eq!((session.status, session.cache()), (200, None));
+    let metrics = gw("cached", &Req { method: "GET", path: "/metrics".into(), headers: vec![], body: vec![] }).text();
+    for reason in ["asked", "function", "system_table", "not_select", "session"] {
+        let line = format!("chstorm_gateway_cache_skipped_total{{user=\"cached\",reason=\"{reason}\"}}");
+        assert!(metrics.contains(&line), "{line} in\n{metrics}");
+    }
+}
+
+/// The value of the metric line starting with `name{labels}`.
+fn metric(metrics: &str, line: &str) -> f64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with(line))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {line} in\n{metrics}"))
+}
+
+#[test]
+fn a_flood_of_distinct_large_answers_stays_within_the_bound() {
+    let env = &env().0;
+    let users =
+        "  - name: flood\n    password_sha256: \"\"\n    cluster: storm\n    metrics: true\n    cache: {ttl: 60s, \
+                 max_entry_size_kib: 200}\n";
+    let addr = start_gateway(env, "cache:\n  max_size_mib: 1\n", users);
+    let mut kept = 0;
+    for i in 0..30 {
+        // About 150 KiB each: within the entry limit, 7 fill the store.
+        let req = Req::post(&format!("SELECT number, 'mk_flood_{i:02}' FROM numbers(11000)"));
+        let got = send(addr, "flood", &req);
+        assert_eq!((got.status, got.cache()), (200, Some("MISS")));
+        kept += got.body.len();
+    }
+    let metrics =
+        send(addr, "flood", &Req { method: "GET", path: "/metrics".into(), headers: vec![], body: vec![] }).text();
+    let held = metric(&metrics, "chstorm_gateway_cache_bytes{user=\"flood\"}");
+    assert!(held > 0.0 && held <= (1 << 20) as f64, "{held} bytes held of {kept} sent");
+    assert!(metric(&metrics, "chstorm_gateway_cache_evictions_total{user=\"flood\"}") >= 20.0);
+    // The last ones are kept; the first were evicted.
+    let last = send(addr, "flood", &Req::post("SELECT number, 'mk_flood_29' FROM numbers(11000)"));
+    assert_eq!(last.cache(), Some("HIT"));
+    let first = send(addr, "flood", &Req::post("SELECT number, 'mk_flood_00' FROM numbers(11000)"));
+    assert_eq!(first.cache(), Some("MISS"));
+    // An answer past the entry limit streams through, whole, and is not kept.
+    let big = Req::post("SELECT number, 'mk_flood_big' FROM numbers(40000)");
+    let a = send(addr, "flood", &big);
+    let b = send(addr, "flood", &big);
+    assert_eq!((a.cache(), b.cache()), (Some("MISS"), Some("MISS")));
+    assert!(a.body.len() > 200 << 10 && a.body == b.body);
+    assert!(a.body == gw("plain", &big).body);
+    let held = metric(
+        &send(addr, "flood", &Req { method: "GET", path: "/metrics".into(), headers: vec![], body: vec![] }).text(),
+        "chstorm_gateway_cache_bytes{user=\"flood\"}",
+    );
+    assert!(held <= (1 << 20) as f64);
+}
