@@ -433,7 +433,7 @@ fn a_flood_of_distinct_large_answers_stays_within_the_bound() {
     let addr = start_gateway(env, "cache:\n  max_size_mib: 1\n", users);
     let mut kept = 0;
     for i in 0..30 {
-        // About 150 KiB each: within the entry limit, 7 fill the store.
+        // 187 KB each: within the entry limit; 5 fill the store.
         let req = Req::post(&format!("SELECT number, 'mk_flood_{i:02}' FROM numbers(11000)"));
         let got = send(addr, "flood", &req);
         assert_eq!((got.status, got.cache()), (200, Some("MISS")));

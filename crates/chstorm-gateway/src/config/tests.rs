@@ -305,15 +305,19 @@ fn each_user_may_run_as_its_own_clickhouse_user() {
     );
     assert_eq!(c.clusters["storm"].login(), Login { user: "default".into(), password: String::new() });
     let err = |text: &str| parse(text).unwrap_err().to_string();
+    // The line of `- name: default`, where the errors of users[0] point.
+    let line = 1 + EXAMPLE.lines().position(|l| l == "  - name: default").unwrap();
     let e = err(&with("    backend: {user: w, password: a, password_env: READER_PW}\n"));
-    assert_eq!(e, "g.yaml: line 86: users[0].backend: both password and password_env are set; keep one");
+    assert_eq!(e, format!("g.yaml: line {line}: users[0].backend: both password and password_env are set; keep one"));
     let e = err(&with("    backend: {user: w, password_env: NOT_THERE}\n"));
     assert!(
-        e.starts_with("g.yaml: line 86: users[0].backend.password_env: the environment variable NOT_THERE is not set"),
+        e.starts_with(&format!(
+            "g.yaml: line {line}: users[0].backend.password_env: the environment variable NOT_THERE is not set"
+        )),
         "{e}"
     );
     let e = err(&with("    backend: {user: \"\"}\n"));
-    assert_eq!(e, "g.yaml: line 86: users[0].backend.user: the user name is empty");
+    assert_eq!(e, format!("g.yaml: line {line}: users[0].backend.user: the user name is empty"));
     let e = err(&with("    backend: {user: w, pasword: x}\n"));
     assert!(e.contains("unknown field `pasword`"), "{e}");
     let e = err(&with("    backend: {user: w, password_env: \"\"}\n"));
@@ -331,4 +335,35 @@ fn each_user_may_run_as_its_own_clickhouse_user() {
     assert_eq!(parse(&text).unwrap().clusters["storm"].password, "from-env");
     let e = err(&EXAMPLE.replace(cluster_password, "    password_env: X\n    password: \"\" #"));
     assert!(e.contains("clusters.storm: both password and password_env are set"), "{e}");
+}
+
+#[test]
+fn cache_bound_and_each_users_cache() {
+    let c = Config::parse(EXAMPLE, Path::new("g.yaml")).unwrap();
+    assert_eq!((c.cache.max_size_mib, c.users["default"].cache.as_ref()), (256, None), "off unless asked");
+    let with = |v: &str| EXAMPLE.replace("    # cache: {ttl: 2s, max_entry_size_kib: 512, max_waiters: 256}", v);
+    let c =
+        Config::parse(&with("    cache: {ttl: 2s, max_entry_size_kib: 512, max_waiters: 256}"), Path::new("g.yaml"));
+    let u = c.unwrap().users["default"].cache.clone().unwrap();
+    assert_eq!((u.ttl, u.max_entry_size, u.max_waiters), (Duration::from_secs(2), 512 << 10, 256));
+    let u = Config::parse(&with("    cache: {ttl: 0s}"), Path::new("g.yaml")).unwrap().users["default"].cache.clone();
+    let u = u.unwrap();
+    assert!(!u.keeps(), "ttl 0s merges only");
+    assert_eq!((u.max_entry_size, u.max_waiters), (512 << 10, 256), "the defaults");
+    for (v, want) in [
+        ("    cache: {ttl: 2h}", "users[0].cache.ttl: 2h is too long; at most 1h"),
+        ("    cache: {ttl: 1s, max_entry_size_kib: 0}", "users[0].cache.max_entry_size_kib: 0 is out of bounds"),
+        (
+            "    cache: {ttl: 1s, max_entry_size_kib: 70000}",
+            "users[0].cache.max_entry_size_kib: 70000 is out of bounds",
+        ),
+        ("    cache: {ttl: 1s, max_waiters: 0}", "users[0].cache.max_waiters: must be at least 1"),
+        ("    cache: {max_waiters: 3}", "missing field `ttl`"),
+        ("    cache: {ttl: 1s, size: 3}", "unknown field `size`"),
+    ] {
+        let e = bad(&with(v));
+        assert!(e.contains(want), "{v}: {e}");
+    }
+    let e = bad(&EXAMPLE.replace("  max_size_mib: 256", "  max_size_mib: 0"));
+    assert!(e.contains("cache.max_size_mib: must be at least 1"), "{e}");
 }
