@@ -845,6 +845,85 @@ mod tests {
         u
     }
 
+    /// What a user's cache may take, and what makes two reads' keys differ.
+    #[test]
+    fn a_users_cache_takes_single_deterministic_reads_and_keys_them_by_what_the_replica_gets() {
+        use super::super::cacheable::{http_key, HttpShape};
+        let cache = crate::config::UserCache { ttl: Duration::from_secs(1), max_entry_size: 1024, max_waiters: 4 };
+        let cached = user(|u| u.cache = Some(cache));
+        let why = |q: &str, sql: &str| match run(&cached, q, sql).unwrap().caching {
+            Caching::Eligible => "eligible",
+            Caching::Skip(w) => w.label(),
+            Caching::Off => "off",
+        };
+        for sql in ["SELECT 1", "WITH 1 AS x SELECT x", "(SELECT 1)", "SELECT * FROM items WHERE shop_id = 1"] {
+            assert_eq!(why("", sql), "eligible", "{sql}");
+        }
+        for (q, sql, want) in [
+            ("", "INSERT INTO t VALUES (1)", "not_select"),
+            ("", "SHOW TABLES", "not_select"),
+            ("", "SELECT 1; SELECT 2", "not_select"),
+            ("", "SELECT now()", "function"),
+            ("", "SELECT rand() FROM items", "function"),
+            ("", "SELECT * FROM items WHERE d = today()", "function"),
+            ("", "SELECT * FROM system.tables", "system_table"),
+            ("", "SELECT * FROM INFORMATION_SCHEMA.TABLES", "system_table"),
+            ("database=system", "SELECT 1", "database"),
+            ("session_id=s1", "SELECT 1", "session"),
+            ("no_cache=1", "SELECT 1", "asked"),
+        ] {
+            assert_eq!(why(q, sql), want, "{q} {sql}");
+        }
+        // `no_cache` is the gateway's: taken out of the URL for a user with a cache, sent on for others.
+        let p = run(&cached, "no_cache=1&max_threads=2", "SELECT 1").unwrap();
+        assert!(!p.path_and_query(None).contains("no_cache"), "{}", p.path_and_query(None));
+        assert_eq!(why("no_cache=0", "SELECT 1"), "eligible");
+        let plain = run(&user(|_| {}), "no_cache=1", "SELECT 1").unwrap();
+        assert_eq!(plain.caching, Caching::Off);
+        assert!(plain.path_and_query(None).contains("no_cache=1"));
+
+        let login = crate::cluster::login::BackendLogin::new(
+            &crate::config::Login { user: "app".into(), password: "pw".into() },
+            0,
+        );
+        let other = crate::cluster::login::BackendLogin::new(
+            &crate::config::Login { user: "app".into(), password: "other".into() },
+            0,
+        );
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, http::HeaderValue::from_static(v));
+            }
+            h
+        };
+        let key = |q: &str, login: &crate::cluster::login::BackendLogin, h: &HeaderMap, body: &[u8], ro: bool| {
+            let p = run(&cached, q, "SELECT 1").unwrap();
+            http_key(&p, login, "storm", HttpShape { method: &Method::POST, headers: h, body, readonly: ro })
+        };
+        let none = HeaderMap::new();
+        let base = key("max_threads=2", &login, &none, b"SELECT 1", false);
+        // The query_id and the headers that cannot change an answer are not in it.
+        assert_eq!(base, key("max_threads=2&query_id=abc", &login, &none, b"SELECT 1", false));
+        let ua = headers(&[("user-agent", "curl"), ("accept", "*/*"), ("cache-control", "no-cache")]);
+        assert_eq!(base, key("max_threads=2", &login, &ua, b"SELECT 1", false));
+        // Everything the replica reads is.
+        for (what, k) in [
+            ("a setting", key("max_threads=3", &login, &none, b"SELECT 1", false)),
+            ("another setting", key("max_threads=2&extremes=0", &login, &none, b"SELECT 1", false)),
+            ("the database", key("max_threads=2&database=d", &login, &none, b"SELECT 1", false)),
+            ("the login", key("max_threads=2", &other, &none, b"SELECT 1", false)),
+            ("readonly", key("max_threads=2", &login, &none, b"SELECT 1", true)),
+            (
+                "the encoding",
+                key("max_threads=2", &login, &headers(&[("accept-encoding", "gzip")]), b"SELECT 1", false),
+            ),
+            ("the body", key("max_threads=2", &login, &none, b"SELECT 2", false)),
+        ] {
+            assert_ne!(base, k, "{what}");
+        }
+    }
+
     /// Too deep a statement is refused with ClickHouse's Code 167 before anything else reads it;
     /// the limit's own depth passes.
     #[test]
