@@ -50,6 +50,7 @@ demo: demo-build
 ## Every benchmark, figures printed and written as JSON in bench-results/ (docs/PERFORMANCE.md):
 ##   peers.json     chstorm vs wrk and clickhouse-benchmark; 10,000 connections on one thread
 ##   gateway.json   gateway cost on SELECT 1; routed vs Distributed point lookups on a 2x2 cluster
+##   gateway_cache.json  hot-key point lookups on a 2x2 cluster without a cache, with merging alone, with a 1 s cache
 ##   gateway_cpu.json  the gateway's CPU per proxied SELECT 1 (wrk), its QPS / direct beside HAProxy, nginx and the floor relays, 10,000 idle connections; its profile-guided build (release-pgo) beside it
 ##   gateway_instructions.json, gateway_instructions_native.json  user-space instructions per proxied SELECT 1 (callgrind), the gateway and its profile-guided build beside HAProxy
 ##   gateway_syscalls.json  system calls and epoll events per proxied SELECT 1 (strace), the gateway and its profile-guided build beside HAProxy
@@ -64,6 +65,7 @@ bench: release release-pgo
 	$(CARGO) build --release -p chstorm-gateway --example floor_relay
 	python3 scripts/bench_peers.py --out bench-results
 	python3 scripts/bench_gateway.py --out bench-results
+	python3 scripts/bench_gateway_cache.py --out bench-results
 	python3 scripts/bench_gateway_cpu.py --pgo target/pgo/release/chstorm --cap 8 --out bench-results
 	EXTRA_PKGS="valgrind strace linux-perf" bash scripts/install-deps
 	python3 scripts/bench_gateway_instructions.py --b target/pgo/release/chstorm --out bench-results
