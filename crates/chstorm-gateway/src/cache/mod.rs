@@ -1,9 +1,10 @@
 //! The result cache and the merging of identical reads (`users[*].cache`, docs/GATEWAY.md,
-//! "Cache and merging"). Whether a query may be shared, and its key, are the plan's
-//! ([`crate::query::cacheable`]); this module keeps what is shared:
+//! "Cache and merging"). Whether a query may be shared is the plan's
+//! ([`crate::query::cacheable`]); this module keys and keeps what is shared:
 //!
 //! * [`store`]: the answers kept until their TTL, within `cache.max_size_mib`, least recently
 //!   used evicted first;
+//! * [`key`]: what makes two reads identical;
 //! * [`group`]: one running query's answer, given to every identical read that came while it
 //!   ran, each from the first byte.
 //!
@@ -19,13 +20,14 @@
 //! `crate::http::cached`. Must not import it.
 
 pub mod group;
+pub mod key;
 pub mod store;
 
 use crate::config::UserCache;
 use crate::metrics::{CacheMetrics, UserLabel};
-use crate::query::cacheable::Key;
 use bytes::Bytes;
 use group::{End, Group};
+use key::Key;
 use std::sync::{Arc, Mutex};
 use store::{Gone, Store, Stored};
 use tokio::time::Instant;

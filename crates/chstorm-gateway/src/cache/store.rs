@@ -3,8 +3,8 @@
 //! (`tokio::time::Instant`, so the tests run in paused time); [`super::Cache`] holds it under its
 //! lock and turns what it reports into metrics.
 
+use super::key::Key;
 use super::Head;
-use crate::query::cacheable::Key;
 use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -10,11 +10,11 @@ use super::client_fin::ClientFin;
 use super::ids::{Ids, Served};
 use super::respond::{error_reply, number, strip_hop, wording};
 use crate::attempt::{Answered, HttpHead, HttpParts, Outcome, SendBody};
+use crate::cache::key::{http_key, HttpShape};
 use crate::cache::{Feed, Head, Lookup, Next, Waiter};
 use crate::cluster::login::BackendLogin;
 use crate::cluster::upstream::{full, BoxError, GBody};
 use crate::config::User;
-use crate::query::cacheable::{http_key, HttpShape};
 use crate::query::exit::Exit;
 use crate::query::plan::Plan;
 use crate::state::State;
@@ -24,11 +24,13 @@ use std::sync::Arc;
 
 static X_CACHE: http::HeaderName = http::HeaderName::from_static("x-cache");
 
-/// What the cache did with a read the plan allowed it: the answer, or the read's parts back to
-/// run alone (its identical read has its most clients).
+/// What the cache did with a read the plan allowed it: the answer, the read's parts back to
+/// run alone (its identical read has its most clients), or the client's FIN came before the
+/// answer's head (the caller answers it as for a read alone).
 pub enum Cached {
     Served(Served),
     Alone(Plan, HttpParts, SendBody),
+    Fin,
 }
 
 /// Serves `plan` of user `u` through the cache (see the module doc); `body` is held.
@@ -63,12 +65,12 @@ pub async fn serve(
             let ids = ids(head, route, query_id);
             Cached::Served(Served { resp, ids: Some(ids) })
         }
-        Lookup::Join(w) => Cached::Served(answer(w, "MERGED", (state, &u.cluster), exit, route, query_id, fin).await),
+        Lookup::Join(w) => answer(w, "MERGED", (state, &u.cluster), exit, route, query_id, fin).await,
         Lookup::Lead(feed, w) => {
             let slot = feed.producer_slot();
             let task = tokio::spawn(produce(state.clone(), u.cluster.clone(), login.clone(), plan, http, body, feed));
             slot.set(task.abort_handle());
-            Cached::Served(answer(w, "MISS", (state, &u.cluster), exit, route, query_id, fin).await)
+            answer(w, "MISS", (state, &u.cluster), exit, route, query_id, fin).await
         }
         Lookup::Alone => {
             plan.client_query_id = query_id;
@@ -82,7 +84,7 @@ fn ids(head: &Head, route: &'static str, query_id: String) -> Ids {
     Ids { replica: head.replica.clone(), route, query_id, threads: head.threads, stale: head.stale, warning: None }
 }
 
-/// A client's answer from its group: the head when it comes (or the FIN's refusal), then the
+/// A client's answer from its group: the head when it comes (or [`Cached::Fin`]), then the
 /// chunks as they come.
 async fn answer(
     w: Waiter,
@@ -92,14 +94,11 @@ async fn answer(
     route: &'static str,
     query_id: String,
     fin: Option<&ClientFin>,
-) -> Served {
+) -> Cached {
     let head = match fin {
         Some(fin) => tokio::select! {
             h = w.head() => h,
-            _ = fin.came() => {
-                let r = crate::query::refusal::Refusal::new(crate::query::refusal::Kind::Internal, super::service::FIN_DURING_READ);
-                return super::service::refused(exit, &r, wording(words.0, Some(words.1))).into();
-            }
+            _ = fin.came() => return Cached::Fin,
         },
         None => w.head().await,
     };
@@ -109,7 +108,7 @@ async fn answer(
             exit.record(502, route);
             let ids = Ids { replica: None, route, query_id, threads: None, stale: Default::default(), warning: None };
             let resp = error_reply(wording(words.0, Some(words.1)), http::StatusCode::BAD_GATEWAY, 1002, &why);
-            return Served { resp, ids: Some(ids) };
+            return Cached::Served(Served { resp, ids: Some(ids) });
         }
     };
     let mut resp = Response::new(body_of(w));
@@ -128,7 +127,7 @@ async fn answer(
         }
         _ => resp,
     };
-    Served { resp, ids: Some(ids) }
+    Cached::Served(Served { resp, ids: Some(ids) })
 }
 
 /// The waiter's chunks as a response body; an answer that broke ends it with the error.

@@ -300,6 +300,10 @@ where
             {
                 super::cached::Cached::Served(s) => return s,
                 super::cached::Cached::Alone(p, h, b) => (p, h, b),
+                super::cached::Cached::Fin => {
+                    let w = wording(&state, Some(&u.cluster));
+                    return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ), w).into();
+                }
             }
         }
     };
@@ -477,8 +481,7 @@ async fn name_the_time_cap(outcome: &mut crate::attempt::Outcome, cap: Option<st
 
 /// The answer to a read whose client sent its FIN before the answer came (ClickHouse's
 /// QUERY_WAS_CANCELLED).
-pub(super) const FIN_DURING_READ: &str =
-    "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
+const FIN_DURING_READ: &str = "Code: 394, e.displayText() = DB::Exception: Query was cancelled: the client closed its \
 side of the connection during a read (a read is abandoned at the client's FIN; other statements run to their end)";
 
 /// The [`QueryRequest`] of an HTTP request: its path, the parameters and statement read by

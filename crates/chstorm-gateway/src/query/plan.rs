@@ -845,10 +845,9 @@ mod tests {
         u
     }
 
-    /// What a user's cache may take, and what makes two reads' keys differ.
+    /// What a user's cache may take.
     #[test]
-    fn a_users_cache_takes_single_deterministic_reads_and_keys_them_by_what_the_replica_gets() {
-        use super::super::cacheable::{http_key, HttpShape};
+    fn a_users_cache_takes_single_deterministic_reads() {
         let cache = crate::config::UserCache { ttl: Duration::from_secs(1), max_entry_size: 1024, max_waiters: 4 };
         let cached = user(|u| u.cache = Some(cache));
         let why = |q: &str, sql: &str| match run(&cached, q, sql).unwrap().caching {
@@ -881,47 +880,6 @@ mod tests {
         let plain = run(&user(|_| {}), "no_cache=1", "SELECT 1").unwrap();
         assert_eq!(plain.caching, Caching::Off);
         assert!(plain.path_and_query(None).contains("no_cache=1"));
-
-        let login = crate::cluster::login::BackendLogin::new(
-            &crate::config::Login { user: "app".into(), password: "pw".into() },
-            0,
-        );
-        let other = crate::cluster::login::BackendLogin::new(
-            &crate::config::Login { user: "app".into(), password: "other".into() },
-            0,
-        );
-        let headers = |pairs: &[(&'static str, &'static str)]| {
-            let mut h = HeaderMap::new();
-            for (k, v) in pairs {
-                h.append(*k, http::HeaderValue::from_static(v));
-            }
-            h
-        };
-        let key = |q: &str, login: &crate::cluster::login::BackendLogin, h: &HeaderMap, body: &[u8], ro: bool| {
-            let p = run(&cached, q, "SELECT 1").unwrap();
-            http_key(&p, login, "storm", HttpShape { method: &Method::POST, headers: h, body, readonly: ro })
-        };
-        let none = HeaderMap::new();
-        let base = key("max_threads=2", &login, &none, b"SELECT 1", false);
-        // The query_id and the headers that cannot change an answer are not in it.
-        assert_eq!(base, key("max_threads=2&query_id=abc", &login, &none, b"SELECT 1", false));
-        let ua = headers(&[("user-agent", "curl"), ("accept", "*/*"), ("cache-control", "no-cache")]);
-        assert_eq!(base, key("max_threads=2", &login, &ua, b"SELECT 1", false));
-        // Everything the replica reads is.
-        for (what, k) in [
-            ("a setting", key("max_threads=3", &login, &none, b"SELECT 1", false)),
-            ("another setting", key("max_threads=2&extremes=0", &login, &none, b"SELECT 1", false)),
-            ("the database", key("max_threads=2&database=d", &login, &none, b"SELECT 1", false)),
-            ("the login", key("max_threads=2", &other, &none, b"SELECT 1", false)),
-            ("readonly", key("max_threads=2", &login, &none, b"SELECT 1", true)),
-            (
-                "the encoding",
-                key("max_threads=2", &login, &headers(&[("accept-encoding", "gzip")]), b"SELECT 1", false),
-            ),
-            ("the body", key("max_threads=2", &login, &none, b"SELECT 2", false)),
-        ] {
-            assert_ne!(base, k, "{what}");
-        }
     }
 
     /// Too deep a statement is refused with ClickHouse's Code 167 before anything else reads it;
