@@ -160,9 +160,14 @@ fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
 
 /// Queries whose text contains `marker` that clients started on the servers (not a Distributed
 /// table's queries to the other shard; `QueryStart`, or `ExceptionBeforeStart` for those that
-/// failed before they started) (every node's
+/// failed before they started; not the test's own looks at `system.query_log` and
+/// `system.processes`) (every node's
 /// `system.query_log`, after `SYSTEM FLUSH LOGS`).
 fn server_queries(marker: &str) -> u64 {
+    // 18.16's SYSTEM FLUSH LOGS writes what its log thread took off the log's queue, which can
+    // miss the last entries; the thread writes everything every `flush_interval_milliseconds`
+    // (1 s in the local cluster's config), so once that has passed the flush has them all.
+    std::thread::sleep(Duration::from_millis(1500));
     env()
         .0
         .node_urls()
@@ -172,7 +177,7 @@ fn server_queries(marker: &str) -> u64 {
             assert_eq!(s, 200, "{b}");
             let sql = format!(
                 "SELECT count() FROM system.query_log WHERE type IN (1, 3) AND is_initial_query AND query LIKE '%{marker}%' AND query NOT LIKE \
-                 '%query_log%'"
+                 '%query_log%' AND query NOT LIKE '%system.processes%'"
             );
             let (s, b) = post(n, &sql);
             assert_eq!(s, 200, "{b}");
@@ -461,4 +466,38 @@ fn a_flood_of_distinct_large_answers_stays_within_the_bound() {
         "chstorm_gateway_cache_bytes{user=\"flood\"}",
     );
     assert!(held <= (1 << 20) as f64);
+}
+
+/// Rows of `system.processes` on any node whose query contains `marker`.
+fn running(marker: &str) -> u64 {
+    let sql =
+        format!("SELECT count() FROM system.processes WHERE query LIKE '%{marker}%' AND query NOT LIKE '%processes%'");
+    env().0.node_urls().iter().map(|n| post(n, &sql).1.trim().parse::<u64>().unwrap()).sum()
+}
+
+#[test]
+fn a_read_every_client_left_is_cancelled_on_the_server() {
+    // Seconds of work that the server checks for cancellation between blocks.
+    let req = Req::post("SELECT count(), 'mk_abandon' FROM numbers(100000000000)");
+    assert!(send_within(env().1, "cached", &req, Duration::from_millis(700)).is_none(), "the client left first");
+    let started = std::time::Instant::now();
+    while running("mk_abandon") > 0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the abandoned query still runs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server_queries("mk_abandon"), 1);
+    let sql = "SYSTEM FLUSH LOGS";
+    env().0.node_urls().iter().for_each(|n| assert_eq!(post(n, sql).0, 200));
+    let ended: u64 = env()
+        .0
+        .node_urls()
+        .iter()
+        .map(|n| {
+            let sql = "SELECT count() FROM system.query_log WHERE type = 4 AND is_initial_query AND query LIKE \
+                       '%mk_abandon%' AND query NOT LIKE '%query_log%'";
+            post(n, sql).1.trim().parse::<u64>().unwrap()
+        })
+        .sum();
+    assert_eq!(ended, 1, "it ended in an exception (cancelled), not with an answer");
+    assert_eq!(gw("cached", &Req::post("SELECT 'mk_abandon_after'")).cache(), Some("MISS"), "the gateway serves on");
 }
