@@ -159,11 +159,12 @@ fn failures_under_load(native: bool) {
     );
     assert_eq!(r.errors, 0, "failed queries across a rolling restart: {:?}", r.errors_by_kind);
     assert!(r.queries > 1000, "the load really ran: {} queries", r.queries);
+    // Retries are not asked for: a replica killed between two queries, or stopped gracefully
+    // (its queries end first), may be marked down before any query meets it. That each failure
+    // really happened is what the waits for "marked down" above check.
     let m = curl(&[&format!("{gw}/metrics")]).2;
-    assert!(
-        m.lines().any(|l| l.starts_with("chstorm_gateway_retries_total") && !l.ends_with(" 0")),
-        "retries were needed and made:\n{m}"
-    );
+    let retries = m.lines().find(|l| l.starts_with("chstorm_gateway_retries_total")).unwrap_or("none");
+    eprintln!("rolling restart (native: {native}): {retries}");
 }
 
 /// The gateway reads the replica's delay, below [`MAX_DELAY`].

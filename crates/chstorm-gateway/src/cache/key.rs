@@ -81,7 +81,7 @@ mod tests {
     use super::*;
     use crate::cluster::login::BackendLogin;
     use crate::config::{Config, Login, User, UserCache};
-    use crate::query::request::{BodyShape, QueryRequest};
+    use crate::query::request::QueryRequest;
     use http::{HeaderMap, Method};
     use std::time::Duration;
 
@@ -92,20 +92,8 @@ mod tests {
         let c = c.unwrap();
         let mut u: User = c.users["default"].clone();
         u.cache = Some(UserCache { ttl: Duration::from_secs(1), max_entry_size: 1024, max_waiters: 4 });
-        let req = QueryRequest {
-            path: "/",
-            params: crate::request::parse_params(Some(query)),
-            sql: Some(sql),
-            body: BodyShape::Held,
-            multipart: false,
-            form_read: false,
-            statement_in_url: false,
-            shard_key: None,
-            database: None,
-            max_depth: crate::config::DEFAULT_MAX_QUERY_DEPTH,
-            grammars: chstorm_sql::reading::Grammars::ALL,
-            no_cache: false,
-        };
+        let params = crate::request::parse_params(Some(query));
+        let req = QueryRequest::held(params, sql, crate::config::DEFAULT_MAX_QUERY_DEPTH);
         crate::query::plan::plan(req, &u, &c.clusters["storm"], None, || "gen-1".into()).unwrap()
     }
 
