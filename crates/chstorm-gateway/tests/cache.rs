@@ -23,7 +23,8 @@ const SEED: u64 = 0x0054_2026;
 const ANY: &str = "    allowed_settings: [\"*\"]\n";
 
 /// The gateway users: `plain` (no cache), `cached` (60 s), `extremes` (60 s, a fixed
-/// `extremes = 1`), `guarded` (60 s, read-only), `brief` (1 s) and `merger` (0 s: merging only).
+/// `extremes = 1`), `guarded` (60 s, read-only), `brief` (1 s), `merger` (0 s: merging only)
+/// and `native` (60 s, the native port's test's alone).
 fn users() -> String {
     let user = |name: &str, extra: &str| {
         format!("  - name: {name}\n    password_sha256: \"\"\n    cluster: storm\n    metrics: true\n{extra}")
@@ -35,27 +36,34 @@ fn users() -> String {
         user("guarded", "    cache: {ttl: 60s}\n    readonly: true\n    allowed_settings: []\n"),
         user("brief", &format!("{ANY}    cache: {{ttl: 1s}}\n")),
         user("merger", &format!("{ANY}    cache: {{ttl: 0s}}\n")),
+        user("native", &format!("{ANY}    cache: {{ttl: 60s}}\n")),
     ]
     .concat()
 }
 
-/// The env and the address of a gateway with [`users`] (and `top`, top-level config lines).
+/// The HTTP address of a gateway with `users` (and `top`, top-level config lines).
 fn start_gateway(env: &Env, top: &str, users: &str) -> SocketAddr {
+    start_gateway_both(env, top, users).0
+}
+
+/// The HTTP and native addresses of a gateway with `users` (and `top`).
+fn start_gateway_both(env: &Env, top: &str, users: &str) -> (SocketAddr, SocketAddr) {
     let (top, users) = (top.to_string(), users.to_string());
     let path = env.gateway_config(move |t| format!("{top}{}", t.replace("users:\n", &format!("users:\n{users}"))));
     let gw = env.rt.block_on(chstorm_gateway::Gateway::start(path)).unwrap();
-    let addr = gw.addr;
+    let addrs = (gw.addr, gw.native_addr.expect("the native port"));
     std::mem::forget(gw); // serves for the whole test process
-    addr
+    addrs
 }
 
-fn env() -> &'static (Env, SocketAddr) {
-    static ENV: OnceLock<(Env, SocketAddr)> = OnceLock::new();
+/// The cluster, and the HTTP and native addresses of a gateway with [`users`].
+fn env() -> &'static (Env, SocketAddr, SocketAddr) {
+    static ENV: OnceLock<(Env, SocketAddr, SocketAddr)> = OnceLock::new();
     ENV.get_or_init(|| {
         let env = start_shared_cluster();
         // No hedged copies: each client read is one server query, or none when merged or kept.
-        let addr = start_gateway(&env, "hedging:\n  delay: off\n", &users());
-        (env, addr)
+        let (addr, native) = start_gateway_both(&env, "hedging:\n  delay: off\n", &users());
+        (env, addr, native)
     })
 }
 
@@ -500,4 +508,106 @@ fn a_read_every_client_left_is_cancelled_on_the_server() {
         .sum();
     assert_eq!(ended, 1, "it ended in an exception (cancelled), not with an answer");
     assert_eq!(gw("cached", &Req::post("SELECT 'mk_abandon_after'")).cache(), Some("MISS"), "the gateway serves on");
+}
+
+/// `clickhouse-client` as `user` against the native port `at`: (exit status, stdout, stderr).
+fn client(at: SocketAddr, user: &str, sql: &str, args: &[&str]) -> (bool, Vec<u8>, String) {
+    let port = at.port().to_string();
+    let out = std::process::Command::new("clickhouse-client")
+        .args(["--host", "127.0.0.1", "--port", &port, "--user", user, "--query", sql])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("clickhouse-client runs");
+    (out.status.success(), out.stdout, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The gateway's `chstorm_gateway_cache_{what}_total` of `user`, or 0.
+fn cache_count(addr: SocketAddr, user: &str, what: &str) -> f64 {
+    let text = send(addr, user, &Req { method: "GET", path: "/metrics".into(), headers: vec![], body: vec![] }).text();
+    let line = format!("chstorm_gateway_cache_{what}_total{{user=\"{user}\"}}");
+    text.lines().find(|l| l.starts_with(&line)).and_then(|l| l.rsplit(' ').next()?.parse().ok()).unwrap_or(0.0)
+}
+
+#[test]
+fn the_native_port_serves_kept_answers_as_the_server_sent_them() {
+    let (_, http, native) = *env();
+    let formats = ["TabSeparated", "TabSeparatedWithNamesAndTypes", "CSV", "JSONEachRow", "Values", "PrettyCompact"];
+    let mut rng = SmallRng::seed_from_u64(SEED ^ 0x4e);
+    let hits_before = cache_count(http, "native", "hits");
+    let n = 24;
+    for i in 0..n {
+        let k = rng.gen_range(1..5000u64);
+        let format = formats[i % formats.len()];
+        let sql = match i % 3 {
+            0 => format!("SELECT shop_id, item_id, title, price, 'mk_nat_{i}' FROM items FINAL WHERE shop_id = {k} ORDER BY item_id"),
+            1 => format!("SELECT number, toString(number * {k}), 'mk_nat_{i}' FROM numbers({})", k % 4000),
+            _ => format!("SELECT category, count(), 'mk_nat_{i}' FROM items FINAL WHERE shop_id < {k} GROUP BY category ORDER BY category"),
+        };
+        let sql = format!("{sql} FORMAT {format}");
+        let plain = client(native, "plain", &sql, &[]);
+        let first = client(native, "native", &sql, &[]);
+        let second = client(native, "native", &sql, &[]);
+        assert!(plain.0 && first.0 && second.0, "{sql}: {} / {} / {}", plain.2, first.2, second.2);
+        assert!(plain.1 == first.1 && first.1 == second.1, "{sql}: the same bytes, kept or not");
+    }
+    assert_eq!(cache_count(http, "native", "hits") - hits_before, n as f64, "every second read a hit");
+    // One server query for the plain user's read and one for the cached user's first: none for a hit.
+    assert_eq!(server_queries("mk_nat_"), 2 * n as u64);
+    // What the replica reads makes another key: a setting, the port (HTTP is keyed apart).
+    let sql = "SELECT number, 'mk_nat_key' FROM numbers(300)";
+    let a = client(native, "native", sql, &[]);
+    let b = client(native, "native", sql, &["--max_block_size=100"]);
+    let c = client(native, "native", sql, &[]);
+    assert!(a.0 && b.0 && c.0 && a.1 == b.1 && b.1 == c.1);
+    let over_http = gw("native", &Req::post(sql));
+    assert_eq!(over_http.cache(), Some("MISS"));
+    assert_eq!(server_queries("mk_nat_key"), 3, "a kept answer per key, the HTTP one apart");
+    // An error is not kept.
+    // An error, after blocks of rows, is not kept.
+    let bad = "SELECT throwIf(number = 5), 'mk_nat_err' FROM numbers(10)";
+    let (ok1, out1, e1) = client(native, "native", bad, &["--max_block_size=1"]);
+    let (ok2, _, e2) = client(native, "native", bad, &["--max_block_size=1"]);
+    assert!(!ok1 && !ok2 && e1.contains("Code: 395") && e2.contains("Code: 395"), "{e1} / {e2}");
+    assert!(String::from_utf8_lossy(&out1).contains("mk_nat_err"), "rows came before the error");
+    assert_eq!(server_queries("mk_nat_err"), 2);
+}
+
+#[test]
+fn kept_and_merged_answers_wait_in_no_queue() {
+    // One query of the user's at a time and no queue: a second query that needs a server is
+    // refused at once, while a read answered from the cache needs none.
+    let env = &env().0;
+    let users = "  - name: narrow\n    password_sha256: \"\"\n    cluster: storm\n    metrics: true\n    \
+                 max_concurrency: 1\n    queue_size: 0\n    cache: {ttl: 60s}\n";
+    let (http, native) = start_gateway_both(env, "hedging:\n  delay: off\n", users);
+    let kept = "SELECT 'mk_queue_kept', count() FROM items FINAL";
+    let first = send(http, "narrow", &Req::post(kept));
+    assert_eq!((first.status, first.cache()), (200, Some("MISS")), "{}", first.text());
+    assert!(client(native, "narrow", kept, &[]).0);
+    let slow_read = &Req::post("SELECT sleep(3), 'mk_queue_slow'");
+    std::thread::scope(|s| {
+        // The one slot, held by a slow read; an identical one is merged into it.
+        let slow = s.spawn(move || send(http, "narrow", slow_read));
+        let started = std::time::Instant::now();
+        while running("mk_queue_slow") == 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "the slow query never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let merged = s.spawn(move || send(http, "narrow", slow_read));
+        let hit = send(http, "narrow", &Req::post(kept));
+        assert_eq!((hit.status, hit.cache(), hit.body.clone()), (200, Some("HIT"), first.body.clone()));
+        let native_hit = client(native, "narrow", kept, &[]);
+        assert!(native_hit.0 && native_hit.1 == first.body, "{}", native_hit.2);
+        let other = send(http, "narrow", &Req::post("SELECT 'mk_queue_other'"));
+        assert_eq!(other.status, 429, "a read that needs a server waits for the slot: {}", other.text());
+        let native_other = client(native, "narrow", "SELECT 'mk_queue_other'", &[]);
+        assert!(!native_other.0 && native_other.2.contains("202"), "{}", native_other.2);
+        let (slow, merged) = (slow.join().unwrap(), merged.join().unwrap());
+        assert_eq!((slow.status, slow.cache()), (200, Some("MISS")));
+        assert_eq!((merged.status, merged.cache()), (200, Some("MERGED")));
+        assert_eq!(merged.body, slow.body);
+    });
+    assert_eq!(server_queries("mk_queue_kept"), 2, "one server query for each port's kept answer");
+    assert_eq!(server_queries("mk_queue_slow"), 1);
 }

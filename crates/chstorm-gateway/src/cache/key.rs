@@ -1,4 +1,4 @@
-//! `key`: the cache key of an HTTP read ([`http_key`]): the backend request as the replica
+//! `key`: the cache key of an HTTP read ([`http_key`]) and of a native one ([`native_key`]): the backend request as the replica
 //! gets it, minus what each attempt adds (the query_id, the thread grant): the login it runs as (user and password) and the cluster, the
 //! protocol, the method, the path with every parameter (the database, every setting, the user's
 //! fixed ones and its capped `max_execution_time` among them, `default_format`, the query when
@@ -73,6 +73,27 @@ pub fn http_key(plan: &Plan, login: &BackendLogin, cluster: &str, shape: HttpSha
     k.0.push(0xff);
     k.0.extend_from_slice(&plan.want_threads.map_or(u64::MAX, |n| n as u64).to_le_bytes());
     k.field(plan.replace_body.as_deref().map_or(shape.body, str::as_bytes));
+    k.done()
+}
+
+/// The key of a native read planned as `plan`, running as `login` on `cluster` in `database`:
+/// `packet` is its backend Query packet without the thread grant, from its settings on (the
+/// packet's head, its query_id and the client's `ClientInfo`, is left out: the client's name,
+/// host and address change no answer), at the client's `revision`, which shapes the answer's
+/// packets.
+pub fn native_key(
+    plan: &Plan,
+    login: &BackendLogin,
+    cluster: &str,
+    database: &str,
+    revision: u64,
+    packet: &[u8],
+) -> Key {
+    let mut k = KeyBuf::new(b'n', plan, login, cluster, packet.len() + database.len() + 32);
+    k.field(database.as_bytes());
+    k.0.extend_from_slice(&revision.to_le_bytes());
+    k.0.extend_from_slice(&plan.want_threads.map_or(u64::MAX, |n| n as u64).to_le_bytes());
+    k.field(packet);
     k.done()
 }
 

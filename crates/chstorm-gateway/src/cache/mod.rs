@@ -102,6 +102,26 @@ impl Shared {
         }
     }
 
+    /// Keeps `stored` for `key` until `expires`, counted under `owner` (and what it evicted).
+    /// `inner` is the locked state, released before the metrics are counted.
+    fn put(
+        &self,
+        mut inner: std::sync::MutexGuard<'_, Inner>,
+        key: Key,
+        stored: Arc<Stored>,
+        owner: Arc<str>,
+        expires: Instant,
+    ) {
+        let mut gone = Vec::new();
+        let size = store::entry_size(&key, &stored);
+        let kept = inner.store.put(key, stored, expires, owner.clone(), Instant::now(), &mut gone);
+        drop(inner);
+        if kept {
+            self.metrics.bytes.get_or_create(&UserLabel { user: owner.to_string() }).inc_by(size as i64);
+        }
+        self.gone(&gone);
+    }
+
     /// Takes `group` out of the running ones, if it is still the one of `key`.
     fn forget(&self, inner: &mut Inner, key: &Key, group: &Arc<Group>) {
         if inner.groups.get(key).is_some_and(|g| Arc::ptr_eq(g, group)) {
@@ -132,6 +152,52 @@ impl Cache {
     /// What a read of `user` with `key` gets under its `policy` (see [`Lookup`]), counted in its
     /// user's metrics.
     pub fn lookup(&self, key: &Key, user: &str, policy: &UserCache) -> Lookup {
+        self.find(key, user, policy, true).unwrap_or(Lookup::Alone)
+    }
+
+    /// What a read gets that needs no server: a kept answer ([`Lookup::Hit`]) or a place in an
+    /// identical read's group ([`Lookup::Join`]); None (and nothing counted) when it would lead
+    /// a group or run alone. The fronts ask it before the user's queue, so that such reads
+    /// wait in none.
+    pub fn shared(&self, key: &Key, user: &str, policy: &UserCache) -> Option<Lookup> {
+        self.find(key, user, policy, false)
+    }
+
+    /// The answer kept for `key` under `policy` (which keeps answers), counted as a hit, and how
+    /// long ago its query was sent; None is counted as a miss. The native port's lookup: it keeps
+    /// answers ([`Cache::keep`]) but merges none.
+    pub fn kept(&self, key: &Key, user: &str, policy: &UserCache) -> Option<(Arc<Stored>, std::time::Duration)> {
+        let now = Instant::now();
+        let mut gone = Vec::new();
+        let hit = self.shared.lock().store.get(key, now, policy.ttl, &mut gone);
+        self.shared.gone(&gone);
+        let label = UserLabel { user: user.to_string() };
+        match hit {
+            Some(stored) => {
+                self.shared.metrics.hits.get_or_create(&label).inc();
+                let age = now.duration_since(stored.sent_at);
+                Some((stored, age))
+            }
+            None => {
+                self.shared.metrics.misses.get_or_create(&label).inc();
+                None
+            }
+        }
+    }
+
+    /// Keeps `body`, a whole answer of `owner`'s read with `key` whose query was sent at
+    /// `sent_at`, until `policy`'s TTL from then, when it fits its entry limit.
+    pub fn keep(&self, key: Key, owner: &str, policy: &UserCache, body: Bytes, sent_at: Instant) {
+        if body.len() > policy.max_entry_size || !policy.keeps() {
+            return;
+        }
+        let stored = Arc::new(Stored { head: Arc::new(Head::status(200)), body, sent_at });
+        self.shared.put(self.shared.lock(), key, stored, owner.into(), sent_at + policy.ttl);
+    }
+
+    /// [`Cache::lookup`]; a read that would lead a group or run alone gets None when not
+    /// `lead`.
+    fn find(&self, key: &Key, user: &str, policy: &UserCache, lead: bool) -> Option<Lookup> {
         let now = Instant::now();
         let m = &self.shared.metrics;
         let label = UserLabel { user: user.to_string() };
@@ -150,6 +216,7 @@ impl Cache {
                         Found::Alone
                     }
                 }
+                None if !lead => Found::Alone,
                 None => {
                     let group =
                         Group::new(self.shared.mem.conn(policy.max_entry_size.saturating_add(1 << 20)).charge());
@@ -161,7 +228,10 @@ impl Cache {
         };
         drop(inner);
         self.shared.gone(&gone);
-        match found {
+        if !lead && matches!(found, Found::Alone) {
+            return None;
+        }
+        Some(match found {
             Found::Hit(stored) => {
                 m.hits.get_or_create(&label).inc();
                 let age = now.duration_since(stored.sent_at);
@@ -188,7 +258,7 @@ impl Cache {
                 m.misses.get_or_create(&label).inc();
                 Lookup::Alone
             }
-        }
+        })
     }
 }
 
@@ -302,23 +372,14 @@ impl Feed {
             }
         };
         self.group.changed.notify_waiters();
-        let mut gone = Vec::new();
+        // Out of the running groups and into the store under one lock: a read finds the one
+        // or the other.
         let mut inner = self.shared.lock();
         self.shared.forget(&mut inner, &self.key, &self.group);
         if let Some(stored) = stored {
-            let now = Instant::now();
-            let size = store::entry_size(&self.key, &stored);
             let expires = self.sent_at + self.policy.ttl;
-            if inner.store.put(self.key.clone(), stored, expires, self.owner.clone(), now, &mut gone) {
-                self.shared
-                    .metrics
-                    .bytes
-                    .get_or_create(&UserLabel { user: self.owner.to_string() })
-                    .inc_by(size as i64);
-            }
+            self.shared.put(inner, self.key.clone(), stored, self.owner.clone(), expires);
         }
-        drop(inner);
-        self.shared.gone(&gone);
     }
 }
 

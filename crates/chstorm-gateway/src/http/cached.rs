@@ -3,18 +3,21 @@
 //! is answered from a kept answer (`X-Cache: HIT`, with its `Age`), or waits for an identical
 //! read running now (`MERGED`), or starts one (`MISS`) whose attempts run in a task of their
 //! own ([`produce`]), so that no client's leaving cancels it while another waits. Every client
-//! gets its own `X-ClickHouse-Query-Id` and the answer's bytes as the replica sent them.
+//! gets its own `X-ClickHouse-Query-Id` and the answer's bytes as the replica sent them. A kept
+//! answer and a merged read are found before the user's slots are taken ([`Job::late`]); only a
+//! read that leads a group, or runs alone, takes them.
 
 use super::body::{Guarded, Streamed};
 use super::client_fin::ClientFin;
 use super::ids::{Ids, Served};
-use super::respond::{error_reply, number, strip_hop, wording};
+use super::respond::{error_reply, guarded, late_slots, number, strip_hop, wording};
 use crate::attempt::{Answered, HttpHead, HttpParts, Outcome, SendBody};
 use crate::cache::key::{http_key, HttpShape};
 use crate::cache::{Feed, Head, Lookup, Next, Waiter};
 use crate::cluster::login::BackendLogin;
 use crate::cluster::upstream::{full, BoxError, GBody};
 use crate::config::User;
+use crate::query::admission::{Slots, UserRt};
 use crate::query::exit::Exit;
 use crate::query::plan::Plan;
 use crate::state::State;
@@ -25,34 +28,51 @@ use std::sync::Arc;
 static X_CACHE: http::HeaderName = http::HeaderName::from_static("x-cache");
 
 /// What the cache did with a read the plan allowed it: the answer, the read's parts back to
-/// run alone (its identical read has its most clients), or the client's FIN came before the
-/// answer's head (the caller answers it as for a read alone).
+/// run alone (its identical read has its most clients) with the slots taken for it, or the
+/// client's FIN came before the answer's head (the caller answers it as for a read alone).
 pub enum Cached {
     Served(Served),
-    Alone(Plan, HttpParts, SendBody),
+    Alone(Plan, HttpParts, SendBody, Option<Slots>),
     Fin,
 }
 
-/// Serves `plan` of user `u` through the cache (see the module doc); `body` is held.
-#[allow(clippy::too_many_arguments)]
+/// A read for the cache: its plan, its request's parts and body (held), and its user when its
+/// slots are still to be taken (`late`): then a kept answer, or a place among an identical
+/// read's clients, is taken before them, and the slots only for a read that needs a server.
+pub struct Job<'a> {
+    pub plan: Plan,
+    pub http: HttpParts,
+    pub body: SendBody,
+    pub late: Option<&'a UserRt>,
+}
+
+/// Serves `job` of user `u` through the cache (see the module doc).
 pub async fn serve(
     state: &Arc<State>,
     u: &User,
     login: &Arc<BackendLogin>,
     exit: &Exit<'_>,
-    mut plan: Plan,
-    http: HttpParts,
-    body: SendBody,
+    job: Job<'_>,
     fin: Option<&ClientFin>,
 ) -> Cached {
+    let Job { mut plan, http, body, late } = job;
     let (Some(policy), SendBody::Held(held)) = (u.cache.as_ref(), &body) else {
-        return Cached::Alone(plan, http, body);
+        return alone(state, late, plan, http, body).await;
     };
     let shape = HttpShape { method: &http.method, headers: &http.headers, body: held, readonly: u.readonly };
     let key = http_key(&plan, login, &u.cluster, shape);
     let route = plan.target.label();
+    let shared = late.and_then(|_| state.cache.shared(&key, &u.name, policy));
+    let (found, slots) = match (shared, late) {
+        (Some(found), _) => (found, None),
+        (None, Some(user)) => match late_slots(state, user).await {
+            Ok(s) => (state.cache.lookup(&key, &u.name, policy), Some(s)),
+            Err(refusal) => return Cached::Served(refusal),
+        },
+        (None, None) => (state.cache.lookup(&key, &u.name, policy), None),
+    };
     let query_id = std::mem::take(&mut plan.client_query_id);
-    match state.cache.lookup(&key, &u.name, policy) {
+    let served = match found {
         Lookup::Hit(stored, age) => {
             let head = &stored.head;
             let mut resp = Response::new(full(stored.body.clone()));
@@ -74,9 +94,25 @@ pub async fn serve(
         }
         Lookup::Alone => {
             plan.client_query_id = query_id;
-            Cached::Alone(plan, http, body)
+            return Cached::Alone(plan, http, body, slots);
         }
+    };
+    match (served, slots) {
+        (Cached::Served(s), Some(slots)) => Cached::Served(guarded(s, slots)),
+        (other, _) => other,
     }
+}
+
+/// A read the cache does not take, back to run alone, with its slots when they were late.
+async fn alone(state: &State, late: Option<&UserRt>, plan: Plan, http: HttpParts, body: SendBody) -> Cached {
+    let slots = match late {
+        Some(user) => match late_slots(state, user).await {
+            Ok(s) => Some(s),
+            Err(refusal) => return Cached::Served(refusal),
+        },
+        None => None,
+    };
+    Cached::Alone(plan, http, body, slots)
 }
 
 /// The gateway's headers of an answer made by `head`'s attempt, for a client with `query_id`.

@@ -10,7 +10,10 @@ use super::ids::{Ids, Served};
 use crate::attempt::{Answered, HttpHead, Outcome};
 use crate::cluster::upstream::{full, GBody};
 use crate::log::log;
+use crate::metrics::UNKNOWN_USER;
+use crate::query::admission::{admit_slots, SlotRefusal, Slots, UserRt};
 use crate::query::exit::Exit;
+use crate::query::refusal::{Kind, Refusal};
 use chstorm_proto::versions::ErrorWording;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use std::time::Duration;
@@ -27,6 +30,50 @@ pub fn error_reply(wording: ErrorWording, status: StatusCode, code: i32, message
     let mut r = reply(status, wording.text(code, text.trim_end()));
     r.headers_mut().insert("x-clickhouse-exception-code", number(code as u64));
     r
+}
+
+/// The realm ClickHouse names in its 401 answers (18.16 and current releases).
+pub const WWW_AUTHENTICATE: &str = "Basic realm=\"ClickHouse server HTTP API\"";
+
+/// Adds `WWW-Authenticate` to a 401 that lacks it; other answers pass unchanged.
+pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
+    if resp.status() == StatusCode::UNAUTHORIZED && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
+        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static(WWW_AUTHENTICATE));
+    }
+    resp
+}
+
+/// The one-line answer to `refusal`, recorded by `exit`, worded as `wording` says (the
+/// refusal's kind gives its code); a 401 carries `WWW-Authenticate`.
+pub fn refused(exit: &Exit<'_>, refusal: &Refusal, wording: ErrorWording) -> Response<GBody> {
+    exit.refused(refusal);
+    let text = match refusal.kind {
+        Kind::ClickHouse(_) => refusal.native_text(),
+        _ => refusal.message.as_str(),
+    };
+    with_www_authenticate(error_reply(wording, refusal.status(), refusal.kind.code(), text))
+}
+
+/// The answer with `guard` riding on its body (released when the body ends or is dropped).
+pub fn guarded(served: Served, guard: impl Send + Unpin + 'static) -> Served {
+    let (parts, body) = served.resp.into_parts();
+    Served { resp: Response::from_parts(parts, Guarded::wrap(body, guard)), ids: served.ids }
+}
+
+/// The slots of a query of `user` admitted late (a user with a cache: its rate was taken
+/// first), or the refusal answered as [`super::service::serve`] answers one.
+pub async fn late_slots(state: &crate::state::State, user: &UserRt) -> Result<Slots, Served> {
+    match admit_slots(user, &state.global, &state.metrics).await {
+        Ok(s) => Ok(s),
+        Err(SlotRefusal::User(r)) => {
+            let w = wording(state, Some(&user.cfg.cluster));
+            Err(refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into())
+        }
+        Err(SlotRefusal::Global(r, permit)) => {
+            let w = wording(state, Some(&user.cfg.cluster));
+            Err(guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r, w).into(), permit))
+        }
+    }
 }
 
 /// How the gateway words its own errors to a client of `cluster` (every cluster when None): as

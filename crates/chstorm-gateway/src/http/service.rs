@@ -7,7 +7,9 @@
 //!    it) / 403. A user name that no configured user could have (empty, over
 //!    [`crate::config::MAX_USER_NAME`] bytes, control characters) gets a 401 that says so.
 //! 2. User admission ([`crate::query::admission::admit_user`]): the user's requests per second
-//!    (429), then the user's concurrency limit and queue (429).
+//!    (429), then the user's concurrency limit and queue (429). A user with a cache has its
+//!    rate taken here and its slots (2 and 3) in [`query`], once its query needs a server: a
+//!    kept answer or a merged read (`super::cached`) waits in no queue.
 //! 3. Global admission ([`crate::query::admission::admit_global`]): the gateway-wide concurrency
 //!    limit with its FIFO queue and maximum wait. Over it: 503 at once. After the user's, so a
 //!    query waiting in its user's queue holds none of the gateway's slots: a user over its own
@@ -26,16 +28,16 @@
 //! from the request's extensions. Metrics label a request with its user only once the user is
 //! authenticated; before that, and for unknown users, the label is [`UNKNOWN_USER`].
 
-use super::body::Guarded;
 use super::client_fin::ClientFin;
 use super::ids::Served;
 use super::read::ClientBody;
-use super::respond::{error_reply, wording, Answer};
+use super::respond::{guarded, late_slots, wording, Answer};
+pub use super::respond::{refused, with_www_authenticate};
 use crate::attempt::{HttpParts, SendBody};
-use crate::cluster::upstream::{BoxError, GBody};
+use crate::cluster::upstream::BoxError;
 use crate::config::User;
 use crate::metrics::UNKNOWN_USER;
-use crate::query::admission::{admit_global, admit_user};
+use crate::query::admission::{admit_global, admit_rate, admit_user, UserRt};
 use crate::query::auth::authenticate;
 use crate::query::cacheable::Caching;
 use crate::query::exit::Exit;
@@ -44,10 +46,9 @@ use crate::query::request::{new_query_id, BodyShape, QueryRequest};
 use crate::request::{HOP_BY_HOP, SHARD_KEY_HEADER};
 use crate::state::State;
 use bytes::Bytes;
-use chstorm_proto::versions::ErrorWording;
 use chstorm_sql::statement::StatementKind;
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{HeaderMap, Method, Request, Response};
 use http_body::Body;
 use http_body_util::BodyExt;
 use std::net::SocketAddr;
@@ -64,9 +65,6 @@ impl AuthenticatedAs {
         self.0.get().cloned().unwrap_or_else(|| UNKNOWN_USER.to_string())
     }
 }
-
-/// The realm ClickHouse names in its 401 answers (18.16 and current releases).
-pub const WWW_AUTHENTICATE: &str = "Basic realm=\"ClickHouse server HTTP API\"";
 
 /// Headers not passed from the client to a backend besides the hop-by-hop ones: `expect` (the
 /// gateway answered it), `host`, the client's credentials (the gateway authenticates to the
@@ -109,31 +107,6 @@ fn quota_key_once(params: &mut Vec<(String, String)>, headers: &HeaderMap) -> Re
     }
 }
 
-/// Adds `WWW-Authenticate` to a 401 that lacks it; other answers pass unchanged.
-pub fn with_www_authenticate(mut resp: Response<GBody>) -> Response<GBody> {
-    if resp.status() == StatusCode::UNAUTHORIZED && !resp.headers().contains_key(http::header::WWW_AUTHENTICATE) {
-        resp.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static(WWW_AUTHENTICATE));
-    }
-    resp
-}
-
-/// The one-line answer to `refusal`, recorded by `exit`, worded as `wording` says (the
-/// refusal's kind gives its code); a 401 carries `WWW-Authenticate`.
-pub fn refused(exit: &Exit<'_>, refusal: &Refusal, wording: ErrorWording) -> Response<GBody> {
-    exit.refused(refusal);
-    let text = match refusal.kind {
-        Kind::ClickHouse(_) => refusal.native_text(),
-        _ => refusal.message.as_str(),
-    };
-    with_www_authenticate(error_reply(wording, refusal.status(), refusal.kind.code(), text))
-}
-
-/// The answer with `guard` riding on its body (released when the body ends or is dropped).
-fn guarded(served: Served, guard: impl Send + Unpin + 'static) -> Served {
-    let (parts, body) = served.resp.into_parts();
-    Served { resp: Response::from_parts(parts, Guarded::wrap(body, guard)), ids: served.ids }
-}
-
 /// Serves one query request of the client at `peer`, in the order documented above; `who` is
 /// told the user once authenticated. A read is abandoned when `fin` comes (the client's FIN on
 /// the connection; None where no connection is watched).
@@ -157,6 +130,14 @@ where
         Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal, wording(&state, None)).into(),
     };
     let _ = who.0.set(name);
+    if user.cfg.cache.is_some() {
+        // Its rate now, its slots once its query needs a server (`query`).
+        if let Err(r) = admit_rate(&user) {
+            let w = wording(&state, Some(&user.cfg.cluster));
+            return refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into();
+        }
+        return query(state, user.cfg.clone(), req, fin, Some(&user)).await;
+    }
     let permit = match admit_user(&user).await {
         Ok(p) => p,
         Err(r) => {
@@ -171,7 +152,7 @@ where
             return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r, w).into(), permit);
         }
     };
-    guarded(query(state, user.cfg.clone(), req, fin).await, (permit, global))
+    guarded(query(state, user.cfg.clone(), req, fin, None).await, (permit, global))
 }
 
 static X_CLICKHOUSE_USER: http::HeaderName = http::HeaderName::from_static("x-clickhouse-user");
@@ -242,9 +223,16 @@ pub fn listing_access<B>(state: &State, req: &Request<B>, peer: SocketAddr) -> L
     }
 }
 
-/// One authenticated, admitted query of user `u`: read, planned, sent and answered; a read is
-/// abandoned when `fin` comes.
-pub async fn query<B>(state: Arc<State>, u: Arc<User>, req: Box<Request<B>>, fin: Option<&ClientFin>) -> Served
+/// One authenticated query of user `u`: read, planned, sent and answered; a read is abandoned
+/// when `fin` comes. Admitted already, or `late`: a user with a cache, whose slots are taken
+/// here once the query needs a server (an answer kept, or an identical read's, needs none).
+pub async fn query<B>(
+    state: Arc<State>,
+    u: Arc<User>,
+    req: Box<Request<B>>,
+    fin: Option<&ClientFin>,
+    late: Option<&UserRt>,
+) -> Served
 where
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: std::error::Error + Send + Sync + 'static,
@@ -286,20 +274,30 @@ where
         let labels = crate::metrics::SkipLabels { user: u.name.clone(), reason: why.label() };
         state.metrics.cache.skipped.get_or_create(&labels).inc();
     }
+    let mut slots = None;
+    if let Some(user) = late.filter(|_| plan.caching != Caching::Eligible) {
+        match late_slots(&state, user).await {
+            Ok(s) => slots = Some(s),
+            Err(refusal) => return refusal,
+        }
+    }
     if plan.session.is_some() {
         let login = state.login(&u, cluster);
-        return crate::out_of_line::boxed(|| in_session(&state, cluster, login, &exit, plan, http, body)).await;
+        let served = crate::out_of_line::boxed(|| in_session(&state, cluster, login, &exit, plan, http, body)).await;
+        return with_slots(served, slots);
     }
     let (plan, http, body) = match &plan.caching {
         Caching::Off | Caching::Skip(_) => (plan, http, body),
         Caching::Eligible => {
             let login = state.login(&u, cluster);
             let fin = fin.filter(|_| plan.kind == StatementKind::Read);
-            match crate::out_of_line::boxed(|| super::cached::serve(&state, &u, login, &exit, plan, http, body, fin))
-                .await
-            {
+            let job = super::cached::Job { plan, http, body, late };
+            match crate::out_of_line::boxed(|| super::cached::serve(&state, &u, login, &exit, job, fin)).await {
                 super::cached::Cached::Served(s) => return s,
-                super::cached::Cached::Alone(p, h, b) => (p, h, b),
+                super::cached::Cached::Alone(p, h, b, s) => {
+                    slots = s;
+                    (p, h, b)
+                }
                 super::cached::Cached::Fin => {
                     let w = wording(&state, Some(&u.cluster));
                     return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ), w).into();
@@ -307,8 +305,29 @@ where
             }
         }
     };
+    with_slots(run(&state, &u, cluster, &exit, (plan, http, body), fin, read.sql.as_deref()).await, slots)
+}
+
+/// `served` with the query's late slots riding on its body, when it took any.
+fn with_slots(served: Served, slots: Option<crate::query::admission::Slots>) -> Served {
+    match slots {
+        Some(s) => guarded(served, s),
+        None => served,
+    }
+}
+
+/// The attempts of a planned query outside a session and the cache, and its answer.
+async fn run(
+    state: &Arc<State>,
+    u: &User,
+    cluster: &crate::state::ClusterRt,
+    exit: &Exit<'_>,
+    (plan, http, body): (crate::query::plan::Plan, HttpParts, SendBody),
+    fin: Option<&ClientFin>,
+    sql: Option<&str>,
+) -> Served {
     let mut plan = plan;
-    let ctx = cluster.attempt_ctx(&state, state.login(&u, cluster), cluster.head_times(plan.target));
+    let ctx = cluster.attempt_ctx(state, state.login(u, cluster), cluster.head_times(plan.target));
     // A read is abandoned at the client's FIN (`super::client_fin`); anything else runs to its end.
     let fin = fin.filter(|_| plan.kind == StatementKind::Read);
     let outcome = {
@@ -319,8 +338,8 @@ where
             Some(fin) => tokio::select! {
                 o = run.as_mut() => o,
                 _ = fin.came() => {
-                    let w = wording(&state, Some(&u.cluster));
-                    return refused(&exit, &Refusal::new(Kind::Internal, FIN_DURING_READ), w).into();
+                    let w = wording(state, Some(&u.cluster));
+                    return refused(exit, &Refusal::new(Kind::Internal, FIN_DURING_READ), w).into();
                 }
             },
             None => run.await,
@@ -329,8 +348,8 @@ where
     let mut outcome = outcome;
     name_the_time_cap(&mut outcome, plan.time_cap).await;
     let query_id = std::mem::take(&mut plan.client_query_id);
-    let warning = crate::query::ddl::warning(&plan, read.sql.as_deref());
-    Answer { exit: &exit, fin, warning, words: (&state, &u.cluster) }.outcome(
+    let warning = crate::query::ddl::warning(&plan, sql);
+    Answer { exit, fin, warning, words: (state, &u.cluster) }.outcome(
         outcome,
         plan.target.label(),
         query_id,

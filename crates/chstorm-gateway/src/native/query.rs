@@ -13,6 +13,11 @@
 //! then Progress at most every 100 ms; the client's packets during the query (INSERT data,
 //! Cancel) go to the backend as read. Every query's end is recorded by [`crate::query::exit`], as an HTTP one's.
 //!
+//! A user that keeps answers (`users[].cache` with a TTL) gets a read's kept answer before its
+//! slots are taken ([`cached`]): the packets its replica sent, as its client read them; a miss
+//! runs as any query, and its answer is kept when it ended whole within the entry limit. The
+//! native port merges no reads in flight (the HTTP port does).
+//!
 //! # Session state
 //!
 //! `SET` is checked as the Query packet's settings are (the plan's allow-list, fixed settings
@@ -33,7 +38,7 @@ use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Pac
 use crate::attempt::{Answered, Outcome};
 use crate::cluster::login::BackendLogin;
 use crate::metrics::UNKNOWN_USER;
-use crate::query::admission::{admit_global, admit_user};
+use crate::query::admission::{admit_global, admit_rate, admit_slots, admit_user, SlotRefusal, Slots};
 use crate::query::exit::{Exit, REJECTED};
 use crate::query::plan::Plan;
 use crate::query::refusal::{Kind, Refusal};
@@ -92,12 +97,15 @@ async fn answered(exit: &Exit<'_>, w: &mut ClientWrite, status: u16, route: &'st
 
 /// The client's external tables, to the empty block that ends them, held on the connection's
 /// account (`limits.max_client_buffer_mib`); Err: the session ends (the packet was refused).
-async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge), bool> {
+/// With them, whether there were any before that empty block.
+async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge, bool), bool> {
     let mut held = Vec::new();
     let mut charge = conn.mem.charge();
+    let mut any = false;
     loop {
         match conn.read_packet().await {
             ClientPacket::Data { raw, empty, charge: c } => {
+                any |= !empty;
                 if held.is_empty() {
                     held = raw;
                 } else {
@@ -105,7 +113,7 @@ async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge), boo
                 }
                 charge.absorb(c.unwrap_or_else(|| conn.mem.charge()));
                 if empty {
-                    return Ok((held, charge));
+                    return Ok((held, charge, any));
                 }
             }
             p => return Err(refuse_packet(conn, p).await),
@@ -116,18 +124,9 @@ async fn external_tables(conn: &mut ClientConn) -> Result<(Vec<u8>, Charge), boo
 /// Runs one query for `user`; false when the client connection must be closed.
 pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut ClientConn, mut q: Query) -> bool {
     let exit = Exit::new(&state.metrics, &user.cfg.name);
-    let (held, _held_charge) = match external_tables(conn).await {
+    let (held, _held_charge, tables) = match external_tables(conn).await {
         Ok(h) => h,
         Err(keep) => return keep,
-    };
-    // Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
-    let _permit = match admit_user(user).await {
-        Ok(p) => p,
-        Err(r) => return refused(&exit, &mut conn.w, &r).await,
-    };
-    let _global = match admit_global(&state.global, &state.metrics).await {
-        Ok(p) => p,
-        Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
     };
     let Some(cluster) = state.clusters.get(&user.cfg.cluster) else {
         let why = format!("user '{}' names a cluster that is gone", user.cfg.name);
@@ -148,13 +147,49 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         );
         return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, &msg)).await;
     }
+    // Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
+    // A user that keeps answers takes its slots only once its query needs a server.
+    let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
+    let mut kept = None;
+    let _slots = match keeps {
+        Some(policy) => {
+            if let Err(r) = admit_rate(user) {
+                return refused(&exit, &mut conn.w, &r).await;
+            }
+            match cached(state, user, cluster, conn, &q, policy) {
+                Cached::Hit(body, route) => return answered(&exit, &mut conn.w, 200, route, body.to_vec()).await,
+                Cached::Miss(k) => kept = Some(k),
+                Cached::No => {}
+            }
+            match admit_slots(user, &state.global, &state.metrics).await {
+                Ok(s) => s,
+                Err(SlotRefusal::User(r)) => return refused(&exit, &mut conn.w, &r).await,
+                Err(SlotRefusal::Global(r, _user)) => {
+                    return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await
+                }
+            }
+        }
+        None => {
+            let permit = match admit_user(user).await {
+                Ok(p) => p,
+                Err(r) => return refused(&exit, &mut conn.w, &r).await,
+            };
+            match admit_global(&state.global, &state.metrics).await {
+                Ok(g) => Slots::of(permit, g),
+                Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
+            }
+        }
+    };
     let use_db = match session_statement(shared, state, user, cluster, conn, &q, &exit).await {
         Statement::Done(keep) => return keep,
         Statement::Query { use_db } => use_db,
     };
-    let (plan, client_readonly) = match plan(state, user, cluster, conn, &q) {
-        Ok(p) => p,
-        Err(r) => return refused(&exit, &mut conn.w, &r).await,
+    let (plan, client_readonly) = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()) {
+        Some(p) => p,
+        None => match plan(state, user, cluster, conn, &q) {
+            Ok(p) => p,
+            Err(r) => return refused(&exit, &mut conn.w, &r).await,
+        },
     };
     let sql = plan.replace_body.clone().unwrap_or_else(|| q.sql.clone());
     let route = plan.target.label();
@@ -170,32 +205,136 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         plan: &plan,
         sql: &sql,
         held: &held,
-        settings: plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect(),
+        settings: Vec::new(),
         readonly: user.cfg.readonly,
         encoded: None,
         progress: Default::default(),
     };
-    // The client's own readonly (1 or 2, in the Query packet or SET) goes to the server as it
-    // is; a read-only user's readonly = 1 comes after it and wins.
-    if let Some(ro) = client_readonly.filter(|v| v == "1" || v == "2") {
-        transport.settings.push(("readonly".into(), ro));
-    }
+    transport.settings = backend_settings(&plan, client_readonly);
     // A setting whose value cannot be encoded fails here, before any replica is tried.
     if let Err(e) = transport.check() {
         return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(115, &e.to_string())).await;
     }
+    let mut capture = kept.as_ref().map(|k| Capture::new(k.policy.max_entry_size, conn.mem.charge()));
     let (status, keep) = if conn.pinned.is_some() {
         pinned(&plan, &mut transport, conn).await
     } else {
         // The first statement that is not a plain read pins the session to its connection.
         let pin = plan.kind == chstorm_sql::statement::StatementKind::Write;
-        answer(state, cluster, &plan, &mut transport, conn, pin).await
+        answer(state, cluster, &plan, &mut transport, conn, pin, &mut capture).await
     };
+    if let (Some(k), Some(c), 200) = (kept, capture, status) {
+        if c.whole {
+            state.cache.keep(k.key, &user.cfg.name, k.policy, c.bytes.into(), k.sent_at);
+        }
+    }
     if let (Some(db), 200) = (use_db, status) {
         conn.database = db;
     }
     exit.record(status, route);
     keep
+}
+
+/// What the cache has for a native query of a user that keeps answers ([`cached`]).
+enum Cached<'a> {
+    /// A kept answer, as the packets the server sent, and its route.
+    Hit(bytes::Bytes, &'static str),
+    /// Nothing kept: the query runs, and its answer is kept when it is whole.
+    Miss(Box<Kept<'a>>),
+    /// It may not be cached.
+    No,
+}
+
+/// A query whose answer is to be kept: its plan (taken for the run), the key and the policy,
+/// and when it was looked up.
+struct Kept<'a> {
+    plan: Option<(Plan, Option<String>)>,
+    key: crate::cache::key::Key,
+    policy: &'a crate::config::UserCache,
+    sent_at: tokio::time::Instant,
+}
+
+/// Plans `q` and looks up its answer (`users[].cache`, docs/GATEWAY.md, "Cache and merging"):
+/// a read the plan lets the cache take, outside a session pinned to a connection and without
+/// external tables, keyed by [`crate::cache::key::native_key`]. The native port keeps answers
+/// and serves them; it merges no reads in flight.
+fn cached<'a>(
+    state: &State,
+    user: &'a UserRt,
+    cluster: &ClusterRt,
+    conn: &ClientConn,
+    q: &Query,
+    policy: &'a crate::config::UserCache,
+) -> Cached<'a> {
+    let Ok((plan, client_readonly)) = plan(state, user, cluster, conn, q) else { return Cached::No };
+    if plan.caching != crate::query::cacheable::Caching::Eligible {
+        return Cached::No;
+    }
+    let sql = plan.replace_body.as_deref().unwrap_or(&q.sql);
+    let settings = backend_settings(&plan, client_readonly.clone());
+    // The packet from its settings on: QUERY (1 byte), an empty query_id (1), the ClientInfo.
+    let mut packet = Vec::with_capacity(256 + sql.len());
+    if packets::backend_query_head(&mut packet, q, "", &settings).is_err() {
+        return Cached::No;
+    }
+    if user.cfg.readonly && super::settings::put_setting_at(&mut packet, "readonly", "1", 0, q.revision).is_err() {
+        return Cached::No;
+    }
+    packets::backend_query_tail(&mut packet, q, sql);
+    let from = (2 + q.client_info.len()).min(packet.len());
+    let login = state.login(&user.cfg, cluster);
+    let key =
+        crate::cache::key::native_key(&plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet[from..]);
+    let sent_at = tokio::time::Instant::now();
+    match state.cache.kept(&key, &user.cfg.name, policy) {
+        Some((stored, _age)) => Cached::Hit(stored.body.clone(), plan.target.label()),
+        None => Cached::Miss(Box::new(Kept { plan: Some((plan, client_readonly)), key, policy, sent_at })),
+    }
+}
+
+/// The settings a query's Query packet carries to its replica: the plan's, then the client's
+/// own `readonly` (1 or 2, in the Query packet or SET) as it is; a read-only user's
+/// `readonly = 1` comes after them (`Native::query_packet`) and wins.
+fn backend_settings(plan: &Plan, client_readonly: Option<String>) -> Vec<(String, String)> {
+    let mut settings: Vec<(String, String)> =
+        plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect();
+    if let Some(ro) = client_readonly.filter(|v| v == "1" || v == "2") {
+        settings.push(("readonly".into(), ro));
+    }
+    settings
+}
+
+/// The bytes of an answer as written to its client, kept for the cache while they fit its
+/// entry limit and the connection's memory account; `whole` until they do not, or the answer
+/// is cut, cancelled or streamed through.
+struct Capture {
+    bytes: Vec<u8>,
+    max: usize,
+    charge: Charge,
+    whole: bool,
+}
+
+impl Capture {
+    fn new(max: usize, charge: Charge) -> Capture {
+        Capture { bytes: Vec::new(), max, charge, whole: true }
+    }
+
+    fn add(&mut self, b: &[u8]) {
+        if !self.whole {
+            return;
+        }
+        if self.bytes.len() + b.len() > self.max || self.charge.grow(b.len()).is_err() {
+            return self.spoil();
+        }
+        self.bytes.extend_from_slice(b);
+    }
+
+    /// Not to be kept.
+    fn spoil(&mut self) {
+        self.whole = false;
+        self.bytes = Vec::new();
+        let _ = self.charge.set(0);
+    }
 }
 
 /// What [`session_statement`] made of a query.
@@ -293,6 +432,7 @@ async fn answer(
     transport: &mut Native<'_>,
     conn: &mut ClientConn,
     pin: bool,
+    capture: &mut Option<Capture>,
 ) -> (u16, bool) {
     let ctx = cluster.attempt_ctx(state, transport.login, cluster.native_head_times(plan.target));
     // Client packets before the answer's head: INSERT data (a client waits for the header
@@ -362,12 +502,15 @@ async fn answer(
                 return (502, say(&mut conn.w, exception_bytes(210, msg)).await);
             }
             let end = if undelimited {
+                if let Some(c) = capture {
+                    c.spoil();
+                }
                 let deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
                 let BackendConn { io, w, .. } = &mut *backend;
                 stream_through(conn, io, w, &raw, deadline).await
             } else {
                 let first = First { code, exception, raw };
-                relay(conn, &mut backend, transport.q.compression, plan, Some(first)).await
+                relay(conn, &mut backend, (transport.q.compression, plan), Some(first), capture).await
             };
             settle(state, transport, conn, backend, &mut won, end, pin)
         }
@@ -450,7 +593,15 @@ struct First {
 
 /// Relays the answer to the client, from its first packet (read here when not given), and the client's packets to the
 /// backend, until the answer ends, the client leaves, or the body deadline passes.
-async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, plan: &Plan, first: Option<First>) -> End {
+/// What was written goes to `capture` too, when it is kept (spoilt by a cancel or a stream
+/// passed through).
+async fn relay(
+    conn: &mut ClientConn,
+    b: &mut BackendConn,
+    (compressed, plan): (bool, &Plan),
+    first: Option<First>,
+    capture: &mut Option<Capture>,
+) -> End {
     let body_deadline = plan.body_deadline.map(|d| tokio::time::Instant::now() + d);
     let mut cancelled = false;
     let mut out: Vec<u8> = Vec::new();
@@ -484,6 +635,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                             }
                             ClientPacket::Cancel => {
                                 cancelled = true;
+                                if let Some(c) = capture.as_mut() {
+                                    c.spoil();
+                                }
                                 let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
                             }
                             ClientPacket::Ping | ClientPacket::KeepAlive => {}
@@ -504,6 +658,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
         let (code, exc) = match result {
             Ok(p) => (p.code, p.exception),
             Err(chstorm_proto::ProtoError::UnknownType(_)) => {
+                if let Some(c) = capture.as_mut() {
+                    c.spoil();
+                }
                 out.extend_from_slice(&packet);
                 return stream_through(conn, io, bw, &out, body_deadline).await;
             }
@@ -529,6 +686,9 @@ async fn relay(conn: &mut ClientConn, b: &mut BackendConn, compressed: bool, pla
                 out.extend_from_slice(&packet);
                 &out
             };
+            if let Some(c) = capture.as_mut() {
+                c.add(bytes);
+            }
             if conn.w.write_all(bytes).await.is_err() {
                 return End::ClientGone;
             }
@@ -749,7 +909,7 @@ async fn pinned(plan: &Plan, transport: &mut Native<'_>, conn: &mut ClientConn) 
         let _ = say(&mut conn.w, exception_bytes(210, &msg)).await;
         return (502, false);
     }
-    match relay(conn, &mut p.conn, transport.q.compression, plan, None).await {
+    match relay(conn, &mut p.conn, (transport.q.compression, plan), None, &mut None).await {
         End::Cut(status) => (status, false),
         End::Done { server_ended, status, undelimited, .. } => {
             let keep = server_ended && !p.conn.io.has_buffered() && !undelimited;

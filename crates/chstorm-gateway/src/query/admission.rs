@@ -9,8 +9,12 @@
 //! authenticated user's rate, then concurrency), then [`admit_global`] (the gateway-wide
 //! limit). A query waiting in its user's queue holds no slot of the gateway's, so one user's
 //! backlog cannot take the slots other users need; a user's queue costs the gateway only the
-//! waiting requests' heads (their bodies are read after admission). Each refusal is a [`Refusal`] with its
-//! kind: 503 / Code 202 for the gateway, 429 / Code 202 for a user.
+//! waiting requests' heads (their bodies are read after admission). A user with a cache
+//! (`users[].cache`) is admitted in two steps instead: its rate at once ([`admit_rate`]), its
+//! slots ([`admit_slots`]) only when its query needs a server, after its request was read and
+//! planned (within the client buffer budget): a kept answer, or a place among the clients of an
+//! identical read running now, waits in no queue. Each refusal is a [`Refusal`] with its kind:
+//! 503 / Code 202 for the gateway, 429 / Code 202 for a user.
 
 use super::refusal::{Kind, Refusal};
 use crate::config::User;
@@ -172,11 +176,58 @@ pub async fn admit_global(global: &Limiter, metrics: &Metrics) -> Result<Permit,
 
 /// Takes a token of `user`'s rate, then a slot of its concurrency limit.
 pub async fn admit_user(user: &UserRt) -> Result<Permit, Refusal> {
-    let refuse = |why: Rejected| Refusal::new(Kind::TooMany, format!("user '{}': {why}", user.cfg.name));
-    if let Some(rate) = &user.rate {
-        rate.check().map_err(refuse)?;
+    admit_rate(user)?;
+    admit_slot(user).await
+}
+
+/// Takes a token of `user`'s rate (`requests_per_second`), or refuses at once.
+pub fn admit_rate(user: &UserRt) -> Result<(), Refusal> {
+    match &user.rate {
+        Some(rate) => rate.check().map_err(|why| user_refusal(user, why)),
+        None => Ok(()),
     }
-    user.limiter.acquire().await.map_err(refuse)
+}
+
+/// Takes a slot of `user`'s concurrency limit, waiting in its queue. A user with a cache takes
+/// its rate first and its slot only when its query needs a server: an answer kept or merged
+/// waits in no queue (docs/GATEWAY.md, "Cache and merging").
+pub async fn admit_slot(user: &UserRt) -> Result<Permit, Refusal> {
+    user.limiter.acquire().await.map_err(|why| user_refusal(user, why))
+}
+
+/// A query's two slots, its user's and the gateway's, released together when dropped.
+#[derive(Debug)]
+pub struct Slots {
+    _user: Permit,
+    _global: Permit,
+}
+
+impl Slots {
+    /// The slots taken by [`admit_user`] and [`admit_global`].
+    pub fn of(user: Permit, global: Permit) -> Slots {
+        Slots { _user: user, _global: global }
+    }
+}
+
+/// Why [`admit_slots`] refused: the user's limit, or the gateway's (with the user's slot taken,
+/// to be held until the refusal is answered, as the fronts do for a query admitted at once).
+#[derive(Debug)]
+pub enum SlotRefusal {
+    User(Refusal),
+    Global(Refusal, Permit),
+}
+
+/// [`admit_slot`], then [`admit_global`]: the slots of a query whose rate was taken before.
+pub async fn admit_slots(user: &UserRt, global: &Limiter, metrics: &Metrics) -> Result<Slots, SlotRefusal> {
+    let permit = admit_slot(user).await.map_err(SlotRefusal::User)?;
+    match admit_global(global, metrics).await {
+        Ok(g) => Ok(Slots { _user: permit, _global: g }),
+        Err(r) => Err(SlotRefusal::Global(r, permit)),
+    }
+}
+
+fn user_refusal(user: &UserRt, why: Rejected) -> Refusal {
+    Refusal::new(Kind::TooMany, format!("user '{}': {why}", user.cfg.name))
 }
 
 #[cfg(test)]

@@ -3,9 +3,12 @@
 //! exit's count) without a cluster.
 
 use super::*;
+use crate::cluster::upstream::GBody;
 use crate::cluster::upstream::{full, Backend, BackendError, BoxFuture, Probe, Upstream};
 use crate::config::Config;
+use crate::http::respond::WWW_AUTHENTICATE;
 use crate::metrics::{Metrics, RequestLabels};
+use http::StatusCode;
 use http_body_util::Full;
 use std::sync::Mutex;
 use std::time::Duration;
