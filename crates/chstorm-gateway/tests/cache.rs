@@ -564,6 +564,11 @@ fn the_native_port_serves_kept_answers_as_the_server_sent_them() {
     assert_eq!(over_http.cache(), Some("MISS"));
     assert_eq!(server_queries("mk_nat_key"), 3, "a kept answer per key, the HTTP one apart");
     // An error is not kept.
+    // An answer past the entry limit (512 KiB) goes whole, and is not kept.
+    let big = "SELECT number, toString(cityHash64(number)), 'mk_nat_big' FROM numbers(100000)";
+    let (x, y) = (client(native, "native", big, &[]), client(native, "native", big, &[]));
+    assert!(x.0 && y.0 && x.1.len() > 2 << 20 && x.1 == y.1 && x.1 == client(native, "plain", big, &[]).1);
+    assert_eq!(server_queries("mk_nat_big"), 3);
     // An error, after blocks of rows, is not kept.
     let bad = "SELECT throwIf(number = 5), 'mk_nat_err' FROM numbers(10)";
     let (ok1, out1, e1) = client(native, "native", bad, &["--max_block_size=1"]);
