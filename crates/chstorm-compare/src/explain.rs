@@ -419,10 +419,14 @@ mod tests {
 
     #[test]
     fn a_drifting_host_is_named() {
-        // Both sides slow down as the host gets busier, 0.2 s to 0.3 s over the runs (the pairs
-        // keep them together), with little noise of their own: the pooled runs spread widely.
+        // One side slows down over the runs as the other speeds up (a load that moves from one
+        // server to the other), with little noise of their own: the two runs of a pair grow
+        // apart and together again, which no pairing cancels.
         let ramp = |v: Vec<f64>, to: f64| v.iter().enumerate().map(|(i, x)| x * (1.0 + to * i as f64 / 40.0)).collect();
-        let e = explain(&runs(ramp(noise(40, 3, 0.02), 0.5), ramp(noise(40, 4, 0.02), 0.6)));
+        let fall = |v: Vec<f64>, from: f64| {
+            v.iter().enumerate().map(|(i, x)| x * (1.0 + from * (40 - i) as f64 / 40.0)).collect()
+        };
+        let e = explain(&runs(fall(noise(40, 3, 0.02), 0.5), ramp(noise(40, 4, 0.02), 0.6)));
         let s = e.source.as_ref().unwrap_or_else(|| panic!("a source: {}", e.text));
         assert_eq!(s.kind, SourceKind::Drift, "{}", e.text);
         assert!(s.detail.starts_with("the right (new)'s runs drifted in time"), "{}", s.detail);

@@ -71,10 +71,21 @@ pub struct Look {
     pub decided: bool,
 }
 
-/// Looks at `old` and `new` (a metric's values per run) with the threshold of every look, seeded
-/// by `seed`.
+/// Runs per side from which a look's threshold is the paired one
+/// ([`stats::paired_threshold`]), when both sides have as many runs (their pairs): 2^16 ways to
+/// swap the pairs, so the observed runs are one of a few among them even when the sides do not
+/// overlap at all (below, the pooled splits' threshold, whose splits are many more).
+pub const PAIRED_FROM: usize = 16;
+
+/// Looks at `old` and `new` (a metric's values per run, pair by pair) with the threshold of
+/// every look, seeded by `seed`: the paired one from [`PAIRED_FROM`] pairs, the pooled splits'
+/// before.
 pub fn look(old: &[f64], new: &[f64], seed: u64, rules: &Rules) -> Look {
-    let comparison = stats::compare_at(old, new, seed, LOOK_ITERATIONS, LOOK_QUANTILE);
+    let comparison = if old.len() == new.len() && old.len() >= PAIRED_FROM {
+        stats::compare_paired_at(old, new, seed, LOOK_ITERATIONS, LOOK_QUANTILE)
+    } else {
+        stats::compare_at(old, new, seed, LOOK_ITERATIONS, LOOK_QUANTILE)
+    };
     let v = match (comparison.diff, comparison.threshold) {
         (Some(d), Some(t)) => verdict(d, t, rules),
         _ => Verdict::NotSignificant,
@@ -350,6 +361,84 @@ mod tests {
         eprintln!("any look crossing: at 0.99 {naive} of {n}, at {LOOK_QUANTILE} {sequential} of {n}");
         assert!(naive * 100 >= 3 * n, "the single-look threshold crossed in only {naive} of {n}");
         assert!(sequential * 100 <= n, "the sequential threshold crossed in {sequential} of {n}");
+    }
+
+    /// A host whose speed drifts: both runs of a pair (and the warm-ups) share a level that
+    /// moves every 8 calls by a random step of up to `step` (log), kept within +-25 %, over
+    /// log-normal noise of `sigma` around `median`; the right side is scaled by `factor`.
+    struct Drift {
+        rng: SmallRng,
+        calls: usize,
+        level: f64,
+        median: f64,
+        sigma: f64,
+        step: f64,
+        factor: f64,
+    }
+
+    impl Executor for Drift {
+        fn execute(&mut self, side: Side, _attempt: Attempt) -> Result<Run, String> {
+            if self.calls.is_multiple_of(8) {
+                let step = (self.rng.gen::<f64>() * 2.0 - 1.0) * self.step;
+                self.level = (self.level + step).clamp(-0.25, 0.25);
+            }
+            self.calls += 1;
+            let noise = LogNormal::new(self.median.ln(), self.sigma).unwrap().sample(&mut self.rng);
+            let t = noise * self.level.exp() * if side == Side::Right { self.factor } else { 1.0 };
+            Ok(Run::single(String::new(), t))
+        }
+    }
+
+    /// `n` queries on a drifting host through the real schedule, the default rules and plan:
+    /// the verdicts with each look's threshold as [`look`] takes it (`paired`), or always the
+    /// pooled splits'.
+    fn simulate_drift(n: usize, seed: u64, factor: f64, step: f64, paired: bool) -> BTreeMap<Verdict, usize> {
+        let rules = Rules::default();
+        let judge_at = |l: &[f64], r: &[f64], s: u64| {
+            if paired {
+                look(l, r, s, &rules)
+            } else {
+                let c = stats::compare_at(l, r, s, LOOK_ITERATIONS, LOOK_QUANTILE);
+                let v = verdict(c.diff.unwrap_or(0.0), c.threshold.unwrap_or(0.0), &rules);
+                Look { comparison: c, verdict: v, decided: decided(&c, &rules) }
+            }
+        };
+        let mut counts = BTreeMap::new();
+        for e in 0..n {
+            let rng = SmallRng::seed_from_u64(seed.wrapping_mul(1_000_003) + e as u64);
+            let mut sim = Drift { rng, calls: 0, level: 0.0, median: 0.15, sigma: 0.05, step, factor };
+            let s = e as u64;
+            let q = run_query(&mut sim, &Plan::default(), &mut |l, r| judge_at(l, r, s).decided, &|| false);
+            let v = judge_at(&q.left.times(), &q.right.times(), s).verdict;
+            *counts.entry(v).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn drift_that_moves_both_runs_of_a_pair_is_neither_a_change_nor_noise() {
+        // 0.15 s queries with 5 % noise on a host whose speed wanders by up to 25 %: the paired
+        // threshold flags at most 1 % of A/A queries and finds a 10 % slower side nine times in
+        // ten; the pooled splits' threshold takes the drift for noise and finds fewer.
+        let n = 200;
+        let aa = simulate_drift(n, 500, 1.0, 0.15, true);
+        let slowed = simulate_drift(n, 600, 1.1, 0.15, true);
+        let pooled = simulate_drift(n, 600, 1.1, 0.15, false);
+        let (f, found, found_pooled) = (
+            flagged(&aa),
+            slowed.get(&Verdict::Slower).copied().unwrap_or(0),
+            pooled.get(&Verdict::Slower).copied().unwrap_or(0),
+        );
+        eprintln!(
+            "drift: A/A {f} of {n} flagged {aa:?}; 10 % slower: paired {found} of {n} ({:.1} %) {slowed:?}, pooled \
+             {found_pooled} of {n} ({:.1} %) {pooled:?}",
+            share(found, n),
+            share(found_pooled, n)
+        );
+        assert!(f * 100 <= n, "{f} of {n} A/A queries flagged on a drifting host: {aa:?}");
+        assert!(found * 10 >= 9 * n, "{found} of {n} slower: {slowed:?}");
+        assert!(found > found_pooled, "pairing finds more: {found} against {found_pooled}");
+        assert_eq!(slowed.get(&Verdict::Faster), None);
     }
 
     /// The longest schedule compare makes, A/A: a look at 5 runs a side, then at every tenth

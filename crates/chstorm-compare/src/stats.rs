@@ -219,6 +219,63 @@ pub fn randomization_threshold(old: &[f64], new: &[f64], rng: &mut SmallRng, ite
     *v
 }
 
+/// [`compare_at`] for runs that came in pairs: `old[i]` and `new[i]` ran one after the other
+/// (a counterbalanced pair, `crate::schedule`), so the threshold is [`paired_threshold`]'s.
+pub fn compare_paired_at(old: &[f64], new: &[f64], seed: u64, iterations: usize, quantile: f64) -> Comparison {
+    let (mo, mn) = (median(old), median(new));
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let t = paired_threshold(old, new, &mut rng, iterations, quantile);
+    let rel = |x: f64| (mo != 0.0 && mo.is_finite()).then(|| x / mo);
+    Comparison { old: mo, new: mn, diff: rel(mn - mo), threshold: rel(t) }
+}
+
+/// The randomization threshold of paired runs: `iterations` times, the two runs of each pair
+/// swap sides or stay, each with probability 1/2, and `|median(side 1) - median(side 2)|` is
+/// taken; the threshold is its `quantile`. With nothing changed the two runs of a pair are
+/// alike but for noise, so every swap is as likely as the runs observed (the sign-flip test of
+/// paired data); what the host does to both runs of a pair (its load rising over minutes, a
+/// merge, a frequency change) moves both, so it widens this threshold far less than the pooled
+/// splits' of [`randomization_threshold`], which take it for noise. Pairs with a value that is
+/// not finite are left out; `old` and `new` pair by index, up to the shorter.
+pub fn paired_threshold(old: &[f64], new: &[f64], rng: &mut SmallRng, iterations: usize, quantile: f64) -> f64 {
+    let pairs: Vec<(f64, f64)> =
+        old.iter().zip(new).map(|(a, b)| (*a, *b)).filter(|(a, b)| a.is_finite() && b.is_finite()).collect();
+    let n = pairs.len();
+    if n < 2 || iterations == 0 {
+        return 0.0;
+    }
+    let (mut one, mut two) = (vec![0.0; n], vec![0.0; n]);
+    let mut diffs = Vec::with_capacity(iterations);
+    for _ in 0..iterations {
+        let mut bits = 0u64;
+        for (i, (a, b)) in pairs.iter().enumerate() {
+            if i % 64 == 0 {
+                bits = rng.next_u64();
+            }
+            let swap = bits & 1 == 1;
+            bits >>= 1;
+            (one[i], two[i]) = if swap { (*b, *a) } else { (*a, *b) };
+        }
+        diffs.push((median_in_place(&mut one) - median_in_place(&mut two)).abs());
+    }
+    let k = ((quantile * iterations as f64).floor() as usize).min(iterations - 1);
+    let (_, v, _) = diffs.select_nth_unstable_by(k, f64::total_cmp);
+    *v
+}
+
+/// The median of `v` (mean of the two middle values for an even count), reordering it; `v` is
+/// not empty.
+fn median_in_place(v: &mut [f64]) -> f64 {
+    let n = v.len();
+    let (_, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+    let hi = *hi;
+    if n % 2 == 1 {
+        return hi;
+    }
+    let lo = v[..n / 2].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    (lo + hi) / 2.0
+}
+
 /// Sets `mask` to a uniformly random subset of exactly `m` of the ranks `0..n`.
 ///
 /// A fair coin per rank gives a random subset of about n/2; then random members are dropped (or

@@ -66,6 +66,7 @@
 //! [`chstorm_proto::native::server`]'s.
 
 pub mod backend;
+pub mod cached;
 pub mod client;
 pub mod client_io;
 pub mod query;

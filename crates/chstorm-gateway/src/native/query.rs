@@ -32,6 +32,7 @@
 //! [`chstorm_proto::rules::blames_server`]) is the query's answer and marks nothing down.
 
 use super::backend::BackendConn;
+use super::cached::{backend_settings, cached, Cached, Capture, Kept};
 use super::client::{ClientConn, ClientPacket, Pinned, Shared};
 use super::client_io::ClientWrite;
 use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Packet};
@@ -147,38 +148,9 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         );
         return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, &msg)).await;
     }
-    // Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
-    // A user that keeps answers takes its slots only once its query needs a server.
-    let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
-    let mut kept = None;
-    let _slots = match keeps {
-        Some(policy) => {
-            if let Err(r) = admit_rate(user) {
-                return refused(&exit, &mut conn.w, &r).await;
-            }
-            match cached(state, user, cluster, conn, &q, policy) {
-                Cached::Hit(body, route) => return answered(&exit, &mut conn.w, 200, route, body.to_vec()).await,
-                Cached::Miss(k) => kept = Some(k),
-                Cached::No => {}
-            }
-            match admit_slots(user, &state.global, &state.metrics).await {
-                Ok(s) => s,
-                Err(SlotRefusal::User(r)) => return refused(&exit, &mut conn.w, &r).await,
-                Err(SlotRefusal::Global(r, _user)) => {
-                    return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await
-                }
-            }
-        }
-        None => {
-            let permit = match admit_user(user).await {
-                Ok(p) => p,
-                Err(r) => return refused(&exit, &mut conn.w, &r).await,
-            };
-            match admit_global(&state.global, &state.metrics).await {
-                Ok(g) => Slots::of(permit, g),
-                Err(r) => return refused(&Exit { user: UNKNOWN_USER, ..exit }, &mut conn.w, &r).await,
-            }
-        }
+    let (_slots, mut kept) = match admit(state, user, cluster, conn, &q, tables, &exit).await {
+        Ok(a) => a,
+        Err(keep) => return keep,
     };
     let use_db = match session_statement(shared, state, user, cluster, conn, &q, &exit).await {
         Statement::Done(keep) => return keep,
@@ -235,105 +207,45 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     keep
 }
 
-/// What the cache has for a native query of a user that keeps answers ([`cached`]).
-enum Cached<'a> {
-    /// A kept answer, as the packets the server sent, and its route.
-    Hit(bytes::Bytes, &'static str),
-    /// Nothing kept: the query runs, and its answer is kept when it is whole.
-    Miss(Box<Kept<'a>>),
-    /// It may not be cached.
-    No,
-}
-
-/// A query whose answer is to be kept: its plan (taken for the run), the key and the policy,
-/// and when it was looked up.
-struct Kept<'a> {
-    plan: Option<(Plan, Option<String>)>,
-    key: crate::cache::key::Key,
-    policy: &'a crate::config::UserCache,
-    sent_at: tokio::time::Instant,
-}
-
-/// Plans `q` and looks up its answer (`users[].cache`, docs/GATEWAY.md, "Cache and merging"):
-/// a read the plan lets the cache take, outside a session pinned to a connection and without
-/// external tables, keyed by [`crate::cache::key::native_key`]. The native port keeps answers
-/// and serves them; it merges no reads in flight.
-fn cached<'a>(
+/// Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
+/// A user that keeps answers (and a query without external `tables` outside a pinned session)
+/// takes its slots only once its query needs a server: a kept answer is written here. Err: the
+/// query was answered here (refused, or kept); keep the client?
+async fn admit<'a>(
     state: &State,
-    user: &'a UserRt,
+    user: &'a Arc<UserRt>,
     cluster: &ClusterRt,
-    conn: &ClientConn,
+    conn: &mut ClientConn,
     q: &Query,
-    policy: &'a crate::config::UserCache,
-) -> Cached<'a> {
-    let Ok((plan, client_readonly)) = plan(state, user, cluster, conn, q) else { return Cached::No };
-    if plan.caching != crate::query::cacheable::Caching::Eligible {
-        return Cached::No;
+    tables: bool,
+    exit: &Exit<'_>,
+) -> Result<(Slots, Option<Box<Kept<'a>>>), bool> {
+    let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
+    let Some(policy) = keeps else {
+        let permit = match admit_user(user).await {
+            Ok(p) => p,
+            Err(r) => return Err(refused(exit, &mut conn.w, &r).await),
+        };
+        return match admit_global(&state.global, &state.metrics).await {
+            Ok(g) => Ok((Slots::of(permit, g), None)),
+            Err(r) => Err(refused(&Exit { user: UNKNOWN_USER, ..*exit }, &mut conn.w, &r).await),
+        };
+    };
+    if let Err(r) = admit_rate(user) {
+        return Err(refused(exit, &mut conn.w, &r).await);
     }
-    let sql = plan.replace_body.as_deref().unwrap_or(&q.sql);
-    let settings = backend_settings(&plan, client_readonly.clone());
-    // The packet from its settings on: QUERY (1 byte), an empty query_id (1), the ClientInfo.
-    let mut packet = Vec::with_capacity(256 + sql.len());
-    if packets::backend_query_head(&mut packet, q, "", &settings).is_err() {
-        return Cached::No;
-    }
-    if user.cfg.readonly && super::settings::put_setting_at(&mut packet, "readonly", "1", 0, q.revision).is_err() {
-        return Cached::No;
-    }
-    packets::backend_query_tail(&mut packet, q, sql);
-    let from = (2 + q.client_info.len()).min(packet.len());
-    let login = state.login(&user.cfg, cluster);
-    let key =
-        crate::cache::key::native_key(&plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet[from..]);
-    let sent_at = tokio::time::Instant::now();
-    match state.cache.kept(&key, &user.cfg.name, policy) {
-        Some((stored, _age)) => Cached::Hit(stored.body.clone(), plan.target.label()),
-        None => Cached::Miss(Box::new(Kept { plan: Some((plan, client_readonly)), key, policy, sent_at })),
-    }
-}
-
-/// The settings a query's Query packet carries to its replica: the plan's, then the client's
-/// own `readonly` (1 or 2, in the Query packet or SET) as it is; a read-only user's
-/// `readonly = 1` comes after them (`Native::query_packet`) and wins.
-fn backend_settings(plan: &Plan, client_readonly: Option<String>) -> Vec<(String, String)> {
-    let mut settings: Vec<(String, String)> =
-        plan.params.iter().filter(|(k, _)| crate::request::is_setting(k)).cloned().collect();
-    if let Some(ro) = client_readonly.filter(|v| v == "1" || v == "2") {
-        settings.push(("readonly".into(), ro));
-    }
-    settings
-}
-
-/// The bytes of an answer as written to its client, kept for the cache while they fit its
-/// entry limit and the connection's memory account; `whole` until they do not, or the answer
-/// is cut, cancelled or streamed through.
-struct Capture {
-    bytes: Vec<u8>,
-    max: usize,
-    charge: Charge,
-    whole: bool,
-}
-
-impl Capture {
-    fn new(max: usize, charge: Charge) -> Capture {
-        Capture { bytes: Vec::new(), max, charge, whole: true }
-    }
-
-    fn add(&mut self, b: &[u8]) {
-        if !self.whole {
-            return;
+    // A query the plan refuses is refused after admission, as any user's.
+    let kept = match plan(state, user, cluster, conn, q).map(|p| cached(state, user, cluster, conn, q, (policy, p))) {
+        Ok(Cached::Hit(body, route)) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
+        Ok(Cached::Miss(k)) => Some(k),
+        Ok(Cached::No) | Err(_) => None,
+    };
+    match admit_slots(user, &state.global, &state.metrics).await {
+        Ok(s) => Ok((s, kept)),
+        Err(SlotRefusal::User(r)) => Err(refused(exit, &mut conn.w, &r).await),
+        Err(SlotRefusal::Global(r, _user)) => {
+            Err(refused(&Exit { user: UNKNOWN_USER, ..*exit }, &mut conn.w, &r).await)
         }
-        if self.bytes.len() + b.len() > self.max || self.charge.grow(b.len()).is_err() {
-            return self.spoil();
-        }
-        self.bytes.extend_from_slice(b);
-    }
-
-    /// Not to be kept.
-    fn spoil(&mut self) {
-        self.whole = false;
-        self.bytes = Vec::new();
-        let _ = self.charge.set(0);
     }
 }
 
@@ -610,8 +522,6 @@ async fn relay(
     // The last write to the client; none yet, so what was held goes out at once, a Progress
     // packet among it too.
     let mut last_write: Option<std::time::Instant> = None;
-    let revision = b.revision;
-    let BackendConn { io, w: bw, scratch, .. } = b;
     let mut next = first.map(|f| (Ok(Packet { code: f.code, exception: f.exception }), f.raw));
     loop {
         packet.clear();
@@ -620,40 +530,15 @@ async fn relay(
                 packet = raw;
                 p
             }
-            None => {
-                let read = read_server_packet(io, revision, compressed, scratch, &mut packet);
-                tokio::pin!(read);
-                loop {
-                    let sleep = until(body_deadline);
-                    tokio::select! {
-                        biased;
-                        r = &mut read => break r,
-                        _ = conn.ready() => match conn.read_packet().await {
-                            ClientPacket::Data { raw, .. } => {
-                                // A broken backend shows in the read.
-                                let _ = bw.write_all(&raw).await;
-                            }
-                            ClientPacket::Cancel => {
-                                cancelled = true;
-                                if let Some(c) = capture.as_mut() {
-                                    c.spoil();
-                                }
-                                let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
-                            }
-                            ClientPacket::Ping | ClientPacket::KeepAlive => {}
-                            p => {
-                                refuse_packet(conn, p).await;
-                                return End::ClientGone;
-                            }
-                        },
-                        _ = sleep => {
-                            out.extend_from_slice(&exception_bytes(159, &past_deadline(plan)));
-                            let _ = conn.w.write_all(&out).await;
-                            return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };
-                        }
-                    }
+            None => match next_packet(conn, b, compressed, &mut packet, body_deadline, &mut cancelled, capture).await {
+                Read::Packet(r) => r,
+                Read::ClientGone => return End::ClientGone,
+                Read::Deadline => {
+                    out.extend_from_slice(&exception_bytes(159, &past_deadline(plan)));
+                    let _ = conn.w.write_all(&out).await;
+                    return End::Done { clean: false, server_ended: false, status: 504, undelimited: false };
                 }
-            }
+            },
         };
         let (code, exc) = match result {
             Ok(p) => (p.code, p.exception),
@@ -662,7 +547,7 @@ async fn relay(
                     c.spoil();
                 }
                 out.extend_from_slice(&packet);
-                return stream_through(conn, io, bw, &out, body_deadline).await;
+                return stream_through(conn, &mut b.io, &mut b.w, &out, body_deadline).await;
             }
             Err(e) => {
                 out.extend_from_slice(&exception_bytes(
@@ -676,7 +561,7 @@ async fn relay(
         let end = code == server::END_OF_STREAM || code == server::EXCEPTION;
         let status_only = code == server::PROGRESS || code == server::PROFILE_INFO;
         let quiet = last_write.is_none_or(|t| t.elapsed() >= PROGRESS_EVERY);
-        let drained = !io.has_buffered() && (!status_only || quiet);
+        let drained = !b.io.has_buffered() && (!status_only || quiet);
         if end || out.len() + packet.len() >= FLUSH_AT || drained {
             // Nothing gathered before it (a held answer that is whole, most often): the packet
             // goes out as it is, not copied into `out` first.
@@ -700,9 +585,60 @@ async fn relay(
             out.extend_from_slice(&packet);
         }
         if end {
-            let clean = code == server::END_OF_STREAM && !cancelled && !io.has_buffered();
+            let clean = code == server::END_OF_STREAM && !cancelled && !b.io.has_buffered();
             let status = if exc.is_some() { 500 } else { 200 };
             return End::Done { clean, server_ended: true, status, undelimited: false };
+        }
+    }
+}
+
+/// What [`next_packet`] read.
+enum Read {
+    Packet(Result<Packet, chstorm_proto::ProtoError>),
+    /// The client left or broke the protocol (its packet refused).
+    ClientGone,
+    /// The body deadline passed first.
+    Deadline,
+}
+
+/// Reads the replica's next packet into `packet`, passing the client's packets on meanwhile:
+/// its Data to the replica, its Cancel too (which sets `cancelled` and spoils `capture`).
+async fn next_packet(
+    conn: &mut ClientConn,
+    b: &mut BackendConn,
+    compressed: bool,
+    packet: &mut Vec<u8>,
+    body_deadline: Option<tokio::time::Instant>,
+    cancelled: &mut bool,
+    capture: &mut Option<Capture>,
+) -> Read {
+    let BackendConn { io, w: bw, scratch, revision, .. } = b;
+    let read = read_server_packet(io, *revision, compressed, scratch, packet);
+    tokio::pin!(read);
+    loop {
+        let sleep = until(body_deadline);
+        tokio::select! {
+            biased;
+            r = &mut read => return Read::Packet(r),
+            _ = conn.ready() => match conn.read_packet().await {
+                ClientPacket::Data { raw, .. } => {
+                    // A broken backend shows in the read.
+                    let _ = bw.write_all(&raw).await;
+                }
+                ClientPacket::Cancel => {
+                    *cancelled = true;
+                    if let Some(c) = capture.as_mut() {
+                        c.spoil();
+                    }
+                    let _ = bw.write_all(&[chstorm_proto::native::packets::client::CANCEL as u8]).await;
+                }
+                ClientPacket::Ping | ClientPacket::KeepAlive => {}
+                p => {
+                    refuse_packet(conn, p).await;
+                    return Read::ClientGone;
+                }
+            },
+            _ = sleep => return Read::Deadline,
         }
     }
 }
