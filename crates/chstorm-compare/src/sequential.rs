@@ -30,7 +30,9 @@
 //! for a look after every pair; `cargo run -p chstorm-compare --example thresholds`). Every
 //! look's threshold is therefore the [`LOOK_QUANTILE`] of the randomization distribution (3.48
 //! standard errors of a normal), from [`LOOK_ITERATIONS`] random splits so that the quantile rests
-//! on 10 splits beyond it, and significance is strict ([`verdict`]). The tests run the whole
+//! on 10 splits beyond it, and significance is strict ([`verdict`]). From [`PAIRED_FROM`] pairs on
+//! the splits keep the counterbalanced pairs ([`stats::paired_threshold`]): the statistic is the
+//! same difference of medians, so the looks' correlation, and the boundary, are the same. The tests run the whole
 //! procedure (this schedule, these thresholds) on seeded simulated servers and count the queries
 //! flagged.
 //!
