@@ -10,7 +10,7 @@
 use super::body::{Guarded, Streamed};
 use super::client_fin::ClientFin;
 use super::ids::{Ids, Served};
-use super::respond::{error_reply, guarded, late_slots, number, strip_hop, wording};
+use super::respond::{error_reply, guarded, number, strip_hop, take_slots, wording};
 use crate::attempt::{Answered, HttpHead, HttpParts, Outcome, SendBody};
 use crate::cache::key::{http_key, HttpShape};
 use crate::cache::{Feed, Head, Lookup, Next, Waiter};
@@ -65,7 +65,7 @@ pub async fn serve(
     let shared = late.and_then(|_| state.cache.shared(&key, &u.name, policy));
     let (found, slots) = match (shared, late) {
         (Some(found), _) => (found, None),
-        (None, Some(user)) => match late_slots(state, user).await {
+        (None, Some(user)) => match take_slots(state, user).await {
             Ok(s) => (state.cache.lookup(&key, &u.name, policy), Some(s)),
             Err(refusal) => return Cached::Served(refusal),
         },
@@ -106,7 +106,7 @@ pub async fn serve(
 /// A read the cache does not take, back to run alone, with its slots when they were late.
 async fn alone(state: &State, late: Option<&UserRt>, plan: Plan, http: HttpParts, body: SendBody) -> Cached {
     let slots = match late {
-        Some(user) => match late_slots(state, user).await {
+        Some(user) => match take_slots(state, user).await {
             Ok(s) => Some(s),
             Err(refusal) => return Cached::Served(refusal),
         },

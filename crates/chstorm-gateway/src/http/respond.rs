@@ -60,9 +60,10 @@ pub fn guarded(served: Served, guard: impl Send + Unpin + 'static) -> Served {
     Served { resp: Response::from_parts(parts, Guarded::wrap(body, guard)), ids: served.ids }
 }
 
-/// The slots of a query of `user` admitted late (a user with a cache: its rate was taken
-/// first), or the refusal answered as [`super::service::serve`] answers one.
-pub async fn late_slots(state: &crate::state::State, user: &UserRt) -> Result<Slots, Served> {
+/// The slots of a query of `user` whose rate was taken ([`admit_slots`]: the user's, then the
+/// gateway's), or the refusal answered: 429 under the user's name, or 503 under
+/// [`UNKNOWN_USER`] with the user's slot held until the refusal is written.
+pub async fn take_slots(state: &crate::state::State, user: &UserRt) -> Result<Slots, Served> {
     match admit_slots(user, &state.global, &state.metrics).await {
         Ok(s) => Ok(s),
         Err(SlotRefusal::User(r)) => {

@@ -6,14 +6,13 @@
 //!    parameters), then the user's networks. 401 (with `WWW-Authenticate`, as ClickHouse sends
 //!    it) / 403. A user name that no configured user could have (empty, over
 //!    [`crate::config::MAX_USER_NAME`] bytes, control characters) gets a 401 that says so.
-//! 2. User admission ([`crate::query::admission::admit_user`]): the user's requests per second
-//!    (429), then the user's concurrency limit and queue (429). A user with a cache has its
-//!    rate taken here and its slots (2 and 3) in [`query`], once its query needs a server: a
-//!    kept answer or a merged read (`super::cached`) waits in no queue.
-//! 3. Global admission ([`crate::query::admission::admit_global`]): the gateway-wide concurrency
-//!    limit with its FIFO queue and maximum wait. Over it: 503 at once. After the user's, so a
-//!    query waiting in its user's queue holds none of the gateway's slots: a user over its own
-//!    limit cannot fill the gateway and starve the others.
+//! 2. The user's rate ([`crate::query::admission::admit_rate`]): its requests per second (429).
+//! 3. The query's slots ([`super::respond::take_slots`]): the user's concurrency limit and queue
+//!    (429), then the gateway-wide limit with its FIFO queue and maximum wait (503 at once). The
+//!    gateway's after the user's, so a query waiting in its user's queue holds none of the
+//!    gateway's slots: a user over its own limit cannot fill the gateway and starve the others. A
+//!    user with a cache takes its slots in [`query`], once its query needs a server: a kept
+//!    answer or a merged read (`super::cached`) waits in no queue.
 //! 4. [`query`]: the body read ([`super::read`]), the [`QueryRequest`] made of it and planned
 //!    ([`crate::query::plan`]), the attempts run ([`crate::attempt`]) and the answer written
 //!    ([`super::respond`]), with the query's end recorded once ([`crate::query::exit`]).
@@ -31,13 +30,13 @@
 use super::client_fin::ClientFin;
 use super::ids::Served;
 use super::read::ClientBody;
-use super::respond::{guarded, late_slots, wording, Answer};
+use super::respond::{guarded, take_slots, wording, Answer};
 pub use super::respond::{refused, with_www_authenticate};
 use crate::attempt::{HttpParts, SendBody};
 use crate::cluster::upstream::BoxError;
 use crate::config::User;
 use crate::metrics::UNKNOWN_USER;
-use crate::query::admission::{admit_global, admit_rate, admit_user, UserRt};
+use crate::query::admission::{admit_rate, UserRt};
 use crate::query::auth::authenticate;
 use crate::query::cacheable::Caching;
 use crate::query::exit::Exit;
@@ -130,29 +129,18 @@ where
         Err(d) => return refused(&Exit::new(&state.metrics, &d.label), &d.refusal, wording(&state, None)).into(),
     };
     let _ = who.0.set(name);
+    if let Err(r) = admit_rate(&user) {
+        let w = wording(&state, Some(&user.cfg.cluster));
+        return refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into();
+    }
     if user.cfg.cache.is_some() {
-        // Its rate now, its slots once its query needs a server (`query`).
-        if let Err(r) = admit_rate(&user) {
-            let w = wording(&state, Some(&user.cfg.cluster));
-            return refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into();
-        }
+        // Its slots once its query needs a server (`query`).
         return query(state, user.cfg.clone(), req, fin, Some(&user)).await;
     }
-    let permit = match admit_user(&user).await {
-        Ok(p) => p,
-        Err(r) => {
-            let w = wording(&state, Some(&user.cfg.cluster));
-            return refused(&Exit::new(&state.metrics, &user.cfg.name), &r, w).into();
-        }
-    };
-    let global = match admit_global(&state.global, &state.metrics).await {
-        Ok(p) => p,
-        Err(r) => {
-            let w = wording(&state, Some(&user.cfg.cluster));
-            return guarded(refused(&Exit::new(&state.metrics, UNKNOWN_USER), &r, w).into(), permit);
-        }
-    };
-    guarded(query(state, user.cfg.clone(), req, fin, None).await, (permit, global))
+    match take_slots(&state, &user).await {
+        Ok(slots) => guarded(query(state, user.cfg.clone(), req, fin, None).await, slots),
+        Err(refusal) => refusal,
+    }
 }
 
 static X_CLICKHOUSE_USER: http::HeaderName = http::HeaderName::from_static("x-clickhouse-user");
@@ -276,7 +264,7 @@ where
     }
     let mut slots = None;
     if let Some(user) = late.filter(|_| plan.caching != Caching::Eligible) {
-        match late_slots(&state, user).await {
+        match take_slots(&state, user).await {
             Ok(s) => slots = Some(s),
             Err(refusal) => return refusal,
         }

@@ -9,7 +9,7 @@ use super::client::ClientConn;
 use crate::query::plan::Plan;
 use crate::state::{ClusterRt, State, UserRt};
 use chstorm_proto::mem::Charge;
-use chstorm_proto::native::server::packets::{self, Query};
+use chstorm_proto::native::server::packets::Query;
 
 /// What the cache has for a native query of a user that keeps answers ([`cached`]).
 pub(super) enum Cached<'a> {
@@ -21,10 +21,11 @@ pub(super) enum Cached<'a> {
     No,
 }
 
-/// A query whose answer is to be kept: its plan (taken for the run), the key and the policy,
-/// and when it was looked up.
+/// A query whose answer is to be kept: its plan and its Query packet (both taken for the run),
+/// the key and the policy, and when it was looked up.
 pub(super) struct Kept<'a> {
     pub plan: Option<(Plan, Option<String>)>,
+    pub encoded: Option<super::transport::Encoded>,
     pub key: crate::cache::key::Key,
     pub policy: &'a crate::config::UserCache,
     pub sent_at: tokio::time::Instant,
@@ -48,23 +49,24 @@ pub(super) fn cached<'a>(
     }
     let sql = plan.replace_body.as_deref().unwrap_or(&q.sql);
     let settings = backend_settings(&plan, client_readonly.clone());
-    // The packet from its settings on: QUERY (1 byte), an empty query_id (1), the ClientInfo.
-    let mut packet = Vec::with_capacity(256 + sql.len());
-    if packets::backend_query_head(&mut packet, q, "", &settings).is_err() {
+    // Encoded once: the key is the packet from its settings on, and a miss's attempts send it.
+    let Ok(encoded) = super::transport::encode_query(q, &plan.query_id, &settings, sql) else {
         return Cached::No;
-    }
+    };
+    let mut packet = encoded.head[encoded.settings_at..].to_vec();
     if user.cfg.readonly && super::settings::put_setting_at(&mut packet, "readonly", "1", 0, q.revision).is_err() {
         return Cached::No;
     }
-    packets::backend_query_tail(&mut packet, q, sql);
-    let from = (2 + q.client_info.len()).min(packet.len());
+    packet.extend_from_slice(&encoded.tail);
     let login = state.login(&user.cfg, cluster);
-    let key =
-        crate::cache::key::native_key(&plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet[from..]);
+    let key = crate::cache::key::native_key(&plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet);
     let sent_at = tokio::time::Instant::now();
     match state.cache.kept(&key, &user.cfg.name, policy) {
         Some((stored, _age)) => Cached::Hit(stored.body.clone(), plan.target.label()),
-        None => Cached::Miss(Box::new(Kept { plan: Some((plan, client_readonly)), key, policy, sent_at })),
+        None => {
+            let plan = Some((plan, client_readonly));
+            Cached::Miss(Box::new(Kept { plan, encoded: Some(encoded), key, policy, sent_at }))
+        }
     }
 }
 

@@ -39,7 +39,7 @@ use super::transport::{read_server_packet, HeldProgress, Native, NativeHead, Pac
 use crate::attempt::{Answered, Outcome};
 use crate::cluster::login::BackendLogin;
 use crate::metrics::UNKNOWN_USER;
-use crate::query::admission::{admit_global, admit_rate, admit_slots, admit_user, SlotRefusal, Slots};
+use crate::query::admission::{admit_rate, admit_slots, SlotRefusal, Slots};
 use crate::query::exit::{Exit, REJECTED};
 use crate::query::plan::Plan;
 use crate::query::refusal::{Kind, Refusal};
@@ -179,7 +179,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         held: &held,
         settings: Vec::new(),
         readonly: user.cfg.readonly,
-        encoded: None,
+        encoded: kept.as_mut().and_then(|k| k.encoded.take()),
         progress: Default::default(),
     };
     transport.settings = backend_settings(&plan, client_readonly);
@@ -207,10 +207,10 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
     keep
 }
 
-/// Admission, as the HTTP front does it: the user's rate and concurrency, then the gateway's.
-/// A user that keeps answers (and a query without external `tables` outside a pinned session)
-/// takes its slots only once its query needs a server: a kept answer is written here. Err: the
-/// query was answered here (refused, or kept); keep the client?
+/// Admission, as the HTTP front does it: the user's rate, then its slots and the gateway's
+/// ([`admit_slots`]). A user that keeps answers (and a query without external `tables` outside a
+/// pinned session) takes its slots only once its query needs a server: a kept answer is written
+/// here. Err: the query was answered here (refused, or kept); keep the client?
 async fn admit<'a>(
     state: &State,
     user: &'a Arc<UserRt>,
@@ -220,29 +220,23 @@ async fn admit<'a>(
     tables: bool,
     exit: &Exit<'_>,
 ) -> Result<(Slots, Option<Box<Kept<'a>>>), bool> {
-    let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
-    let Some(policy) = keeps else {
-        let permit = match admit_user(user).await {
-            Ok(p) => p,
-            Err(r) => return Err(refused(exit, &mut conn.w, &r).await),
-        };
-        return match admit_global(&state.global, &state.metrics).await {
-            Ok(g) => Ok((Slots::of(permit, g), None)),
-            Err(r) => Err(refused(&Exit { user: UNKNOWN_USER, ..*exit }, &mut conn.w, &r).await),
-        };
-    };
     if let Err(r) = admit_rate(user) {
         return Err(refused(exit, &mut conn.w, &r).await);
     }
+    let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
     // A query the plan refuses is refused after admission, as any user's.
-    let kept = match plan(state, user, cluster, conn, q).map(|p| cached(state, user, cluster, conn, q, (policy, p))) {
-        Ok(Cached::Hit(body, route)) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
-        Ok(Cached::Miss(k)) => Some(k),
-        Ok(Cached::No) | Err(_) => None,
+    let kept = match keeps.map(|policy| plan(state, user, cluster, conn, q).map(|p| (policy, p))) {
+        Some(Ok(policy_plan)) => match cached(state, user, cluster, conn, q, policy_plan) {
+            Cached::Hit(body, route) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
+            Cached::Miss(k) => Some(k),
+            Cached::No => None,
+        },
+        Some(Err(_)) | None => None,
     };
     match admit_slots(user, &state.global, &state.metrics).await {
         Ok(s) => Ok((s, kept)),
         Err(SlotRefusal::User(r)) => Err(refused(exit, &mut conn.w, &r).await),
+        // The user's slot is held until the refusal is written, as for a query admitted at once.
         Err(SlotRefusal::Global(r, _user)) => {
             Err(refused(&Exit { user: UNKNOWN_USER, ..*exit }, &mut conn.w, &r).await)
         }

@@ -222,28 +222,50 @@ pub struct Native<'a> {
     /// `readonly = 1` goes last, for a read-only user.
     pub readonly: bool,
     /// The Query packet before and after the settings an attempt adds (its thread grant,
-    /// `readonly`), encoded once when the settings were checked ([`Native::check`]): an attempt
-    /// copies them around its own settings instead of encoding again.
-    pub encoded: Option<(Vec<u8>, Vec<u8>)>,
+    /// `readonly`), encoded once ([`encode_query`]: by the cache's lookup, or when the settings
+    /// are checked, [`Native::check`]): an attempt copies them around its own settings instead
+    /// of encoding again.
+    pub encoded: Option<Encoded>,
     /// Where the attempts of a read put its Progress packets for the client.
     pub progress: Arc<HeldProgress>,
 }
 
-impl Native<'_> {
-    /// Encodes the Query packet once, before any replica is tried: a setting whose value cannot
-    /// be encoded fails here. Its parts are kept for the attempts ([`Native::query_packet`]).
-    pub fn check(&mut self) -> Result<(), super::settings::SettingError> {
-        self.encoded = Some(self.encode()?);
-        Ok(())
-    }
+/// A backend Query packet in two parts: up to its last setting, and from the end of the settings
+/// on; an attempt puts its own settings between them ([`Native::query_packet`]).
+pub struct Encoded {
+    pub head: Vec<u8>,
+    pub tail: Vec<u8>,
+    /// Where the settings begin in `head`: after the packet's kind, its query id and its
+    /// ClientInfo. From there on the packet is the same for every query id and client.
+    pub settings_at: usize,
+}
 
-    /// The Query packet up to the plan's last setting, and from the end of the settings on.
-    fn encode(&self) -> Result<(Vec<u8>, Vec<u8>), super::settings::SettingError> {
-        let mut head = Vec::with_capacity(256);
-        packets::backend_query_head(&mut head, self.q, &self.plan.query_id, &self.settings)?;
-        let mut tail = Vec::with_capacity(16 + self.sql.len());
-        packets::backend_query_tail(&mut tail, self.q, self.sql);
-        Ok((head, tail))
+/// Encodes `q`'s Query packet for a replica with `query_id`, `settings` (the plan's, before
+/// an attempt's) and `sql`: a setting whose value cannot be encoded fails here.
+pub fn encode_query(
+    q: &Query,
+    query_id: &str,
+    settings: &[(String, String)],
+    sql: &str,
+) -> Result<Encoded, super::settings::SettingError> {
+    let mut head = Vec::with_capacity(256);
+    packets::backend_query_head(&mut head, q, query_id, &[])?;
+    let settings_at = head.len();
+    packets::backend_query_settings(&mut head, q, settings)?;
+    let mut tail = Vec::with_capacity(16 + sql.len());
+    packets::backend_query_tail(&mut tail, q, sql);
+    Ok(Encoded { head, tail, settings_at })
+}
+
+impl Native<'_> {
+    /// Encodes the Query packet, before any replica is tried, unless the cache's lookup did: a
+    /// setting whose value cannot be encoded fails here. Its parts are kept for the attempts
+    /// ([`Native::query_packet`]).
+    pub fn check(&mut self) -> Result<(), super::settings::SettingError> {
+        if self.encoded.is_none() {
+            self.encoded = Some(encode_query(self.q, &self.plan.query_id, &self.settings, self.sql)?);
+        }
+        Ok(())
     }
 
     fn pace(&self) -> Duration {
@@ -255,10 +277,10 @@ impl Native<'_> {
     /// `readonly = 1` for a read-only user, and the held external tables after it.
     pub fn query_packet(&self, threads: Option<usize>) -> Result<Vec<u8>, super::settings::SettingError> {
         let fresh;
-        let (head, tail) = match &self.encoded {
+        let Encoded { head, tail, .. } = match &self.encoded {
             Some(e) => e,
             None => {
-                fresh = self.encode()?;
+                fresh = encode_query(self.q, &self.plan.query_id, &self.settings, self.sql)?;
                 &fresh
             }
         };

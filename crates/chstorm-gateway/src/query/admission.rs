@@ -5,15 +5,15 @@
 //! Permits are RAII values: dropping the [`Permit`] (when the response body ends, fails or is
 //! dropped by a disconnecting client) releases the slot. Nothing is decremented by hand.
 //!
-//! Both fronts admit a query through the same two calls, in this order: [`admit_user`] (the
-//! authenticated user's rate, then concurrency), then [`admit_global`] (the gateway-wide
-//! limit). A query waiting in its user's queue holds no slot of the gateway's, so one user's
-//! backlog cannot take the slots other users need; a user's queue costs the gateway only the
-//! waiting requests' heads (their bodies are read after admission). A user with a cache
-//! (`users[].cache`) is admitted in two steps instead: its rate at once ([`admit_rate`]), its
-//! slots ([`admit_slots`]) only when its query needs a server, after its request was read and
-//! planned (within the client buffer budget): a kept answer, or a place among the clients of an
-//! identical read running now, waits in no queue. Each refusal is a [`Refusal`] with its kind:
+//! Both fronts admit a query in the same two steps: [`admit_rate`] (the authenticated user's
+//! requests per second, refused at once), then [`admit_slots`] (a slot of the user's concurrency
+//! limit, then one of the gateway-wide limit). A query waiting in its user's queue holds no slot
+//! of the gateway's, so one user's backlog cannot take the slots other users need; a user's queue
+//! costs the gateway only the waiting requests' heads (their bodies are read after admission). A
+//! user with a cache (`users[].cache`) takes its slots only when its query needs a server, after
+//! its request was read and planned (within the client buffer budget): a kept answer, or a place
+//! among the clients of an identical read running now, waits in no queue. Each refusal is a
+//! [`Refusal`] with its kind:
 //! 503 / Code 202 for the gateway, 429 / Code 202 for a user.
 
 use super::refusal::{Kind, Refusal};
@@ -167,17 +167,11 @@ impl UserRt {
 }
 
 /// Takes a slot of the gateway-wide limit `global`, updating the queued and in-flight gauges.
-pub async fn admit_global(global: &Limiter, metrics: &Metrics) -> Result<Permit, Refusal> {
+async fn admit_global(global: &Limiter, metrics: &Metrics) -> Result<Permit, Refusal> {
     metrics.queued.set(global.queued() as i64);
     let permit = global.acquire().await.map_err(|why| Refusal::new(Kind::Overloaded, format!("overloaded: {why}")))?;
     metrics.in_flight.set(global.in_flight() as i64);
     Ok(permit)
-}
-
-/// Takes a token of `user`'s rate, then a slot of its concurrency limit.
-pub async fn admit_user(user: &UserRt) -> Result<Permit, Refusal> {
-    admit_rate(user)?;
-    admit_slot(user).await
 }
 
 /// Takes a token of `user`'s rate (`requests_per_second`), or refuses at once.
@@ -189,9 +183,9 @@ pub fn admit_rate(user: &UserRt) -> Result<(), Refusal> {
 }
 
 /// Takes a slot of `user`'s concurrency limit, waiting in its queue. A user with a cache takes
-/// its rate first and its slot only when its query needs a server: an answer kept or merged
-/// waits in no queue (docs/GATEWAY.md, "Cache and merging").
-pub async fn admit_slot(user: &UserRt) -> Result<Permit, Refusal> {
+/// it only when its query needs a server: an answer kept or merged waits in no queue
+/// (docs/GATEWAY.md, "Cache and merging").
+async fn admit_slot(user: &UserRt) -> Result<Permit, Refusal> {
     user.limiter.acquire().await.map_err(|why| user_refusal(user, why))
 }
 
@@ -200,13 +194,6 @@ pub async fn admit_slot(user: &UserRt) -> Result<Permit, Refusal> {
 pub struct Slots {
     _user: Permit,
     _global: Permit,
-}
-
-impl Slots {
-    /// The slots taken by [`admit_user`] and [`admit_global`].
-    pub fn of(user: Permit, global: Permit) -> Slots {
-        Slots { _user: user, _global: global }
-    }
 }
 
 /// Why [`admit_slots`] refused: the user's limit, or the gateway's (with the user's slot taken,

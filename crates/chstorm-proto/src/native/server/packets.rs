@@ -466,6 +466,16 @@ pub fn backend_query_head(
     put_varuint(out, client::QUERY);
     put_str(out, query_id.as_bytes());
     out.extend_from_slice(&q.client_info);
+    backend_query_settings(out, q, settings)
+}
+
+/// The settings of a backend Query packet ([`backend_query_head`] writes them after the
+/// ClientInfo), each as the client sent it where its value is unchanged.
+pub fn backend_query_settings(
+    out: &mut Vec<u8>,
+    q: &Query,
+    settings: &[(String, String)],
+) -> Result<(), super::typed_settings::SettingError> {
     for (k, v) in settings {
         // A value that came as invalid UTF-8 and is passed on as it came goes as those bytes.
         let flags = q.setting_flags.iter().find(|(fk, _)| fk == k).map_or(0, |(_, f)| *f);
