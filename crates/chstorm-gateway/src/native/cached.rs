@@ -17,8 +17,8 @@ pub(super) enum Cached<'a> {
     Hit(bytes::Bytes, &'static str),
     /// Nothing kept: the query runs, and its answer is kept when it is whole.
     Miss(Box<Kept<'a>>),
-    /// It may not be cached.
-    No,
+    /// It may not be cached: its plan, back for the run.
+    No(Box<(Plan, Option<String>)>),
 }
 
 /// A query whose answer is to be kept: its plan and its Query packet (both taken for the run),
@@ -45,17 +45,17 @@ pub(super) fn cached<'a>(
 ) -> Cached<'a> {
     let (plan, client_readonly) = planned;
     if plan.caching != crate::query::cacheable::Caching::Eligible {
-        return Cached::No;
+        return Cached::No(Box::new((plan, client_readonly)));
     }
     let sql = plan.replace_body.as_deref().unwrap_or(&q.sql);
     let settings = backend_settings(&plan, client_readonly.clone());
     // Encoded once: the key is the packet from its settings on, and a miss's attempts send it.
     let Ok(encoded) = super::transport::encode_query(q, &plan.query_id, &settings, sql) else {
-        return Cached::No;
+        return Cached::No(Box::new((plan, client_readonly)));
     };
     let mut packet = encoded.head[encoded.settings_at..].to_vec();
     if user.cfg.readonly && super::settings::put_setting_at(&mut packet, "readonly", "1", 0, q.revision).is_err() {
-        return Cached::No;
+        return Cached::No(Box::new((plan, client_readonly)));
     }
     packet.extend_from_slice(&encoded.tail);
     let login = state.login(&user.cfg, cluster);

@@ -148,7 +148,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         );
         return answered(&exit, &mut conn.w, 400, REJECTED, exception_bytes(48, &msg)).await;
     }
-    let (_slots, mut kept) = match admit(state, user, cluster, conn, &q, tables, &exit).await {
+    let (_slots, mut kept, planned) = match admit(state, user, cluster, conn, &q, tables, &exit).await {
         Ok(a) => a,
         Err(keep) => return keep,
     };
@@ -156,7 +156,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         Statement::Done(keep) => return keep,
         Statement::Query { use_db } => use_db,
     };
-    let (plan, client_readonly) = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()) {
+    let (plan, client_readonly) = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()).or(planned) {
         Some(p) => p,
         None => match plan(state, user, cluster, conn, &q) {
             Ok(p) => p,
@@ -210,7 +210,9 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
 /// Admission, as the HTTP front does it: the user's rate, then its slots and the gateway's
 /// ([`admit_slots`]). A user that keeps answers (and a query without external `tables` outside a
 /// pinned session) takes its slots only once its query needs a server: a kept answer is written
-/// here. Err: the query was answered here (refused, or kept); keep the client?
+/// here, and the query's plan made for the lookup is handed on (in its [`Kept`], or alone when
+/// the cache may not take it). Err: the query was answered here (refused, or kept); keep the
+/// client?
 async fn admit<'a>(
     state: &State,
     user: &'a Arc<UserRt>,
@@ -219,22 +221,22 @@ async fn admit<'a>(
     q: &Query,
     tables: bool,
     exit: &Exit<'_>,
-) -> Result<(Slots, Option<Box<Kept<'a>>>), bool> {
+) -> Result<(Slots, Option<Box<Kept<'a>>>, Option<(Plan, Option<String>)>), bool> {
     if let Err(r) = admit_rate(user) {
         return Err(refused(exit, &mut conn.w, &r).await);
     }
     let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
     // A query the plan refuses is refused after admission, as any user's.
-    let kept = match keeps.map(|policy| plan(state, user, cluster, conn, q).map(|p| (policy, p))) {
+    let (kept, planned) = match keeps.map(|policy| plan(state, user, cluster, conn, q).map(|p| (policy, p))) {
         Some(Ok(policy_plan)) => match cached(state, user, cluster, conn, q, policy_plan) {
             Cached::Hit(body, route) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
-            Cached::Miss(k) => Some(k),
-            Cached::No => None,
+            Cached::Miss(k) => (Some(k), None),
+            Cached::No(p) => (None, Some(*p)),
         },
-        Some(Err(_)) | None => None,
+        Some(Err(_)) | None => (None, None),
     };
     match admit_slots(user, &state.global, &state.metrics).await {
-        Ok(s) => Ok((s, kept)),
+        Ok(s) => Ok((s, kept, planned)),
         Err(SlotRefusal::User(r)) => Err(refused(exit, &mut conn.w, &r).await),
         // The user's slot is held until the refusal is written, as for a query admitted at once.
         Err(SlotRefusal::Global(r, _user)) => {
