@@ -13,8 +13,9 @@ use chstorm_local::{ClusterSpec, LocalCluster};
 use chstorm_testenv::{curl, post};
 use std::time::{Duration, Instant};
 
-/// About 3 s of one core (18.16, `max_threads=1`).
-const LONG_READ: &str = "SELECT count() FROM numbers(100000000) WHERE sipHash64(number) % 7 = 1";
+/// 3 s on any machine (with `max_block_size=1`: 30 blocks of one row, each slept on for 100 ms);
+/// a read whose length came from its CPU work would be as long as the host is slow.
+const LONG_READ: &str = "SELECT count() FROM numbers(30) WHERE NOT ignore(sleepEachRow(0.1))";
 
 /// `SELECT ((...(1)...))`, `depth` parentheses deep.
 fn deep(depth: usize, literal: u32) -> String {
@@ -113,7 +114,7 @@ fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_refused()
     let url = format!("http://{}", gw.addr);
 
     // 1. SIGKILL of the replica running a 3 s read, 500 ms into it.
-    let read_url = format!("{url}/?query_id=qod-kill&max_threads=1");
+    let read_url = format!("{url}/?query_id=qod-kill&max_block_size=1");
     let client = std::thread::spawn(move || post(&read_url, LONG_READ));
     let victim = running_on(&urls, "qod-kill");
     std::thread::sleep(Duration::from_millis(500));
@@ -125,7 +126,7 @@ fn a_read_whose_replica_died_running_it_is_not_resent_and_its_shape_is_refused()
     let survivor = 3 - victim;
     assert_eq!(starts(&urls[survivor - 1], "qod-kill"), 0, "the read was not resent to the survivor");
     // Its shape is refused now, another literal included.
-    let (status, body) = post(&format!("{url}/?max_threads=1"), &LONG_READ.replace("% 7", "% 5"));
+    let (status, body) = post(&format!("{url}/?max_block_size=1"), &LONG_READ.replace("0.1", "0.2"));
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("limits.query_of_death_ttl"), "{body}");
     cluster.restart(1, victim).unwrap();
