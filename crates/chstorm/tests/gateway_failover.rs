@@ -103,6 +103,9 @@ fn failures_under_load(native: bool) {
     wait_for("replica 1.1 back up", Duration::from_secs(5), || replica_up(&gw, "1.1") == Some(true));
     wait_for("replica 1.1 caught up", Duration::from_secs(20), || fresh(&gw, "1.1"));
     let writes = (!native).then(|| Writes::start(&env, &gw));
+    if let Some(w) = &writes {
+        w.wait_acked(4);
+    }
 
     // 2. A rolling restart of all four replicas, one at a time, under load (the load runs until
     // the last replica is back, at most 60 s). As an operator's rolling restart does, a replica
@@ -196,6 +199,8 @@ struct Lookup {
 /// least stale replica's, with `X-Chstorm-Stale` (as the gateway's fallback says).
 struct Writes {
     stop: Arc<AtomicBool>,
+    /// Versions acknowledged so far.
+    acked: Arc<std::sync::atomic::AtomicUsize>,
     writer: std::thread::JoinHandle<(Vec<(Instant, u64)>, u32)>,
     reader: std::thread::JoinHandle<Vec<Lookup>>,
 }
@@ -216,7 +221,8 @@ impl Writes {
         assert_eq!(keys.len(), 30);
         let stop = Arc::new(AtomicBool::new(false));
         let url = format!("{gw}/?insert_distributed_sync=1&insert_quorum=2&insert_quorum_timeout=2000");
-        let (k, st) = (keys.clone(), stop.clone());
+        let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (k, st, n) = (keys.clone(), stop.clone(), acked.clone());
         let writer = std::thread::spawn(move || {
             let mut written = Vec::new();
             let mut failed = 0;
@@ -227,7 +233,10 @@ impl Writes {
                 let rows: Vec<String> = k.iter().map(|(s, i)| format!("({s}, {i}, {v})")).collect();
                 let sql = format!("INSERT INTO items (shop_id, item_id, version) VALUES {}", rows.join(", "));
                 match chstorm_testenv::post(&url, &sql) {
-                    (200, _) => written.push((Instant::now(), v)),
+                    (200, _) => {
+                        written.push((Instant::now(), v));
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
                     _ => failed += 1,
                 }
                 std::thread::sleep(Duration::from_millis(250));
@@ -254,7 +263,15 @@ impl Writes {
             }
             seen
         });
-        Writes { stop, writer, reader }
+        Writes { stop, acked, writer, reader }
+    }
+
+    /// Waits until `n` versions are acknowledged: the writes a rolling restart leaves room for
+    /// (while any replica is down or behind, a quorum write fails) are few, so the versions the
+    /// check rests on are written before it starts. A quorum write takes a few hundred
+    /// milliseconds on 18.16, more on a slow host.
+    fn wait_acked(&self, n: usize) {
+        wait_for(&format!("{n} versions written"), Duration::from_secs(20), || self.acked.load(Ordering::Relaxed) >= n);
     }
 
     /// Stops both and checks: no lookup failed, none answered a version older than the newest
