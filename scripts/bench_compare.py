@@ -11,6 +11,11 @@ longer. In the **A/A** case the quota is lifted (`max`, `-1`) and nothing else c
 servers, the same cgroup. The queries (QUERIES, or --queries FILE) are single-threaded
 (`?max_threads=1` on both URLs), CPU-bound and take 0.1 to 0.3 s each.
 
+--server-cpus LIST binds both servers to the same CPUs (`taskset -a -p`: every thread, and the
+threads each starts later) and --client-cpus LIST binds compare, as ClickHouse's own performance
+comparison binds both of its servers to one NUMA node; by default nothing is bound and the
+scheduler places all three, as it would for a user running compare.
+
 For every seed 1..--seeds (default 20), `chstorm compare --left L --right R --queries Q --seed N --json ...`
 runs once slowed and once A/A, in alternating order (slowed first for odd seeds), with no other
 flag: compare's defaults. The quota is checked to act: the cgroup's `nr_throttled` must grow
@@ -177,10 +182,17 @@ def commit():
         return "?"
 
 
-def compare(chstorm, left, right, queries, seed, json_path, extra):
+def pin(pid, cpus):
+    """Binds every thread of process `pid` (and the threads it starts later) to the CPUs `cpus`
+    (a taskset list such as `1` or `0-1`)."""
+    sh(["taskset", "-a", "-p", "-c", cpus, str(pid)])
+
+
+def compare(chstorm, left, right, queries, seed, json_path, extra, client_cpus=None):
     """One `chstorm compare` with its defaults; returns its exit code, wall time and JSON."""
-    cmd = [chstorm, "compare", "--left", left, "--right", right, "--queries", queries, "--seed", str(seed),
-           "--json", json_path, "--quiet"] + extra
+    cmd = (["taskset", "-c", client_cpus] if client_cpus else []) + [
+        chstorm, "compare", "--left", left, "--right", right, "--queries", queries, "--seed", str(seed),
+        "--json", json_path, "--quiet"] + extra
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     took = time.time() - t0
@@ -259,6 +271,9 @@ def main():
     ap.add_argument("--quiet", type=float, default=0.25, help="wait before each run until the CPU is busy less than "
                     "this share of 5 s (default 0.25)")
     ap.add_argument("--max-wait", type=float, default=600, help="wait at most this many seconds (default 600)")
+    ap.add_argument("--server-cpus", help="bind both servers to these CPUs, a taskset list such as 1 (default: "
+                    "no binding)")
+    ap.add_argument("--client-cpus", help="bind chstorm compare to these CPUs, such as 0 (default: no binding)")
     ap.add_argument("--out", default="bench-results")
     a = ap.parse_args()
     if os.geteuid() != 0:
@@ -278,10 +293,15 @@ def main():
         for side in ("left", "right"):
             servers[side] = json.loads(sh([a.chstorm, "local", "up", "--dir", os.path.join(tmp, side), "--json"]))
         right_pid = servers["right"]["pid"]
+        if a.server_cpus:
+            for side in servers:
+                pin(servers[side]["pid"], a.server_cpus)
         quota = Quota(hierarchy, f"chstorm-bench-compare-{os.getpid()}")
         quota.add(right_pid)
         left, right = (f"{servers[s]['http_url']}/?max_threads=1" for s in ("left", "right"))
-        print(f"bench_compare: right server (pid {right_pid}) in {quota.dir} ({hierarchy[0]}); "
+        placed = (f"both servers on CPU {a.server_cpus}, compare on {a.client_cpus or 'any'}" if a.server_cpus
+                  else "no CPU binding")
+        print(f"bench_compare: right server (pid {right_pid}) in {quota.dir} ({hierarchy[0]}); {placed}; "
               f"{a.seeds} seeds, load average {load_avg()}", flush=True)
         cases = {"slowed": [], "aa": []}
         for seed in range(1, a.seeds + 1):
@@ -290,7 +310,8 @@ def main():
                 quota.set() if case == "slowed" else quota.lift()
                 setting = quota.setting()
                 load0, cpu0, thr0 = load_avg(), host_cpu(), quota.throttled()
-                code, took, r = compare(a.chstorm, left, right, queries, seed, os.path.join(tmp, f"{case}-{seed}.json"), extra)
+                code, took, r = compare(a.chstorm, left, right, queries, seed, os.path.join(tmp, f"{case}-{seed}.json"), extra,
+                                       a.client_cpus)
                 load1, cpu1, thr1 = load_avg(), host_cpu(), quota.throttled()
                 throttled = thr1 - thr0
                 if (case == "slowed") != (throttled > 0):
@@ -316,6 +337,7 @@ def main():
         "command": " ".join([sys.argv[0]] + sys.argv[1:]),
         "compare": f"{a.chstorm} compare --left L/?max_threads=1 --right R/?max_threads=1 --queries Q --seed N"
                    + (" " + " ".join(extra) if extra else ""),
+        "server_cpus": a.server_cpus, "client_cpus": a.client_cpus,
         "queries": open(queries).read().split("\n")[:-1], "quota_us": [QUOTA_US, PERIOD_US], "cgroup": hierarchy[0],
         "slowed": {"summary": summarize(cases["slowed"]), "per_query": per_query(cases["slowed"]), "runs": cases["slowed"]},
         "aa": {"summary": summarize(cases["aa"]), "per_query": per_query(cases["aa"]), "runs": cases["aa"]},
