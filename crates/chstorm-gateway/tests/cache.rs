@@ -576,6 +576,17 @@ fn the_native_port_serves_kept_answers_as_the_server_sent_them() {
     assert!(!ok1 && !ok2 && e1.contains("Code: 395") && e2.contains("Code: 395"), "{e1} / {e2}");
     assert!(String::from_utf8_lossy(&out1).contains("mk_nat_err"), "rows came before the error");
     assert_eq!(server_queries("mk_nat_err"), 2);
+    // A query the plan refuses (nested past limits.max_query_depth, 300) is refused as for a
+    // user without a cache, and reaches no server.
+    let deep = format!("SELECT 'mk_nat_deep', {}1{}", "(SELECT ".repeat(301), ")".repeat(301));
+    let (ok_p, _, e_p) = client(native, "plain", &deep, &[]);
+    let (ok_n, _, e_n) = client(native, "native", &deep, &[]);
+    let code = |e: &str| {
+        e.split("Code: ").nth(1).and_then(|c| c.split(|ch: char| !ch.is_ascii_digit()).next()).map(str::to_owned)
+    };
+    assert!(!ok_p && !ok_n && code(&e_p).is_some() && code(&e_p) == code(&e_n), "{e_p} / {e_n}");
+    assert!(client(native, "native", "SELECT 'mk_nat_after'", &[]).0, "the port answers after a refusal");
+    assert_eq!(server_queries("mk_nat_deep"), 0);
 }
 
 #[test]

@@ -156,12 +156,13 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         Statement::Done(keep) => return keep,
         Statement::Query { use_db } => use_db,
     };
-    let (plan, client_readonly) = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()).or(planned) {
-        Some(p) => p,
-        None => match plan(state, user, cluster, conn, &q) {
-            Ok(p) => p,
-            Err(r) => return refused(&exit, &mut conn.w, &r).await,
-        },
+    let planned = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()) {
+        Some(p) => Ok(p),
+        None => planned.unwrap_or_else(|| plan(state, user, cluster, conn, &q)),
+    };
+    let (plan, client_readonly) = match planned {
+        Ok(p) => p,
+        Err(r) => return refused(&exit, &mut conn.w, &r).await,
     };
     let sql = plan.replace_body.clone().unwrap_or_else(|| q.sql.clone());
     let route = plan.target.label();
@@ -211,8 +212,8 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
 /// ([`admit_slots`]). A user that keeps answers (and a query without external `tables` outside a
 /// pinned session) takes its slots only once its query needs a server: a kept answer is written
 /// here, and the query's plan made for the lookup is handed on (in its [`Kept`], or alone when
-/// the cache may not take it). Err: the query was answered here (refused, or kept); keep the
-/// client?
+/// the cache may not take it or the plan refused it: a refusal is written after admission, as
+/// any user's). Err: the query was answered here (refused, or kept); keep the client?
 async fn admit<'a>(
     state: &State,
     user: &'a Arc<UserRt>,
@@ -221,19 +222,19 @@ async fn admit<'a>(
     q: &Query,
     tables: bool,
     exit: &Exit<'_>,
-) -> Result<(Slots, Option<Box<Kept<'a>>>, Option<(Plan, Option<String>)>), bool> {
+) -> Result<(Slots, Option<Box<Kept<'a>>>, Option<Planned>), bool> {
     if let Err(r) = admit_rate(user) {
         return Err(refused(exit, &mut conn.w, &r).await);
     }
     let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
-    // A query the plan refuses is refused after admission, as any user's.
     let (kept, planned) = match keeps.map(|policy| plan(state, user, cluster, conn, q).map(|p| (policy, p))) {
         Some(Ok(policy_plan)) => match cached(state, user, cluster, conn, q, policy_plan) {
             Cached::Hit(body, route) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
             Cached::Miss(k) => (Some(k), None),
-            Cached::No(p) => (None, Some(*p)),
+            Cached::No(p) => (None, Some(Ok(*p))),
         },
-        Some(Err(_)) | None => (None, None),
+        Some(Err(r)) => (None, Some(Err(r))),
+        None => (None, None),
     };
     match admit_slots(user, &state.global, &state.metrics).await {
         Ok(s) => Ok((s, kept, planned)),
@@ -309,16 +310,13 @@ async fn session_statement(
     Statement::Done(answered(exit, &mut conn.w, status, "session", answer).await)
 }
 
+/// A query's plan and the client's own `readonly` ([`plan`]), or why the plan refused it.
+type Planned = Result<(Plan, Option<String>), Refusal>;
+
 /// The plan, as for HTTP, of a [`QueryRequest`] whose parameters are the session's and the
 /// Query packet's settings, the session's database and the query_id; with the client's own
 /// `readonly`, which goes apart.
-fn plan(
-    state: &State,
-    user: &UserRt,
-    cluster: &ClusterRt,
-    conn: &ClientConn,
-    q: &Query,
-) -> Result<(Plan, Option<String>), Refusal> {
+fn plan(state: &State, user: &UserRt, cluster: &ClusterRt, conn: &ClientConn, q: &Query) -> Planned {
     let (mut params, client_readonly) = session_params(&conn.settings, &q.settings);
     if !conn.database.is_empty() {
         params.push(("database".into(), conn.database.clone()));
