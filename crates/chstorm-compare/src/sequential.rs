@@ -445,8 +445,8 @@ mod tests {
 
     /// The longest schedule compare makes, A/A: a look at 5 runs a side, then at every tenth
     /// more up to 500 (44 looks and the last), `--min-change 0`, so that only the threshold
-    /// stands between noise and a verdict. Minutes of work: `cargo test -p chstorm-compare --lib
-    /// -- --ignored --nocapture the_longest_schedule`.
+    /// stands between noise and a verdict. About 12 minutes of one core in release: `cargo test
+    /// --release -p chstorm-compare --lib -- --ignored --nocapture the_longest_schedule`.
     #[test]
     #[ignore]
     fn the_longest_schedule_keeps_false_positives_at_one_percent() {
