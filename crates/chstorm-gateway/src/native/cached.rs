@@ -17,14 +17,13 @@ pub(super) enum Cached<'a> {
     Hit(bytes::Bytes, &'static str),
     /// Nothing kept: the query runs, and its answer is kept when it is whole.
     Miss(Box<Kept<'a>>),
-    /// It may not be cached: its plan, back for the run.
-    No(Box<(Plan, Option<String>)>),
+    /// It may not be cached.
+    No,
 }
 
-/// A query whose answer is to be kept: its plan and its Query packet (both taken for the run),
-/// the key and the policy, and when it was looked up.
+/// A query whose answer is to be kept: its Query packet (taken for the run), the key and the
+/// policy, and when it was looked up.
 pub(super) struct Kept<'a> {
-    pub plan: Option<(Plan, Option<String>)>,
     pub encoded: Option<super::transport::Encoded>,
     pub key: crate::cache::key::Key,
     pub policy: &'a crate::config::UserCache,
@@ -41,32 +40,29 @@ pub(super) fn cached<'a>(
     cluster: &ClusterRt,
     conn: &ClientConn,
     q: &Query,
-    (policy, planned): (&'a crate::config::UserCache, (Plan, Option<String>)),
+    (policy, planned): (&'a crate::config::UserCache, &(Plan, Option<String>)),
 ) -> Cached<'a> {
     let (plan, client_readonly) = planned;
     if plan.caching != crate::query::cacheable::Caching::Eligible {
-        return Cached::No(Box::new((plan, client_readonly)));
+        return Cached::No;
     }
     let sql = plan.replace_body.as_deref().unwrap_or(&q.sql);
-    let settings = backend_settings(&plan, client_readonly.clone());
+    let settings = backend_settings(plan, client_readonly.clone());
     // Encoded once: the key is the packet from its settings on, and a miss's attempts send it.
     let Ok(encoded) = super::transport::encode_query(q, &plan.query_id, &settings, sql) else {
-        return Cached::No(Box::new((plan, client_readonly)));
+        return Cached::No;
     };
     let mut packet = encoded.head[encoded.settings_at..].to_vec();
     if user.cfg.readonly && super::settings::put_setting_at(&mut packet, "readonly", "1", 0, q.revision).is_err() {
-        return Cached::No(Box::new((plan, client_readonly)));
+        return Cached::No;
     }
     packet.extend_from_slice(&encoded.tail);
     let login = state.login(&user.cfg, cluster);
-    let key = crate::cache::key::native_key(&plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet);
+    let key = crate::cache::key::native_key(plan, login, &user.cfg.cluster, &conn.database, q.revision, &packet);
     let sent_at = tokio::time::Instant::now();
     match state.cache.kept(&key, &user.cfg.name, policy) {
         Some((stored, _age)) => Cached::Hit(stored.body.clone(), plan.target.label()),
-        None => {
-            let plan = Some((plan, client_readonly));
-            Cached::Miss(Box::new(Kept { plan, encoded: Some(encoded), key, policy, sent_at }))
-        }
+        None => Cached::Miss(Box::new(Kept { encoded: Some(encoded), key, policy, sent_at })),
     }
 }
 

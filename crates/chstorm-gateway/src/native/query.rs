@@ -156,11 +156,7 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
         Statement::Done(keep) => return keep,
         Statement::Query { use_db } => use_db,
     };
-    let planned = match kept.as_mut().and_then(|k: &mut Box<Kept<'_>>| k.plan.take()) {
-        Some(p) => Ok(p),
-        None => planned.unwrap_or_else(|| plan(state, user, cluster, conn, &q)),
-    };
-    let (plan, client_readonly) = match planned {
+    let (plan, client_readonly) = match planned.unwrap_or_else(|| plan(state, user, cluster, conn, &q)) {
         Ok(p) => p,
         Err(r) => return refused(&exit, &mut conn.w, &r).await,
     };
@@ -211,9 +207,9 @@ pub async fn run(shared: &Shared, state: &State, user: &Arc<UserRt>, conn: &mut 
 /// Admission, as the HTTP front does it: the user's rate, then its slots and the gateway's
 /// ([`admit_slots`]). A user that keeps answers (and a query without external `tables` outside a
 /// pinned session) takes its slots only once its query needs a server: a kept answer is written
-/// here, and the query's plan made for the lookup is handed on (in its [`Kept`], or alone when
-/// the cache may not take it or the plan refused it: a refusal is written after admission, as
-/// any user's). Err: the query was answered here (refused, or kept); keep the client?
+/// here, and the query's plan made for the lookup is handed on (a refusal by the plan is
+/// written after admission, as any user's). Err: the query was answered here (refused, or
+/// kept); keep the client?
 async fn admit<'a>(
     state: &State,
     user: &'a Arc<UserRt>,
@@ -227,14 +223,14 @@ async fn admit<'a>(
         return Err(refused(exit, &mut conn.w, &r).await);
     }
     let keeps = user.cfg.cache.as_ref().filter(|c| c.keeps() && !tables && conn.pinned.is_none());
-    let (kept, planned) = match keeps.map(|policy| plan(state, user, cluster, conn, q).map(|p| (policy, p))) {
-        Some(Ok(policy_plan)) => match cached(state, user, cluster, conn, q, policy_plan) {
+    let planned = keeps.map(|_| plan(state, user, cluster, conn, q));
+    let kept = match (keeps, &planned) {
+        (Some(policy), Some(Ok(p))) => match cached(state, user, cluster, conn, q, (policy, p)) {
             Cached::Hit(body, route) => return Err(answered(exit, &mut conn.w, 200, route, body.to_vec()).await),
-            Cached::Miss(k) => (Some(k), None),
-            Cached::No(p) => (None, Some(Ok(*p))),
+            Cached::Miss(k) => Some(k),
+            Cached::No => None,
         },
-        Some(Err(r)) => (None, Some(Err(r))),
-        None => (None, None),
+        _ => None,
     };
     match admit_slots(user, &state.global, &state.metrics).await {
         Ok(s) => Ok((s, kept, planned)),
