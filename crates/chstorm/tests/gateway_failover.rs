@@ -8,7 +8,7 @@
 mod common;
 use chstorm_testenv::{curl, start_cluster, Env, ROWS};
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -200,7 +200,7 @@ struct Lookup {
 struct Writes {
     stop: Arc<AtomicBool>,
     /// Versions acknowledged so far.
-    acked: Arc<std::sync::atomic::AtomicUsize>,
+    acked: Arc<AtomicUsize>,
     writer: std::thread::JoinHandle<(Vec<(Instant, u64)>, u32)>,
     reader: std::thread::JoinHandle<Vec<Lookup>>,
 }
@@ -221,7 +221,7 @@ impl Writes {
         assert_eq!(keys.len(), 30);
         let stop = Arc::new(AtomicBool::new(false));
         let url = format!("{gw}/?insert_distributed_sync=1&insert_quorum=2&insert_quorum_timeout=2000");
-        let acked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let acked = Arc::new(AtomicUsize::new(0));
         let (k, st, n) = (keys.clone(), stop.clone(), acked.clone());
         let writer = std::thread::spawn(move || {
             let mut written = Vec::new();
